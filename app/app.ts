@@ -1,0 +1,78 @@
+// The root plugin: builds the service from a configuration, registering plugins in an explicit order.
+// Tests build it with inject or listen on port 0; app/server.ts runs it.
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import type { Config } from './config.ts'
+import { AppError, type ErrorCode } from './errors.ts'
+import { formatError } from './graphql/error-format.ts'
+import type { Store } from './store/types.ts'
+import configPlugin from '../plugins/config.ts'
+import storePlugin from '../plugins/store.ts'
+import eventsPlugin from '../plugins/events.ts'
+import authPlugin from '../plugins/auth.ts'
+import graphqlPlugin from '../plugins/graphql.ts'
+import graphqlRoutes from '../routes/graphql.ts'
+import healthRoutes from '../routes/health.ts'
+
+export interface BuildOptions {
+  /** A store owned by the caller (tests); otherwise the configured one is opened and closed with the app. */
+  store?: Store
+  logger?: FastifyServerOptions['logger']
+}
+
+/** Maps errors raised by Fastify itself (body parsing, limits, routing) to the catalogue. */
+function toAppError (err: FastifyError): AppError {
+  if (err instanceof AppError) return err
+  const status = err.statusCode ?? 500
+  const byStatus: Record<number, [ErrorCode, string]> = {
+    400: ['BAD_REQUEST', err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'The request body is empty' : 'Malformed request body: it is not valid JSON'],
+    404: ['NOT_FOUND', 'Not found'],
+    405: ['METHOD_NOT_ALLOWED', 'Method not allowed'],
+    413: ['PAYLOAD_TOO_LARGE', 'Request body too large'],
+    415: ['UNSUPPORTED_MEDIA_TYPE', 'Unsupported Content-Type'],
+    429: ['RATE_LIMITED', err.message]
+  }
+  const known = byStatus[status]
+  return known ? new AppError(known[0], known[1]) : (err as unknown as AppError)
+}
+
+export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
+  const production = config.profile === 'production'
+  const app = Fastify({
+    logger: options.logger ?? {
+      level: config.logLevel,
+      redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' }
+    },
+    bodyLimit: config.bodyLimitBytes,
+    trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
+    requestIdHeader: 'x-request-id',
+    genReqId: () => crypto.randomUUID(),
+    return503OnClosing: true,
+    routerOptions: { maxParamLength: 200 }
+  })
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id)
+  })
+
+  // Every error that escapes a route answers in the GraphQL error shape, without internals in production.
+  // (The SOAP routes answer with faults through their own handler.)
+  app.setErrorHandler(async (error: FastifyError, request, reply) => {
+    const appError = toAppError(error)
+    const status = appError instanceof AppError ? appError.status : 500
+    if (status >= 500) request.log.error({ err: error }, 'request failed')
+    const body = { errors: [formatError(appError, { production, logInternal: () => {} })] }
+    return reply.code(status).type('application/json; charset=utf-8').send(body)
+  })
+  app.setNotFoundHandler(async (request, reply) => {
+    return reply.code(404).send({ errors: [{ message: `Route ${request.method} ${request.url.split('?')[0]} not found`, extensions: { code: 'NOT_FOUND' } }] })
+  })
+
+  await app.register(configPlugin, { config })
+  await app.register(storePlugin, { store: options.store })
+  await app.register(eventsPlugin)
+  await app.register(authPlugin)
+  await app.register(graphqlPlugin)
+  await app.register(graphqlRoutes)
+  await app.register(healthRoutes)
+  return app
+}

@@ -1,0 +1,212 @@
+// The one place where every setting, limit and mode is read from the environment, typed and defaulted.
+// Two profiles: production (NODE_ENV=production: safe defaults, secrets required) and development
+// (anything else: introspection, query UI and ad-hoc queries open, a fixed development JWT secret).
+import envSchema from 'env-schema'
+
+export type Profile = 'production' | 'development'
+
+export interface Config {
+  profile: Profile
+  host: string
+  port: number
+  logLevel: string
+  bodyLimitBytes: number
+  /** Seconds a graceful shutdown may take before the process exits anyway. */
+  shutdownGraceMs: number
+
+  databaseUrl: string | null
+  databasePoolSize: number
+  /** PostgreSQL schema to use (created if missing); null keeps the connection's search_path. */
+  databaseSchema: string | null
+  sqlitePath: string
+  demoData: boolean
+  redisUrl: string | null
+  /** Prefix for every Redis key and channel, so several deployments (or test files) can share a server. */
+  redisPrefix: string
+
+  jwt: {
+    algorithms: string[]
+    secret: string | null
+    publicKey: string | null
+    privateKey: string | null
+    issuer: string | null
+    audience: string | null
+    clockToleranceSec: number
+  }
+
+  limits: {
+    maxDepth: number
+    budgets: { anonymous: number; USER: number; ADMIN: number; SERVICE: number }
+    timeoutMs: number
+    maxStringLength: number
+    maxListLength: number
+    maxPageSize: number
+    maxBatchSize: number
+    rateWindowMs: number
+    rateRequests: number
+    rateCostUnits: number
+  }
+
+  trustProxy: string[]
+  corsOrigins: string[]
+  introspection: boolean
+  queryUi: boolean
+  persistedOnly: boolean
+  persistedManifest: string | null
+  apqMaxEntries: number
+  cacheMaxAgeSec: number
+
+  soap: { publicUrl: string; maxAgeSec: number }
+  ws: {
+    allowedOrigins: string[]
+    initTimeoutMs: number
+    maxConnectionsPerClient: number
+    maxSubscriptionsPerConnection: number
+    maxMessageBytes: number
+  }
+}
+
+const DEV_JWT_SECRET = 'development-only-secret-change-me-0123456789abcdef'
+
+// Every variable, with its type; profile-dependent defaults are applied in loadConfig.
+const schema = {
+  type: 'object',
+  properties: {
+    NODE_ENV: { type: 'string', default: 'development' },
+    HOST: { type: 'string' },
+    PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000 },
+    LOG_LEVEL: { type: 'string' },
+    BODY_LIMIT_BYTES: { type: 'integer', minimum: 1024, default: 1048576 },
+    SHUTDOWN_GRACE_MS: { type: 'integer', minimum: 0, default: 10000 },
+    DATABASE_URL: { type: 'string' },
+    DATABASE_POOL_SIZE: { type: 'integer', minimum: 1, default: 10 },
+    DATABASE_SCHEMA: { type: 'string' },
+    SQLITE_PATH: { type: 'string', default: 'data/service.db' },
+    DEMO_DATA: { type: 'boolean', default: true },
+    REDIS_URL: { type: 'string' },
+    REDIS_PREFIX: { type: 'string', default: 'gqs:' },
+    JWT_ALGORITHMS: { type: 'string' },
+    JWT_SECRET: { type: 'string' },
+    JWT_PUBLIC_KEY: { type: 'string' },
+    JWT_PRIVATE_KEY: { type: 'string' },
+    JWT_ISSUER: { type: 'string' },
+    JWT_AUDIENCE: { type: 'string' },
+    JWT_CLOCK_TOLERANCE_SEC: { type: 'integer', minimum: 0, maximum: 300, default: 5 },
+    MAX_DEPTH: { type: 'integer', minimum: 1, default: 10 },
+    COST_BUDGET_ANONYMOUS: { type: 'integer', minimum: 1, default: 1000 },
+    COST_BUDGET_USER: { type: 'integer', minimum: 1, default: 10000 },
+    COST_BUDGET_ADMIN: { type: 'integer', minimum: 1, default: 100000 },
+    COST_BUDGET_SERVICE: { type: 'integer', minimum: 1, default: 100000 },
+    QUERY_TIMEOUT_MS: { type: 'integer', minimum: 1, default: 10000 },
+    MAX_STRING_LENGTH: { type: 'integer', minimum: 1, default: 1000 },
+    MAX_LIST_LENGTH: { type: 'integer', minimum: 1, default: 100 },
+    MAX_PAGE_SIZE: { type: 'integer', minimum: 1, default: 100 },
+    MAX_BATCH_SIZE: { type: 'integer', minimum: 0, default: 10 },
+    RATE_LIMIT_WINDOW_MS: { type: 'integer', minimum: 1000, default: 60000 },
+    RATE_LIMIT_REQUESTS: { type: 'integer', minimum: 1, default: 100 },
+    RATE_LIMIT_COST: { type: 'integer', minimum: 1, default: 100000 },
+    TRUST_PROXY: { type: 'string', default: '' },
+    CORS_ORIGINS: { type: 'string', default: '' },
+    INTROSPECTION: { type: 'boolean' },
+    QUERY_UI: { type: 'boolean' },
+    PERSISTED_ONLY: { type: 'boolean' },
+    PERSISTED_MANIFEST: { type: 'string' },
+    APQ_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
+    CACHE_MAX_AGE_SEC: { type: 'integer', minimum: 0, default: 60 },
+    SOAP_PUBLIC_URL: { type: 'string' },
+    WSSE_MAX_AGE_SEC: { type: 'integer', minimum: 1, default: 300 },
+    WS_ALLOWED_ORIGINS: { type: 'string', default: '' },
+    WS_INIT_TIMEOUT_MS: { type: 'integer', minimum: 1, default: 3000 },
+    WS_MAX_CONNECTIONS_PER_CLIENT: { type: 'integer', minimum: 1, default: 50 },
+    WS_MAX_SUBSCRIPTIONS_PER_CONNECTION: { type: 'integer', minimum: 1, default: 20 },
+    WS_MAX_MESSAGE_BYTES: { type: 'integer', minimum: 256, default: 65536 }
+  }
+} as const
+
+type Env = Record<string, string | number | boolean | undefined>
+
+function list (value: unknown): string[] {
+  return String(value ?? '').split(',').map((s) => s.trim()).filter(Boolean)
+}
+
+function optional (value: unknown): string | null {
+  return typeof value === 'string' && value !== '' ? value : null
+}
+
+/** Reads the configuration from `env` (process.env by default); throws a clear error when it is unusable. */
+export function loadConfig (env: Record<string, string | undefined> = process.env): Config {
+  const e = envSchema<Env>({ schema, data: env, dotenv: false })
+  const profile: Profile = e.NODE_ENV === 'production' ? 'production' : 'development'
+  const prod = profile === 'production'
+  const pick = <T>(value: T | undefined, dev: T, production: T): T => value ?? (prod ? production : dev)
+
+  const publicKey = optional(e.JWT_PUBLIC_KEY)
+  const secret = optional(e.JWT_SECRET) ?? (prod || publicKey ? null : DEV_JWT_SECRET)
+  if (!secret && !publicKey) {
+    throw new Error('Configuration: set JWT_SECRET (HS256) or JWT_PUBLIC_KEY (RS256/ES256) in production')
+  }
+  if (secret && secret.length < 32) throw new Error('Configuration: JWT_SECRET must be at least 32 characters')
+  const algorithms = list(e.JWT_ALGORITHMS)
+  const port = e.PORT as number
+
+  return {
+    profile,
+    host: (e.HOST as string | undefined) ?? (prod ? '0.0.0.0' : '127.0.0.1'),
+    port,
+    logLevel: (e.LOG_LEVEL as string | undefined) ?? (prod ? 'info' : 'debug'),
+    bodyLimitBytes: e.BODY_LIMIT_BYTES as number,
+    shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
+    databaseUrl: optional(e.DATABASE_URL),
+    databasePoolSize: e.DATABASE_POOL_SIZE as number,
+    databaseSchema: optional(e.DATABASE_SCHEMA),
+    sqlitePath: e.SQLITE_PATH as string,
+    demoData: e.DEMO_DATA as boolean,
+    redisUrl: optional(e.REDIS_URL),
+    redisPrefix: e.REDIS_PREFIX as string,
+    jwt: {
+      algorithms: algorithms.length > 0 ? algorithms : [publicKey ? 'RS256' : 'HS256'],
+      secret,
+      publicKey,
+      privateKey: optional(e.JWT_PRIVATE_KEY),
+      issuer: optional(e.JWT_ISSUER),
+      audience: optional(e.JWT_AUDIENCE),
+      clockToleranceSec: e.JWT_CLOCK_TOLERANCE_SEC as number
+    },
+    limits: {
+      maxDepth: e.MAX_DEPTH as number,
+      budgets: {
+        anonymous: e.COST_BUDGET_ANONYMOUS as number,
+        USER: e.COST_BUDGET_USER as number,
+        ADMIN: e.COST_BUDGET_ADMIN as number,
+        SERVICE: e.COST_BUDGET_SERVICE as number
+      },
+      timeoutMs: e.QUERY_TIMEOUT_MS as number,
+      maxStringLength: e.MAX_STRING_LENGTH as number,
+      maxListLength: e.MAX_LIST_LENGTH as number,
+      maxPageSize: e.MAX_PAGE_SIZE as number,
+      maxBatchSize: e.MAX_BATCH_SIZE as number,
+      rateWindowMs: e.RATE_LIMIT_WINDOW_MS as number,
+      rateRequests: e.RATE_LIMIT_REQUESTS as number,
+      rateCostUnits: e.RATE_LIMIT_COST as number
+    },
+    trustProxy: list(e.TRUST_PROXY),
+    corsOrigins: list(e.CORS_ORIGINS),
+    introspection: pick(e.INTROSPECTION as boolean | undefined, true, false),
+    queryUi: pick(e.QUERY_UI as boolean | undefined, true, false),
+    persistedOnly: pick(e.PERSISTED_ONLY as boolean | undefined, false, true),
+    persistedManifest: optional(e.PERSISTED_MANIFEST),
+    apqMaxEntries: e.APQ_MAX_ENTRIES as number,
+    cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC as number,
+    soap: {
+      publicUrl: optional(e.SOAP_PUBLIC_URL) ?? `http://localhost:${port}`,
+      maxAgeSec: e.WSSE_MAX_AGE_SEC as number
+    },
+    ws: {
+      allowedOrigins: list(e.WS_ALLOWED_ORIGINS),
+      initTimeoutMs: e.WS_INIT_TIMEOUT_MS as number,
+      maxConnectionsPerClient: e.WS_MAX_CONNECTIONS_PER_CLIENT as number,
+      maxSubscriptionsPerConnection: e.WS_MAX_SUBSCRIPTIONS_PER_CONNECTION as number,
+      maxMessageBytes: e.WS_MAX_MESSAGE_BYTES as number
+    }
+  }
+}

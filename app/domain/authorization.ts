@@ -1,0 +1,62 @@
+// Who may do what: the one place for every authorization rule, used by the GraphQL @auth directive,
+// GraphQL resolvers, SOAP handlers and subscriptions alike.
+import { forbidden, unauthenticated } from '../errors.ts'
+import type { UserRow } from '../store/types.ts'
+import type { Caller } from './context.ts'
+
+/** The requirements the @auth directive can name: SELF (the user the field belongs to) and ADMIN. */
+export type AccessRequirement = 'SELF' | 'ADMIN'
+
+/**
+ * Fields of a user that not everybody may read. The SDL carries the same lists in @auth directives;
+ * a test keeps the two in step.
+ */
+export const RESTRICTED_USER_FIELDS = {
+  email: ['SELF', 'ADMIN'],
+  adminNotes: ['ADMIN']
+} as const satisfies Record<string, readonly AccessRequirement[]>
+
+export function requireCaller (caller: Caller | null): Caller {
+  if (!caller) throw unauthenticated()
+  return caller
+}
+
+/** True when the caller meets any of the requirements for data owned by `ownerId`. */
+export function meets (caller: Caller | null, requirements: readonly AccessRequirement[], ownerId: string | null): boolean {
+  if (!caller) return false
+  return requirements.some((r) => (r === 'ADMIN' && caller.role === 'ADMIN') || (r === 'SELF' && ownerId !== null && caller.id === ownerId))
+}
+
+/** Throws "Must be logged in" for anonymous callers and FORBIDDEN for others who do not meet the requirements. */
+export function assertMeets (caller: Caller | null, requirements: readonly AccessRequirement[], ownerId: string | null, what: string): void {
+  requireCaller(caller)
+  if (!meets(caller, requirements, ownerId)) throw forbidden(`Not allowed to ${what}`)
+}
+
+/** A user as `caller` may see it: restricted fields they may not read are null. */
+export function visibleUser (caller: Caller | null, user: UserRow): UserRow {
+  const email = meets(caller, RESTRICTED_USER_FIELDS.email, user.id)
+  const adminNotes = meets(caller, RESTRICTED_USER_FIELDS.adminNotes, user.id)
+  if (email && adminNotes) return user
+  return { ...user, email: email ? user.email : (null as unknown as string), adminNotes: adminNotes ? user.adminNotes : null }
+}
+
+export const actions = {
+  createUser (caller: Caller | null): void {
+    const c = requireCaller(caller)
+    if (c.role !== 'ADMIN' && c.role !== 'SERVICE') throw forbidden('Only administrators and services may create users')
+  },
+  updateUser (caller: Caller | null, userId: string, changesPrivilegedFields: boolean): void {
+    const c = requireCaller(caller)
+    if (c.role !== 'ADMIN' && c.id !== userId) throw forbidden('Only the user themself or an administrator may update a user')
+    if (changesPrivilegedFields && c.role !== 'ADMIN') throw forbidden('Only administrators may change role or adminNotes')
+  },
+  deleteUser (caller: Caller | null): void {
+    const c = requireCaller(caller)
+    if (c.role !== 'ADMIN') throw forbidden('Only administrators may delete users')
+  },
+  postMessage (caller: Caller | null): Caller {
+    return requireCaller(caller)
+  }
+}
+

@@ -1,0 +1,41 @@
+// What every domain call receives: who is calling, the per-request loaders, and the dependencies.
+// One DomainContext is created per HTTP request, per SOAP request, and per WebSocket/SSE operation;
+// nothing caller-specific lives at module level.
+import { AppError, Messages } from '../errors.ts'
+import type { Role, Store } from '../store/types.ts'
+import { createLoaders, type Loaders } from './loaders.ts'
+import type { InputCaps } from './input.ts'
+
+export interface Caller {
+  id: string
+  role: Role
+}
+
+/** Things that happened, for subscribers (GraphQL subscriptions, across instances through Redis). */
+export type DomainEvent = { type: 'messageAdded'; message: import('../store/types.ts').MessageRow }
+
+export interface Events {
+  publish (event: DomainEvent): Promise<void>
+}
+
+export interface DomainDeps {
+  store: Store
+  events: Events
+  caps: InputCaps
+}
+
+export interface DomainContext extends DomainDeps {
+  caller: Caller | null
+  loaders: Loaders
+  /** Epoch milliseconds after which nothing may be written (the execution timeout); Infinity when unbounded. */
+  deadline: number
+}
+
+export function createDomainContext (deps: DomainDeps, caller: Caller | null, deadline = Infinity): DomainContext {
+  return { ...deps, caller, loaders: createLoaders(deps.store), deadline }
+}
+
+/** Writes call this first, so a request that has already timed out changes nothing. */
+export function assertBeforeDeadline (ctx: DomainContext): void {
+  if (Date.now() > ctx.deadline) throw new AppError('TIMEOUT', Messages.queryTimeout)
+}

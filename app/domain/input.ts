@@ -1,0 +1,59 @@
+// Input rules shared by every transport: the generic caps (string length, list length, page size)
+// and the business formats (names, e-mail addresses, room ids).
+import { badInput, Messages } from '../errors.ts'
+
+export interface InputCaps {
+  maxStringLength: number
+  maxListLength: number
+  maxPageSize: number
+}
+
+/** Walks any input value (arguments, variables, SOAP fields) and rejects over-long strings and lists. */
+export function assertWithinCaps (value: unknown, caps: InputCaps, path: string): void {
+  if (typeof value === 'string') {
+    if (value.length > caps.maxStringLength) {
+      throw badInput(Messages.tooLong, { field: path, maxLength: caps.maxStringLength })
+    }
+  } else if (Array.isArray(value)) {
+    if (value.length > caps.maxListLength) {
+      throw badInput(`Too many entries in ${path}: at most ${caps.maxListLength}`, { field: path, maxEntries: caps.maxListLength })
+    }
+    value.forEach((item, i) => assertWithinCaps(item, caps, `${path}[${i}]`))
+  } else if (value !== null && typeof value === 'object') {
+    for (const [key, item] of Object.entries(value)) assertWithinCaps(item, caps, `${path}.${key}`)
+  }
+}
+
+/** A page size argument (`limit`/`first`): a positive integer no larger than the cap. */
+export function assertPageSize (value: number, caps: Pick<InputCaps, 'maxPageSize'>, name = 'limit'): number {
+  if (!Number.isInteger(value) || value < 1 || value > caps.maxPageSize) {
+    throw badInput(`${name} must be between 1 and ${caps.maxPageSize}`, { field: name, max: caps.maxPageSize })
+  }
+  return value
+}
+
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
+
+export function normalizeEmail (value: string): string {
+  const email = value.trim().toLowerCase()
+  if (email.length > 254 || !EMAIL.test(email)) throw badInput('Invalid email address', { field: 'email' })
+  return email
+}
+
+export function normalizeName (value: string): string {
+  const name = value.trim()
+  if (name.length === 0) throw badInput('Name must not be empty', { field: 'name' })
+  if (name.length > 200) throw badInput(Messages.tooLong, { field: 'name', maxLength: 200 })
+  return name
+}
+
+export function normalizeRoomId (value: string): string {
+  if (!/^[A-Za-z0-9_.:-]{1,100}$/.test(value)) throw badInput('Invalid room id: 1 to 100 letters, digits or _ . : -', { field: 'roomId' })
+  return value
+}
+
+export function normalizeContent (value: string, caps: Pick<InputCaps, 'maxStringLength'>): string {
+  if (value.trim().length === 0) throw badInput('Message content must not be empty', { field: 'content' })
+  if (value.length > caps.maxStringLength) throw badInput(Messages.tooLong, { field: 'content', maxLength: caps.maxStringLength })
+  return value
+}

@@ -1,0 +1,71 @@
+// User use cases, transport-free: GraphQL resolvers and SOAP handlers call these.
+import { badInput, notFound } from '../errors.ts'
+import { ROLES, type Role, type UserPatch, type UserRow } from '../store/types.ts'
+import { actions } from './authorization.ts'
+import { assertBeforeDeadline, type DomainContext } from './context.ts'
+import { assertPageSize, normalizeEmail, normalizeName } from './input.ts'
+
+export interface CreateUserInput {
+  name: string
+  email: string
+}
+
+export interface UpdateUserInput {
+  name?: string | null
+  email?: string | null
+  role?: string | null
+  adminNotes?: string | null
+}
+
+export function getUser (ctx: DomainContext, id: string): Promise<UserRow | null> {
+  return ctx.loaders.userById.load(id)
+}
+
+export async function getExistingUser (ctx: DomainContext, id: string): Promise<UserRow> {
+  const user = await getUser(ctx, id)
+  if (!user) throw notFound(`User ${id}`)
+  return user
+}
+
+export async function listUsers (ctx: DomainContext, limit: number): Promise<UserRow[]> {
+  const users = await ctx.store.listUsers(assertPageSize(limit, ctx.caps))
+  for (const user of users) ctx.loaders.userById.prime(user.id, user)
+  return users
+}
+
+export async function createUser (ctx: DomainContext, input: CreateUserInput): Promise<UserRow> {
+  actions.createUser(ctx.caller)
+  const user = { name: normalizeName(input.name), email: normalizeEmail(input.email) }
+  assertBeforeDeadline(ctx)
+  const created = await ctx.store.createUser(user)
+  ctx.loaders.userById.prime(created.id, created)
+  return created
+}
+
+export async function updateUser (ctx: DomainContext, id: string, input: UpdateUserInput): Promise<UserRow> {
+  const privileged = input.role != null || input.adminNotes !== undefined
+  actions.updateUser(ctx.caller, id, privileged)
+  const patch: UserPatch = {}
+  if (input.name != null) patch.name = normalizeName(input.name)
+  if (input.email != null) patch.email = normalizeEmail(input.email)
+  if (input.role != null) patch.role = parseRole(input.role)
+  if (input.adminNotes !== undefined) patch.adminNotes = input.adminNotes
+  assertBeforeDeadline(ctx)
+  const updated = await ctx.store.updateUser(id, patch)
+  if (!updated) throw notFound(`User ${id}`)
+  ctx.loaders.userById.clear(id).prime(id, updated)
+  return updated
+}
+
+export async function deleteUser (ctx: DomainContext, id: string): Promise<boolean> {
+  actions.deleteUser(ctx.caller)
+  assertBeforeDeadline(ctx)
+  const deleted = await ctx.store.deleteUser(id)
+  ctx.loaders.userById.clear(id)
+  return deleted
+}
+
+function parseRole (value: string): Role {
+  if (!(ROLES as readonly string[]).includes(value)) throw badInput(`role must be one of ${ROLES.join(', ')}`, { field: 'role' })
+  return value as Role
+}

@@ -1,0 +1,30 @@
+// Thin adapters from GraphQL fields to domain functions. No rule lives here.
+import type { IResolvers, MercuriusLoaders } from 'mercurius'
+import * as messages from '../domain/messages.ts'
+import * as users from '../domain/users.ts'
+import type { MessageRow } from '../store/types.ts'
+import type { GraphQLContext } from './context.ts'
+
+type Args = Record<string, any>
+
+export const resolvers: IResolvers = {
+  Query: {
+    user: (_: unknown, { id }: Args, ctx: GraphQLContext) => users.getUser(ctx.domain, id),
+    users: (_: unknown, { limit }: Args, ctx: GraphQLContext) => users.listUsers(ctx.domain, limit),
+    messages: (_: unknown, { roomId, limit }: Args, ctx: GraphQLContext) => messages.listMessages(ctx.domain, roomId, limit)
+  },
+  Mutation: {
+    createUser: (_: unknown, { input }: Args, ctx: GraphQLContext) => users.createUser(ctx.domain, input),
+    updateUser: (_: unknown, { id, input }: Args, ctx: GraphQLContext) => users.updateUser(ctx.domain, id, input),
+    deleteUser: (_: unknown, { id }: Args, ctx: GraphQLContext) => users.deleteUser(ctx.domain, id),
+    postMessage: (_: unknown, { roomId, content }: Args, ctx: GraphQLContext) => messages.postMessage(ctx.domain, roomId, content)
+  }
+}
+
+/** Type fields resolved in batches through Mercurius loaders, backed by the per-request domain loaders. */
+export const loaders: MercuriusLoaders = {
+  Message: {
+    author: (queries: { obj: MessageRow }[], ctx: GraphQLContext) =>
+      ctx.domain.loaders.userById.loadMany(queries.map((q) => q.obj.authorId)) as Promise<unknown[]>
+  }
+}

@@ -1,0 +1,204 @@
+// PostgreSQL store through `pg`. Migrations run at start under an advisory lock, so several instances
+// starting at once migrate exactly once. Every read is one round trip with a named (prepared) statement.
+import pg from 'pg'
+import { randomUUID } from 'node:crypto'
+import { AppError } from '../errors.ts'
+import { isoNow, type Credentials, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+
+const MIGRATIONS: string[] = [
+  `CREATE TABLE users (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL,
+     email TEXT NOT NULL UNIQUE,
+     admin_notes TEXT,
+     role TEXT NOT NULL DEFAULT 'USER' CHECK (role IN ('USER', 'ADMIN', 'SERVICE')),
+     created_at TIMESTAMPTZ NOT NULL,
+     login TEXT UNIQUE,
+     password_hash TEXT,
+     password_secret TEXT
+   );
+   CREATE INDEX users_created_at ON users (created_at, id);
+   CREATE TABLE messages (
+     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+     room_id TEXT NOT NULL,
+     content TEXT NOT NULL,
+     author_id TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+     created_at TIMESTAMPTZ NOT NULL
+   );
+   CREATE INDEX messages_room ON messages (room_id, id);
+   CREATE INDEX messages_author ON messages (author_id);`
+]
+
+// Arbitrary constant: the advisory lock that serialises migrations across instances.
+const MIGRATION_LOCK = 727_001
+
+const ISO = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
+const USER_COLUMNS = `id, name, email, admin_notes AS "adminNotes", role, ${ISO('created_at')} AS "createdAt"`
+const MESSAGE_COLUMNS = `id::text AS id, room_id AS "roomId", content, author_id AS "authorId", ${ISO('created_at')} AS "createdAt"`
+
+function isUniqueViolation (err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { code?: string; constraint?: string }).code === '23505' &&
+    (err as { constraint?: string }).constraint === 'users_email_key'
+}
+
+function query (name: string, text: string) {
+  return (values: unknown[]) => ({ name, text, values })
+}
+
+const q = {
+  usersByIds: query('users_by_ids', `SELECT ${USER_COLUMNS} FROM users WHERE id = ANY($1::text[])`),
+  listUsers: query('list_users', `SELECT ${USER_COLUMNS} FROM users ORDER BY created_at, id LIMIT $1`),
+  insertUser: query('insert_user', `INSERT INTO users (id, name, email, role, admin_notes, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${USER_COLUMNS}`),
+  deleteUser: query('delete_user', 'DELETE FROM users WHERE id = $1'),
+  messagesByRoom: query('messages_by_room', `SELECT ${MESSAGE_COLUMNS} FROM (SELECT * FROM messages WHERE room_id = $1 ORDER BY id DESC LIMIT $2) AS messages ORDER BY messages.id`),
+  insertMessage: query('insert_message', `INSERT INTO messages (room_id, content, author_id, created_at) VALUES ($1, $2, $3, $4) RETURNING ${MESSAGE_COLUMNS}`),
+  countUsers: query('count_users', 'SELECT COUNT(*)::int AS n FROM users'),
+  findCredentials: query('find_credentials', 'SELECT id AS "userId", login, role, password_hash AS "passwordHash", password_secret AS "passwordSecret" FROM users WHERE login = $1'),
+  setCredentials: query('set_credentials', 'UPDATE users SET login = $1, password_hash = $2, password_secret = $3 WHERE id = $4')
+}
+
+export interface PostgresOptions {
+  url: string
+  poolSize: number
+  /** A schema of its own (created if missing), e.g. one per test file; default: the connection's search_path. */
+  schema?: string | null
+}
+
+export async function openPostgresStore ({ url, poolSize, schema }: PostgresOptions): Promise<Store> {
+  if (schema && !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`Invalid PostgreSQL schema name: ${schema}`)
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: poolSize,
+    connectionTimeoutMillis: 5000,
+    ...(schema ? { options: `-c search_path=${schema}` } : {})
+  })
+  // An idle client that loses its connection (server restart, pg_terminate_backend) must not crash the process.
+  pool.on('error', () => {})
+  await migrate(pool, schema ?? null)
+
+  const insertUser = async (client: pg.Pool | pg.PoolClient, u: NewUser): Promise<UserRow> => {
+    try {
+      const { rows } = await client.query<UserRow>(q.insertUser([u.id ?? randomUUID(), u.name, u.email, u.role ?? 'USER', u.adminNotes ?? null, u.createdAt ?? isoNow()]))
+      return rows[0]!
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new AppError('CONFLICT', 'Email already in use')
+      throw err
+    }
+  }
+
+  const transaction = async <T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> => {
+    const client = await pool.connect()
+    try {
+      await client.query('BEGIN')
+      const result = await fn(client)
+      await client.query('COMMIT')
+      return result
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {})
+      throw err
+    } finally {
+      client.release()
+    }
+  }
+
+  return {
+    kind: 'postgres',
+    async usersByIds (ids) {
+      return (await pool.query<UserRow>(q.usersByIds([ids]))).rows
+    },
+    async listUsers (limit) {
+      return (await pool.query<UserRow>(q.listUsers([limit]))).rows
+    },
+    createUser: (user) => insertUser(pool, user),
+    insertUsers: (users) => transaction(async (client) => {
+      const rows: UserRow[] = []
+      for (const u of users) rows.push(await insertUser(client, u))
+      return rows
+    }),
+    async updateUser (id, patch: UserPatch) {
+      const sets: string[] = []
+      const values: unknown[] = []
+      const columns = { name: 'name', email: 'email', role: 'role', adminNotes: 'admin_notes' } as const
+      for (const key of Object.keys(columns) as (keyof typeof columns)[]) {
+        if (patch[key] !== undefined) {
+          values.push(patch[key] ?? null)
+          sets.push(`${columns[key]} = $${values.length}`)
+        }
+      }
+      if (sets.length === 0) return (await pool.query<UserRow>(q.usersByIds([[id]]))).rows[0] ?? null
+      values.push(id)
+      try {
+        const { rows } = await pool.query<UserRow>(`UPDATE users SET ${sets.join(', ')} WHERE id = $${values.length} RETURNING ${USER_COLUMNS}`, values)
+        return rows[0] ?? null
+      } catch (err) {
+        if (isUniqueViolation(err)) throw new AppError('CONFLICT', 'Email already in use')
+        throw err
+      }
+    },
+    async deleteUser (id) {
+      return ((await pool.query(q.deleteUser([id]))).rowCount ?? 0) > 0
+    },
+    async messagesByRoom (roomId, limit) {
+      return (await pool.query<MessageRow>(q.messagesByRoom([roomId, limit]))).rows
+    },
+    async createMessage (m: NewMessage) {
+      return (await pool.query<MessageRow>(q.insertMessage([m.roomId, m.content, m.authorId, m.createdAt ?? isoNow()]))).rows[0]!
+    },
+    insertMessages: (messages) => transaction(async (client) => {
+      // One multi-row INSERT per chunk keeps seeding 50000 messages to a few round trips.
+      for (let start = 0; start < messages.length; start += 1000) {
+        const chunk = messages.slice(start, start + 1000)
+        const values: unknown[] = []
+        const tuples = chunk.map((m) => {
+          values.push(m.roomId, m.content, m.authorId, m.createdAt ?? isoNow())
+          const n = values.length
+          return `($${n - 3}, $${n - 2}, $${n - 1}, $${n})`
+        })
+        await client.query(`INSERT INTO messages (room_id, content, author_id, created_at) VALUES ${tuples.join(', ')}`, values)
+      }
+      return messages.length
+    }),
+    async countUsers () {
+      return (await pool.query<{ n: number }>(q.countUsers([]))).rows[0]!.n
+    },
+    async findCredentials (login) {
+      return (await pool.query<Credentials>(q.findCredentials([login]))).rows[0] ?? null
+    },
+    async setCredentials (userId, login, passwordHash, passwordSecret) {
+      await pool.query(q.setCredentials([login, passwordHash, passwordSecret, userId]))
+    },
+    async ping () {
+      await pool.query('SELECT 1')
+    },
+    async close () {
+      await pool.end()
+    }
+  }
+}
+
+async function migrate (pool: pg.Pool, schema: string | null): Promise<void> {
+  const client = await pool.connect()
+  try {
+    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK])
+    try {
+      if (schema) await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
+      await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())')
+      const { rows } = await client.query<{ v: number | null }>('SELECT MAX(version) AS v FROM schema_migrations')
+      for (let version = (rows[0]?.v ?? 0) + 1; version <= MIGRATIONS.length; version++) {
+        await client.query('BEGIN')
+        try {
+          await client.query(MIGRATIONS[version - 1]!)
+          await client.query('INSERT INTO schema_migrations (version) VALUES ($1)', [version])
+          await client.query('COMMIT')
+        } catch (err) {
+          await client.query('ROLLBACK')
+          throw err
+        }
+      }
+    } finally {
+      await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK])
+    }
+  } finally {
+    client.release()
+  }
+}

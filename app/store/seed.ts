@@ -1,0 +1,26 @@
+// npm run seed -- --users 10000 --messages 50000
+// Loads realistic users and messages into the configured store (SQLITE_PATH or DATABASE_URL).
+import { parseArgs } from 'node:util'
+import { loadConfig } from '../config.ts'
+import { openStore } from './index.ts'
+import { seed } from './sample-data.ts'
+
+const { values } = parseArgs({
+  options: {
+    users: { type: 'string', default: '1000' },
+    messages: { type: 'string', default: '' }
+  }
+})
+const users = Number(values.users)
+const messages = values.messages === '' ? users * 5 : Number(values.messages)
+if (!Number.isInteger(users) || users < 0 || !Number.isInteger(messages) || messages < 0) {
+  console.error('usage: npm run seed -- --users N [--messages M]')
+  process.exit(2)
+}
+
+const config = loadConfig()
+const store = await openStore(config)
+const started = performance.now()
+await seed(store, users, messages)
+console.log(`seeded ${users} users and ${messages} messages into ${store.kind} in ${Math.round(performance.now() - started)} ms`)
+await store.close()

@@ -1,0 +1,164 @@
+// Embedded store: node:sqlite in a local file (or ':memory:'), created and migrated on open.
+// node:sqlite is synchronous; each statement is prepared once and runs in microseconds, so the
+// event loop is not held longer than a JSON.stringify of the same rows would hold it.
+import { DatabaseSync, type StatementSync } from 'node:sqlite'
+import { mkdirSync } from 'node:fs'
+import { dirname } from 'node:path'
+import { randomUUID } from 'node:crypto'
+import { AppError } from '../errors.ts'
+import { isoNow, type Credentials, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+
+const MIGRATIONS: string[] = [
+  `CREATE TABLE users (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL,
+     email TEXT NOT NULL UNIQUE,
+     admin_notes TEXT,
+     role TEXT NOT NULL DEFAULT 'USER' CHECK (role IN ('USER', 'ADMIN', 'SERVICE')),
+     created_at TEXT NOT NULL,
+     login TEXT UNIQUE,
+     password_hash TEXT,
+     password_secret TEXT
+   );
+   CREATE INDEX users_created_at ON users (created_at, id);
+   CREATE TABLE messages (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     room_id TEXT NOT NULL,
+     content TEXT NOT NULL,
+     author_id TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+     created_at TEXT NOT NULL
+   );
+   CREATE INDEX messages_room ON messages (room_id, id);
+   CREATE INDEX messages_author ON messages (author_id);`
+]
+
+const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
+const MESSAGE_COLUMNS = 'CAST(id AS TEXT) AS id, room_id AS roomId, content, author_id AS authorId, created_at AS createdAt'
+
+function isUniqueViolation (err: unknown): boolean {
+  return err instanceof Error && /UNIQUE constraint failed: users\.email/.test(err.message)
+}
+
+export function openSqliteStore (path: string): Store {
+  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
+  const db = new DatabaseSync(path)
+  db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;')
+  migrate(db)
+
+  const prepare = (sql: string): StatementSync => db.prepare(sql)
+  const stmt = {
+    usersByIds: prepare(`SELECT ${USER_COLUMNS} FROM users WHERE id IN (SELECT value FROM json_each(?))`),
+    listUsers: prepare(`SELECT ${USER_COLUMNS} FROM users ORDER BY created_at, id LIMIT ?`),
+    insertUser: prepare(`INSERT INTO users (id, name, email, role, admin_notes, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING ${USER_COLUMNS}`),
+    deleteUser: prepare('DELETE FROM users WHERE id = ?'),
+    messagesByRoom: prepare(`SELECT ${MESSAGE_COLUMNS} FROM (SELECT * FROM messages WHERE room_id = ? ORDER BY id DESC LIMIT ?) AS messages ORDER BY messages.id`),
+    insertMessage: prepare(`INSERT INTO messages (room_id, content, author_id, created_at) VALUES (?, ?, ?, ?) RETURNING ${MESSAGE_COLUMNS}`),
+    countUsers: prepare('SELECT COUNT(*) AS n FROM users'),
+    findCredentials: prepare('SELECT id AS userId, login, role, password_hash AS passwordHash, password_secret AS passwordSecret FROM users WHERE login = ?'),
+    setCredentials: prepare('UPDATE users SET login = ?, password_hash = ?, password_secret = ? WHERE id = ?'),
+    ping: prepare('SELECT 1')
+  }
+
+  const insertUser = (u: NewUser): UserRow => {
+    try {
+      return stmt.insertUser.get(u.id ?? randomUUID(), u.name, u.email, u.role ?? 'USER', u.adminNotes ?? null, u.createdAt ?? isoNow()) as unknown as UserRow
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new AppError('CONFLICT', 'Email already in use')
+      throw err
+    }
+  }
+
+  const transaction = <T>(fn: () => T): T => {
+    db.exec('BEGIN IMMEDIATE')
+    try {
+      const result = fn()
+      db.exec('COMMIT')
+      return result
+    } catch (err) {
+      db.exec('ROLLBACK')
+      throw err
+    }
+  }
+
+  return {
+    kind: 'sqlite',
+    async usersByIds (ids) {
+      return stmt.usersByIds.all(JSON.stringify(ids)) as unknown as UserRow[]
+    },
+    async listUsers (limit) {
+      return stmt.listUsers.all(limit) as unknown as UserRow[]
+    },
+    async createUser (user) {
+      return insertUser(user)
+    },
+    async insertUsers (users) {
+      return transaction(() => users.map(insertUser))
+    },
+    async updateUser (id, patch: UserPatch) {
+      const sets: string[] = []
+      const values: (string | null)[] = []
+      const columns = { name: 'name', email: 'email', role: 'role', adminNotes: 'admin_notes' } as const
+      for (const key of Object.keys(columns) as (keyof typeof columns)[]) {
+        if (patch[key] !== undefined) {
+          sets.push(`${columns[key]} = ?`)
+          values.push(patch[key] ?? null)
+        }
+      }
+      try {
+        const row = sets.length === 0
+          ? (stmt.usersByIds.get(JSON.stringify([id])) as unknown as UserRow | undefined)
+          : (db.prepare(`UPDATE users SET ${sets.join(', ')} WHERE id = ? RETURNING ${USER_COLUMNS}`).get(...values, id) as unknown as UserRow | undefined)
+        return row ?? null
+      } catch (err) {
+        if (isUniqueViolation(err)) throw new AppError('CONFLICT', 'Email already in use')
+        throw err
+      }
+    },
+    async deleteUser (id) {
+      return Number(stmt.deleteUser.run(id).changes) > 0
+    },
+    async messagesByRoom (roomId, limit) {
+      return stmt.messagesByRoom.all(roomId, limit) as unknown as MessageRow[]
+    },
+    async createMessage (m: NewMessage) {
+      return stmt.insertMessage.get(m.roomId, m.content, m.authorId, m.createdAt ?? isoNow()) as unknown as MessageRow
+    },
+    async insertMessages (messages) {
+      return transaction(() => {
+        for (const m of messages) stmt.insertMessage.run(m.roomId, m.content, m.authorId, m.createdAt ?? isoNow())
+        return messages.length
+      })
+    },
+    async countUsers () {
+      return Number((stmt.countUsers.get() as { n: number }).n)
+    },
+    async findCredentials (login) {
+      return (stmt.findCredentials.get(login) as unknown as Credentials | undefined) ?? null
+    },
+    async setCredentials (userId, login, passwordHash, passwordSecret) {
+      stmt.setCredentials.run(login, passwordHash, passwordSecret, userId)
+    },
+    async ping () {
+      stmt.ping.get()
+    },
+    async close () {
+      if (db.isOpen) db.close()
+    }
+  }
+}
+
+function migrate (db: DatabaseSync): void {
+  db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)')
+  db.exec('BEGIN IMMEDIATE')
+  try {
+    const row = db.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number | null }
+    for (let version = (row.v ?? 0) + 1; version <= MIGRATIONS.length; version++) {
+      db.exec(MIGRATIONS[version - 1]!)
+      db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)').run(version, isoNow())
+    }
+    db.exec('COMMIT')
+  } catch (err) {
+    db.exec('ROLLBACK')
+    throw err
+  }
+}

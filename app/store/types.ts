@@ -1,0 +1,83 @@
+// The one store interface. Both implementations (node:sqlite, PostgreSQL) pass the same test suite.
+
+export type Role = 'USER' | 'ADMIN' | 'SERVICE'
+export const ROLES: readonly Role[] = ['USER', 'ADMIN', 'SERVICE']
+
+export interface UserRow {
+  id: string
+  name: string
+  email: string
+  adminNotes: string | null
+  role: Role
+  /** ISO-8601 UTC with milliseconds, e.g. 2026-01-02T03:04:05.678Z */
+  createdAt: string
+}
+
+export interface MessageRow {
+  id: string
+  roomId: string
+  content: string
+  authorId: string
+  createdAt: string
+}
+
+export interface NewUser {
+  id?: string
+  name: string
+  email: string
+  role?: Role
+  adminNotes?: string | null
+  createdAt?: string
+}
+
+export interface UserPatch {
+  name?: string
+  email?: string
+  role?: Role
+  adminNotes?: string | null
+}
+
+export interface NewMessage {
+  roomId: string
+  content: string
+  authorId: string
+  createdAt?: string
+}
+
+/** A partner's SOAP credentials: a login bound to a user (normally role SERVICE). */
+export interface Credentials {
+  userId: string
+  login: string
+  role: Role
+  /** scrypt hash of the password, for PasswordText. */
+  passwordHash: string | null
+  /** The password sealed with the server key, needed to verify PasswordDigest (see routes/soap). */
+  passwordSecret: string | null
+}
+
+export interface Store {
+  readonly kind: 'sqlite' | 'postgres'
+  usersByIds (ids: readonly string[]): Promise<UserRow[]>
+  listUsers (limit: number): Promise<UserRow[]>
+  /** Throws AppError CONFLICT when the e-mail is taken. */
+  createUser (user: NewUser): Promise<UserRow>
+  /** Bulk insert for seeding; ignores nothing, fails whole on a conflict. */
+  insertUsers (users: readonly NewUser[]): Promise<UserRow[]>
+  updateUser (id: string, patch: UserPatch): Promise<UserRow | null>
+  /** Deletes the user and their messages. */
+  deleteUser (id: string): Promise<boolean>
+  /** The newest `limit` messages of a room, oldest first. */
+  messagesByRoom (roomId: string, limit: number): Promise<MessageRow[]>
+  createMessage (message: NewMessage): Promise<MessageRow>
+  insertMessages (messages: readonly NewMessage[]): Promise<number>
+  countUsers (): Promise<number>
+  findCredentials (login: string): Promise<Credentials | null>
+  setCredentials (userId: string, login: string, passwordHash: string | null, passwordSecret: string | null): Promise<void>
+  /** Resolves when the store answers a trivial query. */
+  ping (): Promise<void>
+  close (): Promise<void>
+}
+
+export function isoNow (): string {
+  return new Date().toISOString()
+}

@@ -1,0 +1,102 @@
+// The GraphQL engine: Mercurius with graphql-jit, our schema, resolvers and loaders, the @auth
+// directive (mercurius-auth), and the checks that must see the caller (introspection, cost budget),
+// which run in preExecution because validation results are cached without a request context.
+// HTTP routes live in routes/graphql.ts; Mercurius's own routes are off.
+import { readFileSync } from 'node:fs'
+import fp from 'fastify-plugin'
+import mercurius from 'mercurius'
+import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
+import type { ArgumentNode, DirectiveNode, ListValueNode } from 'graphql'
+import { meets, type AccessRequirement } from '../app/domain/authorization.ts'
+import { assertWithinCaps } from '../app/domain/input.ts'
+import { AppError, Messages, forbidden, unauthenticated } from '../app/errors.ts'
+import type { GraphQLContext } from '../app/graphql/context.ts'
+import { selectOperation, factsOf } from '../app/graphql/document.ts'
+import { formatError, type FormatOptions } from '../app/graphql/error-format.ts'
+import { depthLimitRule, literalCapsRule, operationCost } from '../app/graphql/limits.ts'
+import { loaders, resolvers } from '../app/graphql/resolvers.ts'
+import type { Caller } from '../app/domain/context.ts'
+
+// mercurius-auth is CommonJS whose typings declare `export default`: at run time the import is the plugin itself.
+const mercuriusAuth = mercuriusAuthModule as unknown as FastifyPluginAsync<MercuriusAuthOptions>
+
+export const schemaSDL = readFileSync(new URL('../app/graphql/schema.graphql', import.meta.url), 'utf8')
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    graphqlErrorOptions: FormatOptions
+    /** Cost units a caller may still spend in the current window after spending `cost`; negative when over. Set by the rate-limit plugin. */
+    spendCostUnits?: (caller: Caller | null, ip: string, cost: number) => Promise<number>
+  }
+}
+
+export function budgetFor (caller: Caller | null, budgets: FastifyInstance['config']['limits']['budgets']): number {
+  return caller ? budgets[caller.role] : budgets.anonymous
+}
+
+function requirementsOf (directive: DirectiveNode): AccessRequirement[] {
+  const requires = directive.arguments?.find((a: ArgumentNode) => a.name.value === 'requires')?.value as ListValueNode | undefined
+  return (requires?.values ?? []).map((v) => (v as { value: string }).value as AccessRequirement)
+}
+
+export default fp(async function graphql (app: FastifyInstance) {
+  const { config } = app
+  const production = config.profile === 'production'
+  const errorOptions: FormatOptions = {
+    production,
+    logInternal: (err) => app.log.error({ err }, 'GraphQL request failed')
+  }
+  app.decorate('graphqlErrorOptions', errorOptions)
+
+  await app.register(mercurius, {
+    schema: schemaSDL,
+    resolvers,
+    loaders,
+    routes: false,
+    jit: 1,
+    cache: 1024,
+    validationRules: [depthLimitRule(config.limits.maxDepth), literalCapsRule(config.limits)],
+    errorFormatter: (execution, _context) => ({
+      statusCode: 200,
+      response: { data: execution.data ?? null, errors: (execution.errors ?? []).map((e) => formatError(e, errorOptions)) as any }
+    })
+  })
+
+  // Directive requirements are parsed once per directive node, not per resolved field.
+  const parsedRequirements = new WeakMap<DirectiveNode, AccessRequirement[]>()
+  await app.register(mercuriusAuth, {
+    authDirective: 'auth',
+    applyPolicy: async (policy: DirectiveNode, parent: { id?: string }, _args: unknown, context: GraphQLContext) => {
+      let requirements = parsedRequirements.get(policy)
+      if (!requirements) parsedRequirements.set(policy, requirements = requirementsOf(policy))
+      const caller = context.domain.caller
+      if (meets(caller, requirements, parent.id ?? null)) return true
+      return caller ? forbidden('Not allowed to read this field') : unauthenticated()
+    }
+  })
+
+  app.graphql.addHook('preExecution', async (schema, document, context: GraphQLContext, variables) => {
+    const { operation, introspects, singleOperationDocument } = selectOperation(document, context.operationName)
+    const caller = context.domain.caller
+    if (introspects && !config.introspection && caller?.role !== 'ADMIN') {
+      throw new AppError('INTROSPECTION_DISABLED', Messages.introspectionDisabled)
+    }
+    if (context.request.method === 'GET' && operation.operation !== 'query') {
+      throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
+    }
+    if (variables) assertWithinCaps(variables, config.limits, 'variables')
+
+    const requested = operationCost(schema, operation, factsOf(document).fragments, variables ?? {}, config.limits)
+    const budget = budgetFor(caller, config.limits.budgets)
+    if (requested > budget) {
+      throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${requested} exceeds the budget of ${budget} for this caller`, { cost: requested, budget })
+    }
+    const remaining = app.spendCostUnits ? await app.spendCostUnits(caller, context.request.ip, requested) : Infinity
+    context.cost = { requested, budget, remaining: Math.max(0, remaining) }
+    if (remaining < 0) {
+      throw new AppError('RATE_LIMITED', 'Cost rate limit exceeded: too many cost units this minute', { cost: requested })
+    }
+    return singleOperationDocument ? { document: singleOperationDocument } : undefined
+  })
+}, { name: 'graphql', dependencies: ['config', 'store', 'events', 'auth'] })

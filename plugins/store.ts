@@ -1,0 +1,19 @@
+import fp from 'fastify-plugin'
+import type { FastifyInstance } from 'fastify'
+import { openStore, type Store } from '../app/store/index.ts'
+import { loadDemoData } from '../app/store/sample-data.ts'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    store: Store
+  }
+}
+
+/** Opens the configured store (or takes one given by a test), loads the demo data set into a new embedded store. */
+export default fp(async function store (app: FastifyInstance, opts: { store?: Store }) {
+  const store = opts.store ?? await openStore(app.config)
+  if (!opts.store && store.kind === 'sqlite' && app.config.demoData) await loadDemoData(store)
+  app.decorate('store', store)
+  // A store handed in by a test belongs to the test.
+  if (!opts.store) app.addHook('onClose', () => store.close())
+}, { name: 'store', dependencies: ['config'] })

@@ -1,0 +1,135 @@
+// The GraphQL endpoint over HTTP: POST (JSON) for every operation, GET for persisted queries only.
+// Request → identity → document (persisted or ad-hoc) → Mercurius (cached parse/validate, limits,
+// JIT execution) under a hard deadline → the interface's response shape.
+import fp from 'fastify-plugin'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { createDomainContext } from '../app/domain/context.ts'
+import { AppError, Messages } from '../app/errors.ts'
+import type { GraphQLContext } from '../app/graphql/context.ts'
+import { formatThrown, statusOf, type ErrorJson } from '../app/graphql/error-format.ts'
+import { noPersistedQueries, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    persistedQueries: PersistedQueries
+  }
+}
+
+const GRAPHQL_RESPONSE = 'application/graphql-response+json'
+
+interface GraphQLResponseBody {
+  data?: unknown
+  errors?: ErrorJson[]
+  extensions?: Record<string, unknown>
+}
+
+/** Codes that mean the request was not processed at all: answered with their own HTTP status whatever the Accept header. */
+const UNPROCESSED = new Set(['BAD_REQUEST', 'UNAUTHENTICATED', 'METHOD_NOT_ALLOWED', 'UNSUPPORTED_MEDIA_TYPE', 'PAYLOAD_TOO_LARGE', 'RATE_LIMITED', 'NOT_ACCEPTABLE'])
+
+function wantsGraphQLResponse (request: FastifyRequest): boolean {
+  const accept = request.headers.accept
+  return accept !== undefined && accept.includes(GRAPHQL_RESPONSE)
+}
+
+/**
+ * HTTP status: application/json answers 200 for every processed request (the interface's rule); the
+ * GraphQL-over-HTTP media type answers 4xx when the request failed before execution began.
+ */
+function statusFor (request: FastifyRequest, body: GraphQLResponseBody): number {
+  const first = body.errors?.[0]
+  if (!first || body.data !== undefined) return 200
+  if (UNPROCESSED.has(first.extensions.code)) return statusOf(first.extensions.code)
+  return wantsGraphQLResponse(request) ? statusOf(first.extensions.code) : 200
+}
+
+function send (request: FastifyRequest, reply: FastifyReply, body: GraphQLResponseBody) {
+  const status = statusFor(request, body)
+  if (status === 429 && !reply.hasHeader('retry-after')) reply.header('retry-after', '60')
+  return reply
+    .code(status)
+    .type(wantsGraphQLResponse(request) ? `${GRAPHQL_RESPONSE}; charset=utf-8` : 'application/json; charset=utf-8')
+    .send(body)
+}
+
+function parseJsonParam (value: unknown, name: string): unknown {
+  if (typeof value !== 'string') return value
+  try {
+    return JSON.parse(value)
+  } catch {
+    throw new AppError('BAD_REQUEST', `The ${name} parameter is not valid JSON`)
+  }
+}
+
+export default fp(async function graphqlRoutes (app: FastifyInstance) {
+  const { config } = app
+  if (!app.hasDecorator('persistedQueries')) app.decorate('persistedQueries', noPersistedQueries(config.persistedOnly))
+
+  async function execute (request: FastifyRequest, reply: FastifyReply, params: GraphQLRequestParams) {
+    const { variables, operationName } = params
+    if (variables != null && (typeof variables !== 'object' || Array.isArray(variables))) throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
+    if (operationName != null && typeof operationName !== 'string') throw new AppError('BAD_REQUEST', 'operationName must be a string')
+
+    const source = await app.persistedQueries.resolve(params)
+    const deadline = Date.now() + config.limits.timeoutMs
+    const context = {
+      domain: createDomainContext({ store: app.store, events: app.events, caps: config.limits }, request.caller, deadline),
+      operationName: operationName ?? null,
+      cost: null,
+      request
+    } as unknown as GraphQLContext
+
+    let timer: NodeJS.Timeout | undefined
+    const timeout = new Promise<'timeout'>((resolve) => { timer = setTimeout(resolve, config.limits.timeoutMs, 'timeout') })
+    let body: GraphQLResponseBody
+    try {
+      const result = await Promise.race([reply.graphql(source, context, (variables ?? undefined) as Record<string, unknown> | undefined, operationName ?? undefined), timeout])
+      if (result === 'timeout') {
+        body = { data: null, errors: [{ message: Messages.queryTimeout, code: 'TIMEOUT', extensions: { code: 'TIMEOUT' } }] }
+      } else {
+        const { data, errors } = result as GraphQLResponseBody
+        body = errors && errors.length > 0 ? { data, errors } : { data }
+      }
+    } catch (err) {
+      body = { errors: formatThrown(err, app.graphqlErrorOptions) }
+    } finally {
+      clearTimeout(timer)
+    }
+    if (context.cost) body.extensions = { ...body.extensions, cost: context.cost }
+    return send(request, reply, body)
+  }
+
+  const requireJson = async (request: FastifyRequest) => {
+    // Only JSON bodies: a form, multipart or text/plain POST can be sent cross-site without a preflight (CSRF).
+    const type = request.headers['content-type']
+    if (!type || !/^application\/json\s*(;|$)/i.test(type)) {
+      throw new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json')
+    }
+  }
+
+  const identify = async (request: FastifyRequest) => {
+    request.caller = app.authenticate(request.headers.authorization)
+  }
+
+  app.post('/graphql', { onRequest: [requireJson, identify] }, async (request, reply) => {
+    const body = request.body
+    if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+      throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
+    }
+    return execute(request, reply, body as GraphQLRequestParams)
+  })
+
+  app.get('/graphql', { onRequest: [identify] }, async (request, reply) => {
+    const query = request.query as Record<string, unknown>
+    if (query.queryId === undefined && query.extensions === undefined) {
+      throw new AppError('METHOD_NOT_ALLOWED', 'GET accepts persisted queries only (queryId); send other operations by POST')
+    }
+    return execute(request, reply, {
+      queryId: query.queryId,
+      operationName: query.operationName,
+      variables: parseJsonParam(query.variables, 'variables'),
+      extensions: parseJsonParam(query.extensions, 'extensions')
+    })
+  })
+}, { name: 'graphql-routes', dependencies: ['graphql', 'auth'] })
+
+export { send as sendGraphQL }
