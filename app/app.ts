@@ -8,6 +8,7 @@ import type { Store } from './store/types.ts'
 import configPlugin from '../plugins/config.ts'
 import storePlugin from '../plugins/store.ts'
 import eventsPlugin from '../plugins/events.ts'
+import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
 import graphqlPlugin from '../plugins/graphql.ts'
 import graphqlRoutes from '../routes/graphql.ts'
@@ -69,6 +70,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
 
   await app.register(configPlugin, { config })
   await app.register(storePlugin, { store: options.store })
+  await app.register(redisPlugin)
   await app.register(eventsPlugin)
   await app.register(authPlugin)
   await app.register(graphqlPlugin)

@@ -1,0 +1,47 @@
+// One Redis connection for shared state (rate-limit and cost counters, APQ registry, WS-Security
+// nonces) when REDIS_URL is set; `app.redis` is null in the embedded default. Keys carry the
+// configured prefix (`app.redisKey`). Commands fail fast while Redis is down instead of queueing
+// forever, so callers answer with clear errors and readiness reflects the outage.
+import fp from 'fastify-plugin'
+import { Redis } from 'ioredis'
+import type { FastifyInstance } from 'fastify'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    redis: Redis | null
+    /** The configured prefix + name: every key this deployment writes. */
+    redisKey (name: string): string
+  }
+}
+
+export default fp(async function redis (app: FastifyInstance) {
+  const { redisUrl, redisPrefix } = app.config
+  app.decorate('redisKey', (name: string) => `${redisPrefix}${name}`)
+  if (!redisUrl) {
+    app.decorate('redis', null)
+    return
+  }
+  const client = new Redis(redisUrl, {
+    maxRetriesPerRequest: 1,
+    enableOfflineQueue: false,
+    connectTimeout: 2000,
+    retryStrategy: (attempt) => Math.min(attempt * 200, 2000)
+  })
+  // Connection errors are reported through readiness and per-command failures, not as crashes.
+  client.on('error', (err) => app.log.warn({ err: err.message }, 'redis connection error'))
+  try {
+    await new Promise<void>((resolve, reject) => {
+      client.once('ready', resolve)
+      client.once('end', () => reject(new Error(`Redis at ${redisUrl} is not reachable`)))
+      setTimeout(() => reject(new Error(`Redis at ${redisUrl} did not answer within 5 s`)), 5000).unref()
+    })
+  } catch (err) {
+    client.disconnect()
+    throw err
+  }
+  app.decorate('redis', client)
+  app.addHook('onReady', async () => {
+    app.readinessChecks?.set('redis', async () => { await client.ping() })
+  })
+  app.addHook('onClose', async () => { await client.quit().catch(() => client.disconnect()) })
+}, { name: 'redis', dependencies: ['config'] })
