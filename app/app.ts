@@ -10,6 +10,7 @@ import storePlugin from '../plugins/store.ts'
 import eventsPlugin from '../plugins/events.ts'
 import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
+import rateLimitPlugin from '../plugins/rate-limit.ts'
 import graphqlPlugin from '../plugins/graphql.ts'
 import graphqlRoutes from '../routes/graphql.ts'
 import healthRoutes from '../routes/health.ts'
@@ -73,6 +74,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(redisPlugin)
   await app.register(eventsPlugin)
   await app.register(authPlugin)
+  await app.register(rateLimitPlugin)
   await app.register(graphqlPlugin)
   await app.register(graphqlRoutes)
   await app.register(healthRoutes)

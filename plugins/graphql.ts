@@ -26,8 +26,8 @@ export const schemaSDL = readFileSync(new URL('../app/graphql/schema.graphql', i
 declare module 'fastify' {
   interface FastifyInstance {
     graphqlErrorOptions: FormatOptions
-    /** Cost units a caller may still spend in the current window after spending `cost`; negative when over. Set by the rate-limit plugin. */
-    spendCostUnits?: (caller: Caller | null, ip: string, cost: number) => Promise<number>
+    /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. Set by the rate-limit plugin. */
+    spendCostUnits (caller: Caller | null, ip: string, cost: number): Promise<{ remaining: number; resetMs: number }>
   }
 }
 
@@ -92,11 +92,12 @@ export default fp(async function graphql (app: FastifyInstance) {
     if (requested > budget) {
       throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${requested} exceeds the budget of ${budget} for this caller`, { cost: requested, budget })
     }
-    const remaining = app.spendCostUnits ? await app.spendCostUnits(caller, context.request.ip, requested) : Infinity
+    const { remaining, resetMs } = await app.spendCostUnits(caller, context.request.ip, requested)
     context.cost = { requested, budget, remaining: Math.max(0, remaining) }
     if (remaining < 0) {
-      throw new AppError('RATE_LIMITED', 'Cost rate limit exceeded: too many cost units this minute', { cost: requested })
+      const retryAfter = Math.ceil(resetMs / 1000)
+      throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${config.limits.rateCostUnits} cost units per ${Math.round(config.limits.rateWindowMs / 1000)} s; retry in ${retryAfter} s`, { cost: requested, retryAfter })
     }
     return singleOperationDocument ? { document: singleOperationDocument } : undefined
   })
-}, { name: 'graphql', dependencies: ['config', 'store', 'events', 'auth'] })
+}, { name: 'graphql', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit'] })

@@ -42,9 +42,13 @@ function statusFor (request: FastifyRequest, body: GraphQLResponseBody): number 
   return wantsGraphQLResponse(request) ? statusOf(first.extensions.code) : 200
 }
 
+function firstError (body: GraphQLResponseBody): ErrorJson | undefined {
+  return body.errors?.[0]
+}
+
 function send (request: FastifyRequest, reply: FastifyReply, body: GraphQLResponseBody) {
   const status = statusFor(request, body)
-  if (status === 429 && !reply.hasHeader('retry-after')) reply.header('retry-after', '60')
+  if (status === 429 && !reply.hasHeader('retry-after')) reply.header('retry-after', String(firstError(body)?.extensions.retryAfter ?? 60))
   return reply
     .code(status)
     .type(wantsGraphQLResponse(request) ? `${GRAPHQL_RESPONSE}; charset=utf-8` : 'application/json; charset=utf-8')
@@ -113,7 +117,9 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   app.post('/graphql', { onRequest: [requireJson, identify] }, async (request, reply) => {
     const body = request.body
     if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-      throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
+      throw new AppError('BAD_REQUEST', Array.isArray(body)
+        ? 'Batched requests are not accepted: send one operation per request'
+        : 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
     }
     return execute(request, reply, body as GraphQLRequestParams)
   })
