@@ -1,0 +1,105 @@
+// One store suite, run against both implementations.
+import { test, type Test } from 'tap'
+import { openPostgresStore } from '../app/store/postgres.ts'
+import { openSqliteStore } from '../app/store/sqlite.ts'
+import { loadDemoData, seed } from '../app/store/sample-data.ts'
+import type { Store } from '../app/store/types.ts'
+import { freshSchema, TEST_DATABASE_URL } from './helpers/postgres.ts'
+
+type Open = (t: Test) => Promise<Store>
+
+const implementations: Record<string, Open> = {
+  sqlite: async () => openSqliteStore(':memory:'),
+  postgres: async (t) => openPostgresStore({ url: TEST_DATABASE_URL, poolSize: 4, schema: await freshSchema(t, 'store') })
+}
+
+for (const [kind, open] of Object.entries(implementations)) {
+  test(`${kind} store`, async (t) => {
+    const store = await open(t)
+    t.teardown(() => store.close())
+    t.equal(store.kind, kind)
+
+    await t.test('creates, reads, lists users in creation order', async (t) => {
+      const a = await store.createUser({ name: 'Ada', email: 'ada@example.com', createdAt: '2025-01-01T00:00:00.000Z' })
+      const b = await store.createUser({ id: '007', name: 'Bond', email: 'bond@example.com', role: 'SERVICE', adminNotes: 'licence', createdAt: '2025-01-02T00:00:00.000Z' })
+      t.match(a, { name: 'Ada', email: 'ada@example.com', role: 'USER', adminNotes: null, createdAt: '2025-01-01T00:00:00.000Z' })
+      t.match(a.id, /^[0-9a-f-]{36}$/)
+      t.same(b, { id: '007', name: 'Bond', email: 'bond@example.com', role: 'SERVICE', adminNotes: 'licence', createdAt: '2025-01-02T00:00:00.000Z' })
+      const found = await store.usersByIds(['007', a.id, 'missing'])
+      t.same(found.map((u) => u.id).sort(), ['007', a.id].sort())
+      t.same((await store.listUsers(10)).map((u) => u.id), [a.id, '007'])
+      t.same((await store.listUsers(1)).map((u) => u.id), [a.id])
+      t.equal(await store.countUsers(), 2)
+    })
+
+    await t.test('refuses a duplicate e-mail with CONFLICT and changes nothing', async (t) => {
+      const before = await store.countUsers()
+      await t.rejects(store.createUser({ name: 'Other', email: 'ada@example.com' }), { code: 'CONFLICT' })
+      t.equal(await store.countUsers(), before)
+    })
+
+    await t.test('updates only the given fields', async (t) => {
+      const updated = await store.updateUser('007', { name: 'James Bond', adminNotes: null })
+      t.match(updated, { id: '007', name: 'James Bond', email: 'bond@example.com', adminNotes: null, role: 'SERVICE' })
+      t.equal(await store.updateUser('missing', { name: 'x' }), null)
+      t.match(await store.updateUser('007', {}), { name: 'James Bond' })
+      await t.rejects(store.updateUser('007', { email: 'ada@example.com' }), { code: 'CONFLICT' })
+    })
+
+    await t.test('messages: newest window of a room, oldest first; deleting a user removes theirs', async (t) => {
+      const [author] = await store.usersByIds(['007'])
+      for (let i = 1; i <= 5; i++) await store.createMessage({ roomId: 'r1', content: `m${i}`, authorId: author!.id })
+      await store.createMessage({ roomId: 'r2', content: 'other room', authorId: author!.id })
+      const window = await store.messagesByRoom('r1', 3)
+      t.same(window.map((m) => m.content), ['m3', 'm4', 'm5'])
+      t.match(window[0], { roomId: 'r1', authorId: '007', id: /^\d+$/, createdAt: /^\d{4}-\d\d-\d\dT/ })
+      t.equal(await store.deleteUser('007'), true)
+      t.equal(await store.deleteUser('007'), false)
+      t.same(await store.messagesByRoom('r1', 10), [])
+    })
+
+    await t.test('credentials for partners', async (t) => {
+      const [user] = await store.insertUsers([{ name: 'Partner', email: 'partner@example.com', role: 'SERVICE' }])
+      t.equal(await store.findCredentials('partner'), null)
+      await store.setCredentials(user!.id, 'partner', 'hash', 'sealed')
+      t.same(await store.findCredentials('partner'), { userId: user!.id, login: 'partner', role: 'SERVICE', passwordHash: 'hash', passwordSecret: 'sealed' })
+    })
+
+    await t.test('seeds realistic data in bulk and loads the demo set only into an empty store', async (t) => {
+      const before = await store.countUsers()
+      const ids = await seed(store, 300, 1200, 42)
+      t.equal(ids.length, 300)
+      t.equal(await store.countUsers(), before + 300)
+      const general = await store.messagesByRoom('general', 100)
+      t.ok(general.length > 0 && general.length <= 100)
+      await loadDemoData(store)
+      t.equal(await store.countUsers(), before + 300, 'demo data is not added to a store that has users')
+    })
+
+    await t.test('answers ping', async (t) => {
+      await t.resolves(store.ping())
+    })
+  })
+}
+
+test('postgres migrations are safe when two instances start at once', async (t) => {
+  const schema = await freshSchema(t, 'migrate')
+  const [a, b] = await Promise.all([
+    openPostgresStore({ url: TEST_DATABASE_URL, poolSize: 2, schema }),
+    openPostgresStore({ url: TEST_DATABASE_URL, poolSize: 2, schema })
+  ])
+  t.teardown(async () => { await a.close(); await b.close() })
+  await a.createUser({ name: 'One', email: 'one@example.com' })
+  t.equal(await b.countUsers(), 1)
+})
+
+test('sqlite store persists in its file across reopening', async (t) => {
+  const dir = t.testdir()
+  const path = `${dir}/nested/service.db`
+  const first = openSqliteStore(path)
+  await first.createUser({ id: 'u1', name: 'Kept', email: 'kept@example.com' })
+  await first.close()
+  const second = openSqliteStore(path)
+  t.teardown(() => second.close())
+  t.match(await second.usersByIds(['u1']), [{ name: 'Kept' }])
+})
