@@ -1,0 +1,98 @@
+// Execution: batching loaders per request, no sharing between callers, and the JIT multi-operation trap.
+import { test } from 'tap'
+import type { Store } from '../app/store/types.ts'
+import { openSqliteStore } from '../app/store/sqlite.ts'
+import { gql, listenTestApp } from './helpers/app.ts'
+
+/** Wraps a store so a test can count how often each method is called, and with what. */
+function countingStore (store: Store) {
+  const calls: { method: string; args: unknown[] }[] = []
+  const counted = new Proxy(store, {
+    get (target, property, receiver) {
+      const value = Reflect.get(target, property, receiver)
+      if (typeof value !== 'function') return value
+      return (...args: unknown[]) => {
+        calls.push({ method: String(property), args })
+        return value.apply(target, args)
+      }
+    }
+  })
+  return { store: counted, calls }
+}
+
+test('a list of 100 messages with authors costs one author fetch', async (t) => {
+  const { store, calls } = countingStore(openSqliteStore(':memory:'))
+  t.teardown(() => store.close())
+  const authors = await store.insertUsers(Array.from({ length: 30 }, (_, i) => ({ name: `Author ${i}`, email: `a${i}@example.com` })))
+  await store.insertMessages(Array.from({ length: 100 }, (_, i) => ({ roomId: 'busy', content: `hello ${i}`, authorId: authors[i % 30]!.id })))
+  const { url } = await listenTestApp(t, {}, { store, demo: false })
+  calls.length = 0
+  const { body } = await gql(url, '{ messages(roomId: "busy", limit: 100) { content author { name } } }')
+  t.notOk(body.errors)
+  t.equal(body.data.messages.length, 100)
+  t.equal(body.data.messages[7].author.name, 'Author 7')
+  const fetches = calls.filter((c) => c.method === 'usersByIds')
+  t.equal(fetches.length, 1, 'one batched author fetch')
+  t.equal((fetches[0]!.args[0] as string[]).length, 30, 'each author once')
+})
+
+test('aliased root user fields batch into one fetch', async (t) => {
+  const { store, calls } = countingStore(openSqliteStore(':memory:'))
+  t.teardown(() => store.close())
+  const { url } = await listenTestApp(t, {}, { store })
+  calls.length = 0
+  const { body } = await gql(url, '{ a: user(id: "2") { name } b: user(id: "3") { name } c: user(id: "404") { name } }')
+  t.same(body.data, { a: { name: 'Ada Lovelace' }, b: { name: 'Alan Turing' }, c: null })
+  t.equal(calls.filter((c) => c.method === 'usersByIds').length, 1)
+})
+
+test('two concurrent callers never share a loader or a cached row', async (t) => {
+  const { url, store, token } = await listenTestApp(t)
+  // Slow the store down so both requests are in flight together and could batch or cache across requests.
+  const usersByIds = store.usersByIds.bind(store)
+  let batches = 0
+  store.usersByIds = async (ids) => { batches++; await new Promise((r) => setTimeout(r, 50)); return usersByIds(ids) }
+  const query = '{ user(id: "2") { id email } }'
+  const [owner, other] = await Promise.all([
+    gql(url, query, undefined, { authorization: `Bearer ${token('2')}` }),
+    gql(url, query, undefined, { authorization: `Bearer ${token('3')}` })
+  ])
+  t.same(owner.body.data, { user: { id: '2', email: 'ada@example.com' } })
+  t.same(other.body.data, { user: { id: '2', email: null } })
+  t.match(other.body.errors, [{ extensions: { code: 'FORBIDDEN' } }])
+  t.equal(batches, 2, 'each request fetched through its own loader')
+})
+
+test('a multi-operation document runs the operation named by operationName, every time (graphql-jit trap)', async (t) => {
+  const { url } = await listenTestApp(t)
+  const document = 'query Admin { user(id: "1") { name } } query Ada { user(id: "2") { name } }'
+  const run = async (operationName: string) => {
+    const response = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: document, operationName })
+    })
+    return (await response.json() as any).data.user.name
+  }
+  // Enough repeats for the JIT to compile the document (jit: 1 compiles on the second use).
+  for (let i = 0; i < 4; i++) {
+    t.equal(await run('Admin'), 'Admin')
+    t.equal(await run('Ada'), 'Ada Lovelace')
+  }
+  const missing = await gql(url, document)
+  t.match(missing.body.errors, [{ message: /Must provide operationName/, extensions: { code: 'OPERATION_NOT_FOUND' } }])
+})
+
+test('a single-operation document compiled by the JIT refuses another operationName', async (t) => {
+  const { url } = await listenTestApp(t)
+  const query = 'query Ada { user(id: "2") { name } }'
+  for (let i = 0; i < 3; i++) await gql(url, query)
+  const response = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ query, operationName: 'Other' })
+  })
+  const body = await response.json() as any
+  t.notOk(body.data)
+  t.match(body.errors, [{ message: 'Unknown operation named "Other"', extensions: { code: 'OPERATION_NOT_FOUND' } }])
+})
