@@ -56,7 +56,8 @@ export interface Config {
   apqMaxEntries: number
   cacheMaxAgeSec: number
 
-  soap: { publicUrl: string; maxAgeSec: number }
+  /** partnerSecretKey seals partners' passwords at rest (PasswordDigest needs them in plain on the server). */
+  soap: { publicUrl: string; maxAgeSec: number; partnerSecretKey: string }
   ws: {
     allowedOrigins: string[]
     initTimeoutMs: number
@@ -67,6 +68,7 @@ export interface Config {
 }
 
 const DEV_JWT_SECRET = 'development-only-secret-change-me-0123456789abcdef'
+const DEV_PARTNER_SECRET_KEY = 'development-only-partner-key-change-me-0123456789'
 
 // Every variable, with its type; profile-dependent defaults are applied in loadConfig.
 const schema = {
@@ -115,6 +117,7 @@ const schema = {
     CACHE_MAX_AGE_SEC: { type: 'integer', minimum: 0, default: 60 },
     SOAP_PUBLIC_URL: { type: 'string' },
     WSSE_MAX_AGE_SEC: { type: 'integer', minimum: 1, default: 300 },
+    PARTNER_SECRET_KEY: { type: 'string' },
     WS_ALLOWED_ORIGINS: { type: 'string', default: '' },
     WS_INIT_TIMEOUT_MS: { type: 'integer', minimum: 1, default: 3000 },
     WS_MAX_CONNECTIONS_PER_CLIENT: { type: 'integer', minimum: 1, default: 50 },
@@ -147,6 +150,10 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
   }
   if (secret && secret.length < 32) throw new Error('Configuration: JWT_SECRET must be at least 32 characters')
   const algorithms = list(e.JWT_ALGORITHMS)
+  const partnerSecretKey = optional(e.PARTNER_SECRET_KEY) ?? (prod ? null : DEV_PARTNER_SECRET_KEY)
+  if (!partnerSecretKey || partnerSecretKey.length < 32) {
+    throw new Error('Configuration: set PARTNER_SECRET_KEY (at least 32 characters) in production; it seals partner passwords')
+  }
   const port = e.PORT as number
 
   return {
@@ -199,7 +206,8 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC as number,
     soap: {
       publicUrl: optional(e.SOAP_PUBLIC_URL) ?? `http://localhost:${port}`,
-      maxAgeSec: e.WSSE_MAX_AGE_SEC as number
+      maxAgeSec: e.WSSE_MAX_AGE_SEC as number,
+      partnerSecretKey
     },
     ws: {
       allowedOrigins: list(e.WS_ALLOWED_ORIGINS),

@@ -14,10 +14,11 @@ export interface TestLike {
 }
 
 export const TEST_JWT_SECRET = 'test-secret-that-is-long-enough-0123456789'
+export const TEST_PARTNER_SECRET_KEY = 'test-partner-key-that-is-long-enough-0123456789'
 
 /** A configuration for tests: development profile unless `env` says otherwise, quiet, port 0. */
 export function testConfig (env: Record<string, string> = {}): Config {
-  return loadConfig({ JWT_SECRET: TEST_JWT_SECRET, PORT: '0', LOG_LEVEL: 'silent', DEMO_DATA: 'false', ...env })
+  return loadConfig({ JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, PORT: '0', LOG_LEVEL: 'silent', DEMO_DATA: 'false', ...env })
 }
 
 export interface TestApp {
