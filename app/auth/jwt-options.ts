@@ -15,7 +15,8 @@ export function jwtOptions (jwt: Config['jwt']): FastifyJWTOptions {
     },
     verify: {
       algorithms: jwt.algorithms as ['HS256'],
-      requiredClaims: ['exp', 'sub'],
+      // fast-jwt checks iss/aud only when present: configured ones are required too.
+      requiredClaims: ['exp', 'sub', ...(jwt.issuer ? ['iss'] : []), ...(jwt.audience ? ['aud'] : [])],
       clockTolerance: jwt.clockToleranceSec * 1000,
       ...(jwt.issuer ? { allowedIss: jwt.issuer } : {}),
       ...(jwt.audience ? { allowedAud: jwt.audience } : {}),
