@@ -6,6 +6,7 @@ import { AppError, type ErrorCode } from './errors.ts'
 import { formatError } from './graphql/error-format.ts'
 import type { Store } from './store/types.ts'
 import configPlugin from '../plugins/config.ts'
+import corsPlugin from '../plugins/cors.ts'
 import storePlugin from '../plugins/store.ts'
 import eventsPlugin from '../plugins/events.ts'
 import redisPlugin from '../plugins/redis.ts'
@@ -14,6 +15,7 @@ import rateLimitPlugin from '../plugins/rate-limit.ts'
 import graphqlPlugin from '../plugins/graphql.ts'
 import graphqlRoutes from '../routes/graphql.ts'
 import healthRoutes from '../routes/health.ts'
+import queryUiRoutes from '../routes/query-ui.ts'
 
 export interface BuildOptions {
   /** A store owned by the caller (tests); otherwise the configured one is opened and closed with the app. */
@@ -70,6 +72,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   })
 
   await app.register(configPlugin, { config })
+  // CORS first: preflights are answered before rate limiting, and every answer (429s too) carries the headers.
+  await app.register(corsPlugin)
   await app.register(storePlugin, { store: options.store })
   await app.register(redisPlugin)
   await app.register(eventsPlugin)
@@ -78,5 +82,6 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(graphqlPlugin)
   await app.register(graphqlRoutes)
   await app.register(healthRoutes)
+  await app.register(queryUiRoutes)
   return app
 }
