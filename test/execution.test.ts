@@ -1,24 +1,8 @@
 // Execution: batching loaders per request, no sharing between callers, and the JIT multi-operation trap.
 import { test } from 'tap'
-import type { Store } from '../app/store/types.ts'
 import { openSqliteStore } from '../app/store/sqlite.ts'
 import { gql, listenTestApp } from './helpers/app.ts'
-
-/** Wraps a store so a test can count how often each method is called, and with what. */
-function countingStore (store: Store) {
-  const calls: { method: string; args: unknown[] }[] = []
-  const counted = new Proxy(store, {
-    get (target, property, receiver) {
-      const value = Reflect.get(target, property, receiver)
-      if (typeof value !== 'function') return value
-      return (...args: unknown[]) => {
-        calls.push({ method: String(property), args })
-        return value.apply(target, args)
-      }
-    }
-  })
-  return { store: counted, calls }
-}
+import { countingStore } from './helpers/counting-store.ts'
 
 test('a list of 100 messages with authors costs one author fetch', async (t) => {
   const { store, calls } = countingStore(openSqliteStore(':memory:'))

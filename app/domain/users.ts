@@ -3,7 +3,7 @@ import { badInput, notFound } from '../errors.ts'
 import { ROLES, type Role, type UserPatch, type UserRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
 import { assertBeforeDeadline, type DomainContext } from './context.ts'
-import { assertPageSize, normalizeEmail, normalizeName } from './input.ts'
+import { assertPageSize, assertWithinCaps, normalizeEmail, normalizeName } from './input.ts'
 
 export interface CreateUserInput {
   name: string
@@ -19,6 +19,13 @@ export interface UpdateUserInput {
 
 export function getUser (ctx: DomainContext, id: string): Promise<UserRow | null> {
   return ctx.loaders.userById.load(id)
+}
+
+/** Users by id in the order asked (null where none exists); the id list obeys the list cap. */
+export async function getUsers (ctx: DomainContext, ids: readonly string[]): Promise<(UserRow | null)[]> {
+  assertWithinCaps(ids, ctx.caps, 'ids')
+  const rows = await ctx.loaders.userById.loadMany(ids)
+  return rows.map((row) => (row instanceof Error ? null : row))
 }
 
 export async function getExistingUser (ctx: DomainContext, id: string): Promise<UserRow> {

@@ -33,9 +33,11 @@ function classify (err: unknown, options: FormatOptions): { code: ErrorCode; mes
   if (err instanceof AppError) return { code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) }
   if (err instanceof GraphQLError) {
     if (err.originalError && !(err.originalError instanceof GraphQLError)) return classify(err.originalError, options)
-    const code = err.extensions?.code
-    if (isErrorCode(code)) return { code, message: err.message }
+    const { code, ...details } = err.extensions ?? {}
+    if (isErrorCode(code)) return { code, message: err.message, details }
     if (err.message.startsWith('Syntax Error')) return { code: 'GRAPHQL_PARSE_FAILED', message: err.message }
+    // graphql-js gives up on documents too large or repetitive to validate, without locations.
+    if (/Validation aborted/.test(err.message)) return { code: 'GRAPHQL_VALIDATION_FAILED', message: 'Validation aborted: the document is too large or too repetitive to validate' }
     if (err.message.startsWith('Variable "$')) return { code: 'BAD_USER_INPUT', message: err.message }
     if (err.nodes || err.locations) return { code: 'GRAPHQL_VALIDATION_FAILED', message: err.message }
     return internal(err, options)

@@ -102,6 +102,7 @@ export function operationCost (
   const argumentValue = (node: ValueNode): unknown => {
     if (node.kind === Kind.VARIABLE) return variables[node.name.value] ?? defaults.get(node.name.value)
     if (node.kind === Kind.INT) return Number(node.value)
+    if (node.kind === Kind.LIST) return node.values
     return undefined
   }
 
@@ -120,11 +121,14 @@ export function operationCost (
         if (isListType(getNullableType(field.type))) {
           let multiplier = 1
           for (const arg of field.args) {
-            if (!PAGE_ARGUMENTS.includes(arg.name)) continue
             const node = selection.arguments?.find((a) => a.name.value === arg.name)
-            const raw = node ? argumentValue(node.value) : undefined
-            const value = raw ?? arg.defaultValue
-            if (typeof value === 'number') multiplier = assertPageSize(value, caps, arg.name)
+            const value = (node ? argumentValue(node.value) : undefined) ?? arg.defaultValue
+            if (PAGE_ARGUMENTS.includes(arg.name) && typeof value === 'number') {
+              multiplier = assertPageSize(value, caps, arg.name)
+            } else if (isListType(getNullableType(arg.type)) && Array.isArray(value)) {
+              // A list of keys (e.g. ids) returns one item per key.
+              multiplier = Math.max(multiplier, value.length)
+            }
           }
           total += multiplier * Math.max(1, childCost)
         } else {

@@ -11,6 +11,7 @@ export const resolvers: IResolvers = {
   Query: {
     user: (_: unknown, { id }: Args, ctx: GraphQLContext) => users.getUser(ctx.domain, id),
     users: (_: unknown, { limit }: Args, ctx: GraphQLContext) => users.listUsers(ctx.domain, limit),
+    usersByIds: (_: unknown, { ids }: Args, ctx: GraphQLContext) => users.getUsers(ctx.domain, ids),
     messages: (_: unknown, { roomId, limit }: Args, ctx: GraphQLContext) => messages.listMessages(ctx.domain, roomId, limit)
   },
   Mutation: {

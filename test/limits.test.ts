@@ -1,0 +1,238 @@
+// Query limits: depth, cost budgets per caller class, input caps, the execution timeout, rate limits.
+import { test } from 'tap'
+import { gql, listenTestApp } from './helpers/app.ts'
+import { countingStore } from './helpers/counting-store.ts'
+
+/** `{ __schema { types { fields { type { ofType { ... name } } } } } }` with `depth` field levels. */
+function introspectionOfDepth (depth: number): string {
+  let inner = 'name'
+  for (let i = 0; i < depth - 5; i++) inner = `ofType { ${inner} }`
+  return `{ __schema { types { fields { type { ${inner} } } } } }`
+}
+
+test('depth: at the maximum runs, one over is rejected before execution, fragments counted', async (t) => {
+  const { store, calls } = countingStore()
+  const { url } = await listenTestApp(t, { MAX_DEPTH: '6' }, { store })
+  t.notOk((await gql(url, introspectionOfDepth(6))).body.errors, 'depth 6 of 6 runs')
+  t.notOk((await gql(url, introspectionOfDepth(5))).body.errors, 'depth 5 of 6 runs')
+  const over = await gql(url, introspectionOfDepth(7))
+  t.match(over.body, { errors: [{ message: 'Query depth 7 exceeds the maximum depth of 6', extensions: { code: 'DEPTH_LIMIT_EXCEEDED' } }] })
+  t.notOk(over.body.data)
+
+  const viaFragments = `query { ...A }
+    fragment A on Query { __schema { ...B } }
+    fragment B on __Schema { types { ... on __Type { fields { type { ofType { ofType { name } } } } } } }`
+  t.match((await gql(url, viaFragments)).body.errors, [{ extensions: { code: 'DEPTH_LIMIT_EXCEEDED', depth: 7 } }], 'named and inline fragments count')
+
+  calls.length = 0
+  const deepData = await gql(url, `query { ...U } fragment U on Query { messages(roomId: "general") { author { name } } }`, undefined)
+  t.notOk(deepData.body.errors)
+  const rejected = await gql(url, `{ messages(roomId: "general") { author { name } } ${'a: __typename '.repeat(1)} s: __schema { types { fields { type { ofType { ofType { ofType { name } } } } } } } }`)
+  t.match(rejected.body.errors, [{ extensions: { code: 'DEPTH_LIMIT_EXCEEDED' } }])
+  t.equal(calls.filter((c) => c.method === 'messagesByRoom').length, 1, 'only the accepted query reached the store')
+})
+
+test('cost: budgets by caller class, literals and variables, priced before any resolver runs', async (t) => {
+  const { store, calls } = countingStore()
+  const { url, token } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '300', COST_BUDGET_USER: '600', COST_BUDGET_ADMIN: '600', MAX_PAGE_SIZE: '100' }, { store })
+  const list = 'query ($n: Int) { users(limit: $n) { id name createdAt } }' // costs 3n
+
+  // Anonymous budget 300: 100 users x 3 fields = 300 (at), 99 -> 297 (under).
+  t.same((await gql(url, list, { n: 100 })).body.extensions.cost.requested, 300)
+  t.notOk((await gql(url, list, { n: 100 })).body.errors, 'at the budget')
+  t.notOk((await gql(url, list, { n: 99 })).body.errors, 'under the budget')
+  calls.length = 0
+  const over = await gql(url, '{ users(limit: 100) { id name createdAt email } }') // 400
+  t.match(over.body, { errors: [{ message: 'Query cost 400 exceeds the budget of 300 for this caller', extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 400, budget: 300 } }] })
+  t.notOk(over.body.data)
+  t.same(calls, [], 'no resolver ran')
+
+  // The same query is within a USER's budget.
+  const asUser = await gql(url, '{ users(limit: 100) { id name createdAt email } }', undefined, { authorization: `Bearer ${token('2')}` })
+  t.equal(asUser.body.data.users.length, 5)
+  t.same(asUser.body.extensions.cost, { requested: 400, budget: 600, remaining: 100000 - 400 })
+
+  // Variables and defaults price the same way as literals.
+  t.equal((await gql(url, 'query ($n: Int = 50) { users(limit: $n) { id } }')).body.extensions.cost.requested, 50)
+  t.equal((await gql(url, '{ users { id } }')).body.extensions.cost.requested, 20, 'the default limit of 20')
+  t.equal((await gql(url, '{ messages(roomId: "general", limit: 10) { content author { name } } }')).body.extensions.cost.requested, 10 * 3)
+
+  // Mutations are priced too, and an over-budget mutation writes nothing.
+  calls.length = 0
+  const bomb = Array.from({ length: 301 }, (_, i) => `m${i}: createUser(input: { name: "x", email: "x${i}@example.com" }) { id }`).join(' ')
+  const mutation = await gql(url, `mutation { ${bomb} }`, undefined, { authorization: `Bearer ${token('1', 'ADMIN')}` })
+  t.match(mutation.body.errors, [{ extensions: { code: 'COST_LIMIT_EXCEEDED' } }])
+  t.same(calls, [], 'no resolver ran')
+})
+
+test('alias bombs and repeated fields are priced', async (t) => {
+  const { store, calls } = countingStore()
+  const { url } = await listenTestApp(t, {}, { store })
+  const aliases = Array.from({ length: 60 }, (_, i) => `a${i}: users(limit: 10) { id name }`).join(' ') // 60 x 20 = 1200
+  calls.length = 0
+  const aliased = await gql(url, `{ ${aliases} }`)
+  t.match(aliased.body.errors, [{ extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 1200 } }])
+  t.same(calls, [])
+  const repeated = await gql(url, `{ ${'users(limit: 10) { id } '.repeat(120)} }`)
+  t.match(repeated.body.errors, [{ extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 1200 } }])
+  t.same(calls, [])
+  const tooRepetitive = await gql(url, `{ ${'user(id: "2") { name } '.repeat(600)} }`)
+  t.match(tooRepetitive.body.errors, [{ message: /Validation aborted/, extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } }])
+  t.same(calls, [])
+})
+
+test('page sizes are capped with a clear error, before execution', async (t) => {
+  const { store, calls } = countingStore()
+  const { url } = await listenTestApp(t, { MAX_PAGE_SIZE: '100' }, { store })
+  calls.length = 0
+  for (const [query, variables] of [['{ users(limit: 101) { id } }', undefined], ['query ($n: Int) { messages(roomId: "general", limit: $n) { id } }', { n: 1000 }], ['{ users(limit: 0) { id } }', undefined]] as const) {
+    const { body } = await gql(url, query, variables)
+    t.match(body.errors, [{ message: 'limit must be between 1 and 100', extensions: { code: 'BAD_USER_INPUT' } }], query)
+  }
+  t.same(calls, [])
+  t.equal((await gql(url, '{ users(limit: 100) { id } }')).body.data.users.length, 5, 'at the cap')
+})
+
+test('strings over the cap are rejected with "Too long", as literals and as variables, in queries and mutations', async (t) => {
+  const { store, calls } = countingStore()
+  const { url, token } = await listenTestApp(t, {}, { store })
+  const admin = { authorization: `Bearer ${token('1', 'ADMIN')}` }
+  const at = 'x'.repeat(1000)
+  const over = 'x'.repeat(1001)
+  calls.length = 0
+  const cases: [string, Record<string, unknown> | undefined][] = [
+    [`{ user(id: "${over}") { id } }`, undefined],
+    ['query ($id: ID!) { user(id: $id) { id } }', { id: over }],
+    [`mutation { postMessage(roomId: "general", content: "${over}") { id } }`, undefined],
+    ['mutation ($input: CreateUserInput!) { createUser(input: $input) { id } }', { input: { name: over, email: 'a@example.com' } }],
+    [`query ($id: ID! = "${over}") { user(id: $id) { id } }`, undefined]
+  ]
+  for (const [query, variables] of cases) {
+    const { body } = await gql(url, query, variables, admin)
+    t.match(body, { errors: [{ message: 'Too long', extensions: { code: 'BAD_USER_INPUT', maxLength: 1000 } }] }, query.slice(0, 40))
+    t.notOk(body.data)
+  }
+  t.same(calls, [], 'nothing ran')
+  const posted = await gql(url, 'mutation ($c: String!) { postMessage(roomId: "general", content: $c) { content } }', { c: at }, admin)
+  t.equal(posted.body.data.postMessage.content.length, 1000, 'exactly at the cap is accepted')
+})
+
+test('list arguments are capped and priced by their length', async (t) => {
+  const { url } = await listenTestApp(t, { MAX_LIST_LENGTH: '50' })
+  const ids = (n: number) => Array.from({ length: n }, (_, i) => String(i + 1))
+  const ok = await gql(url, 'query ($ids: [ID!]!) { usersByIds(ids: $ids) { name } }', { ids: ids(50) })
+  t.equal(ok.body.data.usersByIds.length, 50)
+  t.equal(ok.body.data.usersByIds[1].name, 'Ada Lovelace')
+  t.equal(ok.body.data.usersByIds[10], null)
+  t.equal(ok.body.extensions.cost.requested, 50)
+  const variable = await gql(url, 'query ($ids: [ID!]!) { usersByIds(ids: $ids) { name } }', { ids: ids(51) })
+  t.match(variable.body.errors, [{ message: /Too many entries in variables\.ids: at most 50/, extensions: { code: 'BAD_USER_INPUT' } }])
+  const literal = await gql(url, `{ usersByIds(ids: ${JSON.stringify(ids(51))}) { name } }`)
+  t.match(literal.body.errors, [{ message: /Too many entries/, extensions: { code: 'BAD_USER_INPUT' } }])
+})
+
+test('execution timeout: "Query timeout" with code TIMEOUT, prompt answer, no write after the deadline', async (t) => {
+  const { url, store, token } = await listenTestApp(t, { QUERY_TIMEOUT_MS: '200' })
+  const listUsers = store.listUsers.bind(store)
+  store.listUsers = async (limit) => { await new Promise((r) => setTimeout(r, 1000)); return listUsers(limit) }
+  const started = Date.now()
+  const { status, body } = await gql(url, '{ users { id } }')
+  const elapsed = Date.now() - started
+  t.equal(status, 200)
+  t.same(body.errors, [{ message: 'Query timeout', code: 'TIMEOUT', extensions: { code: 'TIMEOUT' } }])
+  t.equal(body.data, null)
+  t.ok(elapsed < 800, `answered promptly (${elapsed} ms)`)
+
+  // A serial mutation: the first write is slow and passes the deadline; the second must not write.
+  const createUser = store.createUser.bind(store)
+  store.createUser = async (user) => { await new Promise((r) => setTimeout(r, 300)); return createUser(user) }
+  const before = await store.countUsers()
+  const mutation = await gql(url, `mutation {
+    a: createUser(input: { name: "First", email: "first@example.com" }) { id }
+    b: createUser(input: { name: "Second", email: "second@example.com" }) { id }
+  }`, undefined, { authorization: `Bearer ${token('1', 'ADMIN')}` })
+  t.match(mutation.body.errors, [{ message: 'Query timeout', code: 'TIMEOUT' }])
+  await new Promise((r) => setTimeout(r, 700))
+  t.equal(await store.countUsers(), before + 1, 'the write started before the deadline finished; the next one never ran')
+  t.same((await store.listUsers(100)).filter((u) => u.name === 'Second'), [])
+})
+
+test('request rate limit: per IP when anonymous, per user when authenticated, 429 with Retry-After', async (t) => {
+  const { url, token } = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '3' })
+  for (let i = 0; i < 3; i++) t.equal((await gql(url, '{ users(limit: 1) { id } }')).status, 200)
+  const limited = await gql(url, '{ users(limit: 1) { id } }')
+  t.equal(limited.status, 429)
+  t.match(limited.body, { errors: [{ message: /Rate limit exceeded: at most 3 requests per 60 s/, extensions: { code: 'RATE_LIMITED' } }] })
+  t.ok(Number(limited.headers.get('retry-after')) > 0, 'Retry-After')
+  t.equal(limited.headers.get('x-ratelimit-limit'), '3')
+  t.equal(limited.headers.get('x-ratelimit-remaining'), '0')
+  // A logged-in user has a budget of their own.
+  t.equal((await gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${token('2')}` })).status, 200)
+  // Health probes are never limited.
+  t.equal((await fetch(`${url}/health/live`)).status, 200)
+})
+
+test('cost-unit rate limit: whichever budget is exhausted first blocks', async (t) => {
+  const { url } = await listenTestApp(t, { RATE_LIMIT_COST: '150', RATE_LIMIT_REQUESTS: '100' })
+  const query = '{ users(limit: 20) { id name } }' // 40 units
+  const remaining: number[] = []
+  for (let i = 0; i < 3; i++) remaining.push((await gql(url, query)).body.extensions.cost.remaining)
+  t.same(remaining, [110, 70, 30])
+  const blocked = await gql(url, query)
+  t.equal(blocked.status, 429)
+  t.match(blocked.body.errors, [{ message: /Cost rate limit exceeded: at most 150 cost units per 60 s/, extensions: { code: 'RATE_LIMITED' } }])
+  t.ok(Number(blocked.headers.get('retry-after')) > 0)
+  t.notOk(blocked.body.data)
+})
+
+test('X-Forwarded-For is believed only from a trusted proxy', async (t) => {
+  const trusted = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '2', TRUST_PROXY: '127.0.0.1' })
+  const from = (ip: string) => ({ 'x-forwarded-for': ip })
+  for (let i = 0; i < 2; i++) t.equal((await gql(trusted.url, '{ users(limit: 1) { id } }', undefined, from('203.0.113.1'))).status, 200)
+  t.equal((await gql(trusted.url, '{ users(limit: 1) { id } }', undefined, from('203.0.113.1'))).status, 429, 'the forwarded client is limited')
+  t.equal((await gql(trusted.url, '{ users(limit: 1) { id } }', undefined, from('203.0.113.2'))).status, 200, 'another forwarded client has its own budget')
+
+  const untrusted = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '2' })
+  for (let i = 0; i < 2; i++) t.equal((await gql(untrusted.url, '{ users(limit: 1) { id } }', undefined, from(`198.51.100.${i}`))).status, 200)
+  t.equal((await gql(untrusted.url, '{ users(limit: 1) { id } }', undefined, from('198.51.100.9'))).status, 429, 'a spoofed header does not buy a new budget')
+})
+
+test('two instances share request and cost counters through Redis', async (t) => {
+  const prefix = `test:limits:${process.pid}:${Date.now()}:`
+  const env = { REDIS_URL: 'redis://127.0.0.1:6379', REDIS_PREFIX: prefix, RATE_LIMIT_REQUESTS: '4', RATE_LIMIT_COST: '100000' }
+  const a = await listenTestApp(t, env)
+  const b = await listenTestApp(t, env)
+  const statuses: number[] = []
+  for (const url of [a.url, b.url, a.url, b.url, a.url]) statuses.push((await gql(url, '{ users(limit: 1) { id } }')).status)
+  t.same(statuses, [200, 200, 200, 200, 429])
+
+  const costEnv = { ...env, REDIS_PREFIX: `${prefix}cost:`, RATE_LIMIT_REQUESTS: '100', RATE_LIMIT_COST: '100' }
+  const c = await listenTestApp(t, costEnv)
+  const d = await listenTestApp(t, costEnv)
+  t.equal((await gql(c.url, '{ users(limit: 30) { id } }')).body.extensions.cost.remaining, 70)
+  t.equal((await gql(d.url, '{ users(limit: 30) { id } }')).body.extensions.cost.remaining, 40, 'the other instance saw the first spend')
+  t.equal((await gql(c.url, '{ users(limit: 30) { id } }')).body.extensions.cost.remaining, 10)
+  t.equal((await gql(d.url, '{ users(limit: 30) { id } }')).status, 429)
+})
+
+test('hostile documents get clear answers and the service keeps serving', async (t) => {
+  const { url } = await listenTestApp(t)
+  const hostile: Record<string, string> = {
+    deep: `{ ${'__schema { types { fields { type { '.repeat(1)}${'ofType { '.repeat(40)}name${' }'.repeat(40)} } } } } }`,
+    wide: `{ ${Array.from({ length: 2000 }, (_, i) => `f${i}: __typename`).join(' ')} users(limit: 100) { ${'id '.repeat(500)} } }`,
+    aliased: `{ ${Array.from({ length: 1000 }, (_, i) => `u${i}: users(limit: 100) { id }`).join(' ')} }`,
+    'fragment cycle': 'query { ...A } fragment A on Query { ...B } fragment B on Query { ...A }',
+    'self-referencing fragment': 'query { users { ...U } } fragment U on User { id ...U }',
+    'long string': `{ user(id: "${'x'.repeat(200_000)}") { id } }`,
+    'unterminated': '{ users { id '.repeat(1000)
+  }
+  for (const [name, query] of Object.entries(hostile)) {
+    const started = Date.now()
+    const { status, body } = await gql(url, query)
+    t.ok(status === 200 || status === 413, `${name}: answered (${status})`)
+    t.ok(Array.isArray(body.errors) && body.errors.length > 0 && body.errors.every((e: { extensions?: { code?: string } }) => typeof e.extensions?.code === 'string'), `${name}: clear errors with codes`)
+    t.ok(Date.now() - started < 5000, `${name}: promptly`)
+  }
+  const { body } = await gql(url, '{ users(limit: 1) { name } }')
+  t.same(body.data, { users: [{ name: 'Admin' }] }, 'still serving')
+})
