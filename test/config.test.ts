@@ -1,0 +1,43 @@
+import { test } from 'tap'
+import { loadConfig } from '../app/config.ts'
+
+const SECRET = 'a-production-secret-of-at-least-32-characters'
+
+test('development profile: open for building, fixed development secret, embedded store', async (t) => {
+  const config = loadConfig({})
+  t.equal(config.profile, 'development')
+  t.equal(config.host, '127.0.0.1')
+  t.equal(config.port, 3000)
+  t.ok(config.jwt.secret && config.jwt.secret.length >= 32)
+  t.same(config.jwt.algorithms, ['HS256'])
+  t.equal(config.introspection, true)
+  t.equal(config.queryUi, true)
+  t.equal(config.persistedOnly, false)
+  t.equal(config.databaseUrl, null)
+  t.equal(config.redisUrl, null)
+  t.same(config.limits.budgets, { anonymous: 1000, USER: 10000, ADMIN: 100000, SERVICE: 100000 })
+  t.match(config.limits, { maxDepth: 10, timeoutMs: 10000, maxStringLength: 1000, rateRequests: 100, rateCostUnits: 100000, rateWindowMs: 60000 })
+})
+
+test('production profile: safe defaults, secrets required', async (t) => {
+  t.throws(() => loadConfig({ NODE_ENV: 'production' }), /set JWT_SECRET \(HS256\) or JWT_PUBLIC_KEY/)
+  t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: 'short', PARTNER_SECRET_KEY: 'x'.repeat(64) }), /at least 32 characters/)
+  const config = loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET, PARTNER_SECRET_KEY: 'ab'.repeat(32) })
+  t.equal(config.profile, 'production')
+  t.equal(config.host, '0.0.0.0')
+  t.equal(config.introspection, false)
+  t.equal(config.queryUi, false)
+  t.equal(config.persistedOnly, true)
+  t.equal(config.logLevel, 'info')
+})
+
+test('every value is configurable and typed; bad values are refused clearly', async (t) => {
+  const config = loadConfig({ MAX_DEPTH: '7', COST_BUDGET_USER: '5000', TRUST_PROXY: '10.0.0.1, 10.0.0.2', PERSISTED_ONLY: 'true', JWT_ALGORITHMS: 'HS384' })
+  t.equal(config.limits.maxDepth, 7)
+  t.equal(config.limits.budgets.USER, 5000)
+  t.same(config.trustProxy, ['10.0.0.1', '10.0.0.2'])
+  t.equal(config.persistedOnly, true)
+  t.same(config.jwt.algorithms, ['HS384'])
+  t.throws(() => loadConfig({ MAX_DEPTH: 'deep' }), /MAX_DEPTH/)
+  t.throws(() => loadConfig({ PORT: '70000' }), /PORT/)
+})
