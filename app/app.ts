@@ -8,6 +8,8 @@ import type { Store } from './store/types.ts'
 import configPlugin from '../plugins/config.ts'
 import corsPlugin from '../plugins/cors.ts'
 import storePlugin from '../plugins/store.ts'
+import metricsPlugin from '../plugins/metrics.ts'
+import underPressurePlugin from '../plugins/under-pressure.ts'
 import eventsPlugin from '../plugins/events.ts'
 import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
@@ -74,6 +76,9 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(configPlugin, { config })
   // CORS first: preflights are answered before rate limiting, and every answer (429s too) carries the headers.
   await app.register(corsPlugin)
+  // Metrics next, so every route's responses are counted; then load shedding, before any real work.
+  await app.register(metricsPlugin)
+  await app.register(underPressurePlugin)
   await app.register(storePlugin, { store: options.store })
   await app.register(redisPlugin)
   await app.register(eventsPlugin)

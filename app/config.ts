@@ -18,6 +18,8 @@ export interface Config {
   databasePoolSize: number
   /** PostgreSQL schema to use (created if missing); null keeps the connection's search_path. */
   databaseSchema: string | null
+  /** application_name of the service's PostgreSQL connections (pg_stat_activity), so operators can find or end them. */
+  databaseApplicationName: string
   sqlitePath: string
   demoData: boolean
   redisUrl: string | null
@@ -48,6 +50,15 @@ export interface Config {
   }
 
   trustProxy: string[]
+  /** Load shedding (@fastify/under-pressure): 503 + Retry-After past a threshold; 0 turns a check off. */
+  pressure: {
+    maxEventLoopDelayMs: number
+    maxEventLoopUtilization: number
+    maxHeapUsedBytes: number
+    maxRssBytes: number
+    sampleIntervalMs: number
+    retryAfterSec: number
+  }
   corsOrigins: string[]
   introspection: boolean
   queryUi: boolean
@@ -83,6 +94,7 @@ const schema = {
     DATABASE_URL: { type: 'string' },
     DATABASE_POOL_SIZE: { type: 'integer', minimum: 1, default: 10 },
     DATABASE_SCHEMA: { type: 'string' },
+    DATABASE_APPLICATION_NAME: { type: 'string', default: 'graphql-query-service' },
     SQLITE_PATH: { type: 'string', default: 'data/service.db' },
     DEMO_DATA: { type: 'boolean', default: true },
     REDIS_URL: { type: 'string' },
@@ -108,6 +120,12 @@ const schema = {
     RATE_LIMIT_REQUESTS: { type: 'integer', minimum: 1, default: 100 },
     RATE_LIMIT_COST: { type: 'integer', minimum: 1, default: 100000 },
     TRUST_PROXY: { type: 'string', default: '' },
+    PRESSURE_MAX_EVENT_LOOP_DELAY_MS: { type: 'integer', minimum: 0, default: 200 },
+    PRESSURE_MAX_EVENT_LOOP_UTILIZATION: { type: 'number', minimum: 0, maximum: 1, default: 0 },
+    PRESSURE_MAX_HEAP_USED_BYTES: { type: 'integer', minimum: 0, default: 0 },
+    PRESSURE_MAX_RSS_BYTES: { type: 'integer', minimum: 0, default: 0 },
+    PRESSURE_SAMPLE_INTERVAL_MS: { type: 'integer', minimum: 10, default: 500 },
+    PRESSURE_RETRY_AFTER_SEC: { type: 'integer', minimum: 1, default: 5 },
     CORS_ORIGINS: { type: 'string', default: '' },
     INTROSPECTION: { type: 'boolean' },
     QUERY_UI: { type: 'boolean' },
@@ -166,6 +184,7 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     databaseUrl: optional(e.DATABASE_URL),
     databasePoolSize: e.DATABASE_POOL_SIZE as number,
     databaseSchema: optional(e.DATABASE_SCHEMA),
+    databaseApplicationName: e.DATABASE_APPLICATION_NAME as string,
     sqlitePath: e.SQLITE_PATH as string,
     demoData: e.DEMO_DATA as boolean,
     redisUrl: optional(e.REDIS_URL),
@@ -197,6 +216,14 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
       rateCostUnits: e.RATE_LIMIT_COST as number
     },
     trustProxy: list(e.TRUST_PROXY),
+    pressure: {
+      maxEventLoopDelayMs: e.PRESSURE_MAX_EVENT_LOOP_DELAY_MS as number,
+      maxEventLoopUtilization: e.PRESSURE_MAX_EVENT_LOOP_UTILIZATION as number,
+      maxHeapUsedBytes: e.PRESSURE_MAX_HEAP_USED_BYTES as number,
+      maxRssBytes: e.PRESSURE_MAX_RSS_BYTES as number,
+      sampleIntervalMs: e.PRESSURE_SAMPLE_INTERVAL_MS as number,
+      retryAfterSec: e.PRESSURE_RETRY_AFTER_SEC as number
+    },
     corsOrigins: list(e.CORS_ORIGINS),
     introspection: pick(e.INTROSPECTION as boolean | undefined, true, false),
     queryUi: pick(e.QUERY_UI as boolean | undefined, true, false),

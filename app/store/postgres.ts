@@ -62,14 +62,17 @@ export interface PostgresOptions {
   poolSize: number
   /** A schema of its own (created if missing), e.g. one per test file; default: the connection's search_path. */
   schema?: string | null
+  /** Shown in pg_stat_activity, so operators (and the cluster fault test) can find this service's connections. */
+  applicationName?: string
 }
 
-export async function openPostgresStore ({ url, poolSize, schema }: PostgresOptions): Promise<Store> {
+export async function openPostgresStore ({ url, poolSize, schema, applicationName }: PostgresOptions): Promise<Store> {
   if (schema && !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`Invalid PostgreSQL schema name: ${schema}`)
   const pool = new pg.Pool({
     connectionString: url,
     max: poolSize,
     connectionTimeoutMillis: 5000,
+    ...(applicationName ? { application_name: applicationName } : {}),
     ...(schema ? { options: `-c search_path=${schema}` } : {})
   })
   // An idle client that loses its connection (server restart, pg_terminate_backend) must not crash the process.

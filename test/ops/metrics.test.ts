@@ -1,0 +1,98 @@
+// Prometheus metrics and request ids, through a listening server.
+import { test } from 'tap'
+import { Writable } from 'node:stream'
+import { buildApp } from '../../app/app.ts'
+import { openSqliteStore } from '../../app/store/sqlite.ts'
+import { loadDemoData } from '../../app/store/sample-data.ts'
+import { mintToken } from '../../app/auth/mint-token.ts'
+import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
+
+/** Parses the text exposition format into `name{labels} value` → number. */
+function parseMetrics (text: string): Map<string, number> {
+  const samples = new Map<string, number>()
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue
+    const at = line.lastIndexOf(' ')
+    samples.set(line.slice(0, at), Number(line.slice(at + 1)))
+  }
+  return samples
+}
+
+function sample (samples: Map<string, number>, name: string, labels: Record<string, string>): number {
+  for (const [key, value] of samples) {
+    if (!key.startsWith(name + '{')) continue
+    if (Object.entries(labels).every(([k, v]) => key.includes(`${k}="${v}"`))) return value
+  }
+  return 0
+}
+
+async function scrape (url: string) {
+  const response = await fetch(`${url}/metrics`)
+  return { response, samples: parseMetrics(await response.text()) }
+}
+
+test('GET /metrics exposes requests, latency, GraphQL operations by name and outcome, errors and rate-limit rejections', async (t) => {
+  const { url, token } = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '4' })
+  const admin = { authorization: `Bearer ${token('1', 'ADMIN')}` }
+
+  t.equal((await gql(url, 'query ListUsers { users(limit: 2) { id } }', undefined, admin)).status, 200)
+  t.equal((await gql(url, 'query ListUsers { users(limit: 2) { id } }', undefined, admin)).status, 200)
+  const invalid = await gql(url, 'query Broken { noSuchField }', undefined, admin)
+  t.equal(invalid.body.errors[0].extensions.code, 'GRAPHQL_VALIDATION_FAILED')
+  // A budget of 4 requests: the admin's fourth passes, the fifth is refused with 429.
+  t.equal((await gql(url, '{ users(limit: 1) { id } }', undefined, admin)).status, 200)
+  const limited = await gql(url, '{ users { id } }', undefined, admin)
+  t.equal(limited.status, 429)
+
+  const { response, samples } = await scrape(url)
+  t.equal(response.status, 200)
+  t.match(response.headers.get('content-type'), /^text\/plain; version=0\.0\.4/)
+  t.equal(sample(samples, 'graphql_operations_total', { operation_name: 'ListUsers', operation_type: 'query', outcome: 'success' }), 2, 'two successful ListUsers')
+  t.equal(sample(samples, 'graphql_operations_total', { operation_name: 'Broken', outcome: 'error' }), 1, 'the invalid operation counted as an error, by the name the client sent')
+  t.equal(sample(samples, 'graphql_errors_total', { code: 'GRAPHQL_VALIDATION_FAILED' }), 1)
+  t.equal(sample(samples, 'rate_limit_rejections_total', { route: '/graphql' }), 1)
+  t.ok(sample(samples, 'http_requests_total', { method: 'POST', route: '/graphql', status_code: '200' }) >= 3)
+  t.equal(sample(samples, 'http_requests_total', { method: 'POST', route: '/graphql', status_code: '429' }), 1)
+  t.ok(sample(samples, 'http_request_duration_seconds_count', { method: 'POST', route: '/graphql' }) >= 5, 'latency histogram observed every request')
+  t.ok([...samples.keys()].some((k) => k.startsWith('http_request_duration_seconds_bucket{') && k.includes('le="0.005"')), 'histogram buckets')
+  t.ok([...samples.keys()].some((k) => k.startsWith('process_cpu_user_seconds_total')), 'process metrics')
+  t.ok([...samples.keys()].some((k) => k.startsWith('nodejs_eventloop_lag_seconds')), 'event loop lag')
+
+  // /metrics is not rate limited (scraping keeps working while a client is limited) and unmatched URLs share one label.
+  await fetch(`${url}/no/such/${Math.random()}`)
+  const again = await scrape(url)
+  t.equal(again.response.status, 200)
+  t.equal(sample(again.samples, 'http_requests_total', { route: '(unmatched)', status_code: '404' }), 1)
+})
+
+test('operation names are bounded: a client cannot grow the label set without limit', async (t) => {
+  const { url } = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '1000' })
+  for (let i = 0; i < 210; i++) await gql(url, `query Op${i} { users(limit: 1) { id } }`)
+  await gql(url, '{ users(limit: 1) { id } }')
+  const { samples } = await scrape(url)
+  const names = new Set([...samples.keys()].filter((k) => k.startsWith('graphql_operations_total{')).map((k) => /operation_name="([^"]*)"/.exec(k)![1]))
+  t.ok(names.size <= 203, `at most 200 names + (other), (anonymous), (invalid): ${names.size}`)
+  t.ok(names.has('(other)'))
+  t.ok(names.has('(anonymous)'))
+})
+
+test('every response carries a request id; a caller-supplied x-request-id is kept; log lines carry it', async (t) => {
+  const lines: string[] = []
+  const stream = new Writable({ write (chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb() } })
+  const config = testConfig({ LOG_LEVEL: 'info' })
+  const store = openSqliteStore(':memory:')
+  await loadDemoData(store)
+  const app = await buildApp(config, { store, logger: { stream } })
+  t.teardown(async () => { await app.close(); await store.close() })
+  const url = await app.listen({ host: '127.0.0.1', port: 0 })
+
+  const first = await gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${mintToken(config.jwt, '2', 'USER')}` })
+  const generated = first.headers.get('x-request-id')
+  t.match(generated, /^[0-9a-f-]{36}$/, 'a UUID when the caller sends none')
+  const second = await gql(url, '{ users(limit: 1) { id } }', undefined, { 'x-request-id': 'lb-0123456789abcdef' })
+  t.equal(second.headers.get('x-request-id'), 'lb-0123456789abcdef', 'the load balancer\'s id is kept, so its log and ours line up')
+
+  const logged = lines.map((l) => JSON.parse(l) as { reqId?: string; msg?: string })
+  t.ok(logged.some((l) => l.reqId === generated && l.msg === 'request completed'), 'the generated id is in the log')
+  t.ok(logged.some((l) => l.reqId === 'lb-0123456789abcdef' && l.msg === 'incoming request'), 'the supplied id is in the log')
+})
