@@ -18,11 +18,14 @@ import graphqlPlugin from '../plugins/graphql.ts'
 import graphqlRoutes from '../routes/graphql.ts'
 import healthRoutes from '../routes/health.ts'
 import queryUiRoutes from '../routes/query-ui.ts'
+import soapRoutes from '../routes/soap/index.ts'
 
 export interface BuildOptions {
   /** A store owned by the caller (tests); otherwise the configured one is opened and closed with the app. */
   store?: Store
   logger?: FastifyServerOptions['logger']
+  /** Epoch-milliseconds clock for WS-Security freshness (tests replaying captured SOAP requests inject one). */
+  clock?: () => number
 }
 
 /** Maps errors raised by Fastify itself (body parsing, limits, routing) to the catalogue. */
@@ -88,5 +91,6 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(graphqlRoutes)
   await app.register(healthRoutes)
   await app.register(queryUiRoutes)
+  await app.register(soapRoutes, { clock: options.clock })
   return app
 }

@@ -1,0 +1,99 @@
+// Every SOAP error is a Fault in the envelope of the request's SOAP version, carrying in its detail the
+// same catalogue code GraphQL puts in extensions.code (app/errors.ts decides Client/Sender vs Server/Receiver).
+// SOAP 1.1: faultcode/faultstring/detail, always HTTP 500 (SOAP 1.1 §6.2).
+// SOAP 1.2: Code/Reason/Detail, HTTP 400 for Sender faults and 500 otherwise (SOAP 1.2 part 2, table 20).
+// WS-Security failures use the WSS fault code wsse:FailedAuthentication (the faultcode in 1.1, a
+// Subcode of Sender in 1.2), never a bare HTTP 401.
+import { AppError, ErrorCodes, Messages, type ErrorCode } from '../../app/errors.ts'
+import type { SoapVersion } from './envelope.ts'
+
+export const WSSE_NS = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
+
+export type FaultKind = 'VersionMismatch' | 'MustUnderstand' | 'Client' | 'Server'
+
+export class SoapFault extends Error {
+  readonly kind: FaultKind
+  readonly code: ErrorCode
+  /** A WSS fault code (local name in WSSE_NS), e.g. FailedAuthentication. */
+  readonly wsseCode: string | undefined
+  /** Qualified names of mandatory headers that were not understood (SOAP 1.2 NotUnderstood blocks). */
+  readonly notUnderstood: Array<{ ns: string; local: string }>
+
+  constructor (kind: FaultKind, code: ErrorCode, message: string, extra: { wsseCode?: string; notUnderstood?: Array<{ ns: string; local: string }> } = {}) {
+    super(message)
+    this.name = 'SoapFault'
+    this.kind = kind
+    this.code = code
+    this.wsseCode = extra.wsseCode
+    this.notUnderstood = extra.notUnderstood ?? []
+  }
+
+  static client (code: ErrorCode, message: string): SoapFault {
+    return new SoapFault('Client', code, message)
+  }
+
+  static failedAuthentication (message = 'The security token could not be authenticated or authorized'): SoapFault {
+    return new SoapFault('Client', 'UNAUTHENTICATED', message, { wsseCode: 'FailedAuthentication' })
+  }
+
+  /** Any thrown value as a fault: catalogue errors keep their code and message, anything else is an internal error. */
+  static from (err: unknown): SoapFault {
+    if (err instanceof SoapFault) return err
+    if (err instanceof AppError) {
+      // "Must be logged in" from the domain means the message carried no usable credentials.
+      if (err.code === 'UNAUTHENTICATED') return SoapFault.failedAuthentication(err.message)
+      return new SoapFault(ErrorCodes[err.code].sender ? 'Client' : 'Server', err.code, err.message)
+    }
+    return new SoapFault('Server', 'INTERNAL_SERVER_ERROR', Messages.internal)
+  }
+}
+
+const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' }
+
+/** Escapes text for element content and attribute values. */
+export function escapeXml (value: string): string {
+  return /[&<>"']/.test(value) ? value.replace(/[&<>"']/g, (c) => ESCAPES[c]!) : value
+}
+
+export interface SoapResponse {
+  status: number
+  contentType: string
+  body: string
+}
+
+export const CONTENT_TYPE: Record<SoapVersion, string> = {
+  '1.1': 'text/xml; charset=utf-8',
+  '1.2': 'application/soap+xml; charset=utf-8'
+}
+
+function detail (fault: SoapFault, serviceNs: string): string {
+  return `<f:ServiceFault xmlns:f="${escapeXml(serviceNs)}"><f:code>${fault.code}</f:code><f:message>${escapeXml(fault.message)}</f:message></f:ServiceFault>`
+}
+
+const WSSE_DECL = `xmlns:wsse="${WSSE_NS}"`
+
+/** The response for a fault, in the SOAP version of the request; `serviceNs` qualifies the detail element. */
+export function faultResponse (fault: SoapFault, version: SoapVersion, serviceNs: string): SoapResponse {
+  const message = escapeXml(fault.message)
+  if (version === '1.1') {
+    const faultcode = fault.wsseCode ? `wsse:${fault.wsseCode}` : `soap:${fault.kind}`
+    const body = '<?xml version="1.0" encoding="utf-8"?>' +
+      '<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body>' +
+      `<soap:Fault${fault.wsseCode ? ' ' + WSSE_DECL : ''}><faultcode>${faultcode}</faultcode><faultstring>${message}</faultstring>` +
+      `<detail>${detail(fault, serviceNs)}</detail></soap:Fault></soap:Body></soap:Envelope>`
+    return { status: 500, contentType: CONTENT_TYPE['1.1'], body }
+  }
+  const value = fault.kind === 'Client' ? 'Sender' : fault.kind === 'Server' ? 'Receiver' : fault.kind
+  const subcode = fault.wsseCode ? `<env:Subcode><env:Value ${WSSE_DECL}>wsse:${fault.wsseCode}</env:Value></env:Subcode>` : ''
+  const header = fault.notUnderstood.length === 0
+    ? ''
+    : '<env:Header>' + fault.notUnderstood.map((q) => q.ns === ''
+      ? `<env:NotUnderstood qname="${escapeXml(q.local)}"/>`
+      : `<env:NotUnderstood xmlns:h="${escapeXml(q.ns)}" qname="h:${escapeXml(q.local)}"/>`).join('') + '</env:Header>'
+  const body = '<?xml version="1.0" encoding="utf-8"?>' +
+    `<env:Envelope xmlns:env="http://www.w3.org/2003/05/soap-envelope">${header}<env:Body><env:Fault>` +
+    `<env:Code><env:Value>env:${value}</env:Value>${subcode}</env:Code>` +
+    `<env:Reason><env:Text xml:lang="en">${message}</env:Text></env:Reason>` +
+    `<env:Detail>${detail(fault, serviceNs)}</env:Detail></env:Fault></env:Body></env:Envelope>`
+  return { status: value === 'Sender' ? 400 : 500, contentType: CONTENT_TYPE['1.2'], body }
+}

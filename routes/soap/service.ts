@@ -1,0 +1,193 @@
+// The SOAP core: a function from a request envelope (its text, its SOAP version and the actions the
+// carrier declared) to a response envelope. HTTP (index.ts) is only its first carrier; nothing here
+// knows about Fastify. Every failure comes back as a Fault response, never as a thrown error.
+// Steps: hardened parse → mandatory headers → operation by the Body's element (namespace-aware) → the
+// declared action must agree → WS-Security → arguments (typed, capped) → domain → response.
+import { createDomainContext, type Caller, type Events } from '../../app/domain/context.ts'
+import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
+import { AppError, Messages, badInput } from '../../app/errors.ts'
+import type { Store, UserRow } from '../../app/store/types.ts'
+import { NS, attribute, envelopeNamespace, parseEnvelope, type SoapVersion, type XmlElement } from './envelope.ts'
+import { CONTENT_TYPE, SoapFault, WSSE_NS, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
+import { namespaceOf, soapActionOf, type Args, type Field, type Operation, type Result, type ServiceVersion } from './operations.ts'
+import type { WsSecurity } from './ws-security.ts'
+
+export interface SoapRequest {
+  soapVersion: SoapVersion
+  envelope: string
+  /** Actions the carrier declared (SOAP 1.1 SOAPAction header, SOAP 1.2 action parameter), as sent. */
+  actions: Array<string | undefined>
+}
+
+export interface SoapServiceOptions {
+  publicUrl: string
+  store: Store
+  events: Events
+  caps: InputCaps
+  timeoutMs: number
+  wsSecurity: WsSecurity
+}
+
+const SOAP11_NEXT = 'http://schemas.xmlsoap.org/soap/actor/next'
+const SOAP12_ROLES_FOR_US = new Set(['http://www.w3.org/2003/05/soap-envelope/role/next', 'http://www.w3.org/2003/05/soap-envelope/role/ultimateReceiver'])
+
+/** True when a header block is addressed to this node (no actor/role, or the "next"/ultimate receiver one). */
+function addressedToUs (header: XmlElement, version: SoapVersion): boolean {
+  if (version === '1.1') {
+    const actor = attribute(header, NS.soap11, 'actor')
+    return actor === undefined || actor === '' || actor === SOAP11_NEXT
+  }
+  const role = attribute(header, NS.soap12, 'role')
+  return role === undefined || role === '' || SOAP12_ROLES_FOR_US.has(role)
+}
+
+function mustUnderstand (header: XmlElement, version: SoapVersion): boolean {
+  const value = attribute(header, envelopeNamespace(version), 'mustUnderstand')?.trim()
+  return value === '1' || value === 'true'
+}
+
+/** The wsse:Security header for us; a MustUnderstand fault for any other mandatory header for us. */
+function securityHeader (headers: XmlElement[], version: SoapVersion): XmlElement | undefined {
+  let security: XmlElement | undefined
+  const notUnderstood: Array<{ ns: string; local: string }> = []
+  for (const header of headers) {
+    if (!addressedToUs(header, version)) continue
+    if (header.ns === WSSE_NS && header.local === 'Security') {
+      if (security) throw SoapFault.failedAuthentication('Only one wsse:Security header may be addressed to this service')
+      security = header
+    } else if (mustUnderstand(header, version)) {
+      notUnderstood.push({ ns: header.ns, local: header.local })
+    }
+  }
+  if (notUnderstood.length > 0) {
+    const names = notUnderstood.map((q) => `{${q.ns}}${q.local}`).join(', ')
+    throw new SoapFault('MustUnderstand', 'BAD_REQUEST', `Header not understood: ${names}`, { notUnderstood })
+  }
+  return security
+}
+
+/** Reads the operation's child elements into typed arguments: known names only, once each, as text. */
+function readArgs (operation: Operation, element: XmlElement, namespace: string, caps: InputCaps): Args {
+  const args: Args = {}
+  for (const node of element.children) {
+    // Children are qualified (elementFormDefault="qualified"); unqualified ones are accepted too, as
+    // several toolkits send them that way. Any other namespace is not ours.
+    const field = (node.ns === namespace || node.ns === '') ? operation.input.find((f) => f.name === node.local) : undefined
+    if (!field) throw badInput(`${operation.name} has no element {${node.ns}}${node.local}`, { field: node.local })
+    if (Object.hasOwn(args, field.name)) throw badInput(`${operation.name}: the element ${field.name} appears more than once`, { field: field.name })
+    if (node.children.length > 0) throw badInput(`${operation.name}: ${field.name} must be text`, { field: field.name })
+    const nil = attribute(node, NS.xsi, 'nil')?.trim()
+    args[field.name] = nil === 'true' || nil === '1' ? null : scalar(field, node.text, operation.name)
+  }
+  for (const field of operation.input) {
+    if (!field.optional && args[field.name] == null) throw badInput(`${operation.name}: the element ${field.name} is required`, { field: field.name })
+  }
+  assertWithinCaps(args, caps, operation.name)
+  return args
+}
+
+function scalar (field: Field, value: string, operationName: string): string | number | boolean {
+  switch (field.type) {
+    case 'int': {
+      const trimmed = value.trim()
+      if (!/^[+-]?\d{1,10}$/.test(trimmed) || Math.abs(Number(trimmed)) > 2 ** 31) {
+        throw badInput(`${operationName}: ${field.name} must be an xs:int`, { field: field.name })
+      }
+      return Number(trimmed)
+    }
+    case 'boolean': {
+      const trimmed = value.trim()
+      if (!['true', 'false', '1', '0'].includes(trimmed)) throw badInput(`${operationName}: ${field.name} must be an xs:boolean`, { field: field.name })
+      return trimmed === 'true' || trimmed === '1'
+    }
+    default:
+      // xs:string and anything textual stay exactly as sent ("007" stays "007").
+      return value
+  }
+}
+
+function userXml (user: UserRow, fields: Field[], element: string): string {
+  let xml = `<${element}>`
+  for (const field of fields) {
+    const value = user[field.name as keyof UserRow]
+    if (value === null || value === undefined) continue
+    xml += `<${field.name}>${escapeXml(String(value))}</${field.name}>`
+  }
+  return xml + `</${element}>`
+}
+
+function resultXml (result: Result, output: Field, userFields: Field[]): string {
+  if (typeof result === 'boolean') return `<${output.name}>${result}</${output.name}>`
+  if (Array.isArray(result)) return result.map((u) => userXml(u, userFields, output.name)).join('')
+  return userXml(result, userFields, output.name)
+}
+
+export function createSoapService (options: SoapServiceOptions) {
+  const { store, events, caps, timeoutMs, wsSecurity } = options
+
+  /** Per service version: its namespace and the envelope text around a response, built once. */
+  const prepared = new Map<ServiceVersion, { namespace: string; open: Record<SoapVersion, string>; close: string }>()
+  function preparedFor (version: ServiceVersion) {
+    let p = prepared.get(version)
+    if (!p) {
+      const open = (v: SoapVersion) => `<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="${envelopeNamespace(v)}"><soap:Body>`
+      p = { namespace: namespaceOf(version, options.publicUrl), open: { '1.1': open('1.1'), '1.2': open('1.2') }, close: '</soap:Body></soap:Envelope>' }
+      prepared.set(version, p)
+    }
+    return p
+  }
+
+  function checkActions (declared: Array<string | undefined>, expected: string, operation: Operation): void {
+    for (const raw of declared) {
+      if (raw === undefined) continue
+      const action = raw.trim().replace(/^"(.*)"$/, '$1')
+      // An empty SOAPAction ("") means "the request URI": it names no operation and contradicts none.
+      if (action !== '' && action !== expected) {
+        throw SoapFault.client('BAD_REQUEST', `The SOAP action "${action}" does not match the Body's operation ${operation.name} (expected "${expected}")`)
+      }
+    }
+  }
+
+  async function execute (version: ServiceVersion, request: SoapRequest, namespace: string): Promise<string> {
+    const envelope = parseEnvelope(request.envelope, request.soapVersion)
+    const security = securityHeader(envelope.headers, request.soapVersion)
+    const element = envelope.operation
+    const operation = element.ns === namespace ? version.operations.get(element.local) : undefined
+    if (!operation) {
+      throw SoapFault.client('OPERATION_NOT_FOUND', `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`)
+    }
+    checkActions(request.actions, soapActionOf(namespace, operation), operation)
+    const caller: Caller | null = await wsSecurity.authenticate(security)
+    const args = readArgs(operation, element, namespace, caps)
+
+    const deadline = Date.now() + timeoutMs
+    const ctx = createDomainContext({ store, events, caps }, caller, deadline)
+    let timer: NodeJS.Timeout | undefined
+    const timeout = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => reject(new AppError('TIMEOUT', Messages.queryTimeout)), timeoutMs)
+    })
+    try {
+      const result = await Promise.race([operation.run(ctx, args), timeout])
+      return `<${operation.name}Response xmlns="${escapeXml(namespace)}">${resultXml(result, operation.output, version.userFields)}</${operation.name}Response>`
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  /** Answers one SOAP request of `version`; faults are responses too. `onInternalError` sees unexpected errors. */
+  async function handle (version: ServiceVersion, request: SoapRequest, onInternalError: (err: unknown) => void = () => {}): Promise<SoapResponse> {
+    const p = preparedFor(version)
+    try {
+      const body = await execute(version, request, p.namespace)
+      return { status: 200, contentType: CONTENT_TYPE[request.soapVersion], body: p.open[request.soapVersion] + body + p.close }
+    } catch (err) {
+      const fault = SoapFault.from(err)
+      if (fault.code === 'INTERNAL_SERVER_ERROR') onInternalError(err)
+      return faultResponse(fault, request.soapVersion, p.namespace)
+    }
+  }
+
+  return { handle, namespaceOf: (version: ServiceVersion) => preparedFor(version).namespace }
+}
+
+export type SoapService = ReturnType<typeof createSoapService>

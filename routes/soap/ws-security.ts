@@ -1,0 +1,233 @@
+// WS-Security UsernameToken Profile 1.0/1.1 for partner accounts: the wsse:Security header becomes a
+// Caller (the partner's user, normally role SERVICE), or a FailedAuthentication fault.
+// - PasswordText: the password as sent; PasswordDigest: Base64(SHA-1(decoded Nonce + Created + password)),
+//   where Created is hashed as the literal string received (zeep sends "+00:00", node-soap "Z").
+// - Created (of the UsernameToken and of a wsu:Timestamp) must be at most maxAge old and not in the
+//   future (beyond a small clock skew); a Timestamp's Expires must not have passed.
+// - A Nonce is claimed once per login for as long as its message could still be fresh: in-process by
+//   default, in Redis (SET NX PX) when configured, so a replay to another instance is refused too.
+//   PasswordDigest requires Nonce and Created. A PasswordText token without a Nonce cannot be told from a
+//   repeated request, and replaying it gives nothing away that the message does not already show (the
+//   password itself): PasswordText relies on TLS, as the profile says.
+// Performance: checking a password must not cost a scrypt per request (a SOAP call would then be
+// CPU-bound on hashing). Credentials are cached per login for CREDENTIAL_CACHE_MS: the row and the
+// unsealed password (so both digest and text checks are a hash and a constant-time compare); accounts
+// without a sealed password remember, for the same time, the SHA-256 of a text password that scrypt
+// accepted. A password change or a removed account therefore takes effect within CREDENTIAL_CACHE_MS.
+import { createHash, timingSafeEqual } from 'node:crypto'
+import type { Redis } from 'ioredis'
+import { unsealPassword, verifyPassword } from '../../app/auth/partner-secrets.ts'
+import type { Caller } from '../../app/domain/context.ts'
+import { AppError } from '../../app/errors.ts'
+import type { Store } from '../../app/store/types.ts'
+import { attribute, child, type XmlElement } from './envelope.ts'
+import { SoapFault, WSSE_NS } from './faults.ts'
+
+export const WSU_NS = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
+const TOKEN_PROFILE = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0'
+const PASSWORD_TEXT = `${TOKEN_PROFILE}#PasswordText`
+const PASSWORD_DIGEST = `${TOKEN_PROFILE}#PasswordDigest`
+const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'
+
+/** Tolerated difference between the partner's clock and ours for "not in the future". */
+export const CLOCK_SKEW_MS = 5_000
+export const CREDENTIAL_CACHE_MS = 30_000
+const CREDENTIAL_CACHE_MAX = 10_000
+
+// xs:dateTime with a mandatory zone: a Created without one has no defined instant.
+const DATE_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/
+
+/** Remembers nonces; `claim` is true the first time a key is seen within its lifetime. */
+export interface NonceCache {
+  claim (key: string, ttlMs: number, now: number): Promise<boolean>
+}
+
+/**
+ * In-process, bounded and expiring. Entries are added in time order with the same lifetime, so the
+ * oldest sit at the front of the Map and expire first. When full of live nonces it refuses new ones
+ * (fail closed) rather than forget a live nonce and let its replay through.
+ */
+export function memoryNonceCache (maxEntries = 200_000): NonceCache {
+  const seen = new Map<string, number>()
+  return {
+    async claim (key, ttlMs, now) {
+      for (const [k, expires] of seen) {
+        if (expires > now) break
+        seen.delete(k)
+      }
+      const expires = seen.get(key)
+      if (expires !== undefined && expires > now) return false
+      if (seen.size >= maxEntries) throw new AppError('SERVICE_UNAVAILABLE', 'Too many WS-Security nonces in flight; retry later')
+      seen.set(key, now + ttlMs)
+      return true
+    }
+  }
+}
+
+/** Shared by every instance through Redis: SET key NX PX. Fails closed when Redis does not answer. */
+export function redisNonceCache (redis: Redis, keyOf: (name: string) => string): NonceCache {
+  return {
+    async claim (key, ttlMs) {
+      let result: string | null
+      try {
+        result = await redis.set(keyOf(`wsse-nonce:${key}`), '1', 'PX', Math.max(1, Math.ceil(ttlMs)), 'NX')
+      } catch {
+        throw new AppError('SERVICE_UNAVAILABLE', 'The nonce store is unavailable; retry later')
+      }
+      return result === 'OK'
+    }
+  }
+}
+
+interface PartnerEntry {
+  caller: Caller
+  /** The unsealed password, when the account has a sealed one (PasswordDigest possible). */
+  password: Buffer | null
+  passwordHash: string | null
+  /** SHA-256 of text passwords scrypt accepted (accounts without a sealed password). */
+  acceptedText: Set<string>
+  expires: number
+}
+
+export interface WsSecurityOptions {
+  store: Store
+  partnerSecretKey: string
+  maxAgeMs: number
+  nonces: NonceCache
+  clock: () => number
+}
+
+interface UsernameToken {
+  username: string
+  password: string
+  digest: boolean
+  nonce: Buffer | null
+  nonceText: string | null
+  created: string | null
+}
+
+const sha256 = (value: Buffer | string) => createHash('sha256').update(value).digest()
+
+function text (element: XmlElement | undefined): string | undefined {
+  return element?.text.trim()
+}
+
+function instant (value: string, what: string): number {
+  const ms = DATE_TIME.test(value) ? Date.parse(value) : NaN
+  if (Number.isNaN(ms)) throw SoapFault.failedAuthentication(`${what} is not an xs:dateTime with a time zone`)
+  return ms
+}
+
+export function createWsSecurity (options: WsSecurityOptions) {
+  const { store, partnerSecretKey, maxAgeMs, nonces, clock } = options
+  const partners = new Map<string, PartnerEntry>()
+
+  async function partner (login: string, now: number): Promise<PartnerEntry | null> {
+    const cached = partners.get(login)
+    if (cached && cached.expires > now) return cached
+    const credentials = await store.findCredentials(login)
+    if (!credentials) {
+      partners.delete(login)
+      return null
+    }
+    const plain = credentials.passwordSecret ? unsealPassword(credentials.passwordSecret, login, partnerSecretKey) : null
+    const entry: PartnerEntry = {
+      caller: { id: credentials.userId, role: credentials.role },
+      password: plain === null ? null : Buffer.from(plain, 'utf8'),
+      passwordHash: credentials.passwordHash,
+      acceptedText: new Set(),
+      expires: now + CREDENTIAL_CACHE_MS
+    }
+    if (partners.size >= CREDENTIAL_CACHE_MAX) partners.delete(partners.keys().next().value!)
+    partners.delete(login)
+    partners.set(login, entry)
+    return entry
+  }
+
+  function checkFresh (created: string, what: string, now: number): void {
+    const at = instant(created, what)
+    if (at > now + CLOCK_SKEW_MS) throw SoapFault.failedAuthentication(`${what} is in the future`)
+    if (now - at > maxAgeMs) throw SoapFault.failedAuthentication(`${what} is older than ${Math.round(maxAgeMs / 1000)} seconds`)
+  }
+
+  function readToken (element: XmlElement): UsernameToken {
+    const username = text(child(element, WSSE_NS, 'Username'))
+    const passwordElement = child(element, WSSE_NS, 'Password')
+    if (!username || !passwordElement) throw SoapFault.failedAuthentication('The UsernameToken needs a Username and a Password')
+    const type = attribute(passwordElement, '', 'Type') ?? PASSWORD_TEXT
+    if (type !== PASSWORD_TEXT && type !== PASSWORD_DIGEST) throw SoapFault.failedAuthentication(`Unsupported password type ${type}`)
+    const nonceElement = child(element, WSSE_NS, 'Nonce')
+    let nonce: Buffer | null = null
+    if (nonceElement) {
+      const encoding = attribute(nonceElement, '', 'EncodingType') ?? BASE64_BINARY
+      if (encoding !== BASE64_BINARY || !/^[A-Za-z0-9+/]+={0,2}$/.test(nonceElement.text.trim())) {
+        throw SoapFault.failedAuthentication('The Nonce must be Base64Binary')
+      }
+      nonce = Buffer.from(nonceElement.text.trim(), 'base64')
+    }
+    // Created is wsu:Created; some older toolkits put it in the wsse namespace.
+    const created = text(child(element, WSU_NS, 'Created') ?? child(element, WSSE_NS, 'Created')) ?? null
+    return { username, password: passwordElement.text, digest: type === PASSWORD_DIGEST, nonce, nonceText: nonceElement?.text.trim() ?? null, created }
+  }
+
+  function passwordMatches (entry: PartnerEntry, token: UsernameToken): Promise<boolean> | boolean {
+    if (token.digest) {
+      if (!entry.password) return false
+      const expected = createHash('sha1').update(token.nonce!).update(token.created!, 'utf8').update(entry.password).digest()
+      const given = Buffer.from(token.password.trim(), 'base64')
+      return given.length === expected.length && timingSafeEqual(given, expected)
+    }
+    const given = sha256(token.password)
+    if (entry.password) return timingSafeEqual(given, sha256(entry.password))
+    if (!entry.passwordHash) return false
+    const key = given.toString('base64')
+    if (entry.acceptedText.has(key)) return true
+    return verifyPassword(token.password, entry.passwordHash).then((ok) => {
+      if (ok) entry.acceptedText.add(key)
+      return ok
+    })
+  }
+
+  /**
+   * The caller a message's wsse:Security header (one addressed to us) authenticates; null when the
+   * message carries none (the domain then decides what an anonymous caller may do).
+   */
+  async function authenticate (security: XmlElement | undefined): Promise<Caller | null> {
+    if (!security) return null
+    const now = clock()
+
+    const timestamp = child(security, WSU_NS, 'Timestamp')
+    if (timestamp) {
+      const created = text(child(timestamp, WSU_NS, 'Created'))
+      if (!created) throw SoapFault.failedAuthentication('The Timestamp needs a Created')
+      checkFresh(created, 'The Timestamp Created', now)
+      const expires = text(child(timestamp, WSU_NS, 'Expires'))
+      if (expires !== undefined && instant(expires, 'The Timestamp Expires') <= now - CLOCK_SKEW_MS) {
+        throw SoapFault.failedAuthentication('The message has expired (Timestamp Expires)')
+      }
+    }
+
+    const tokenElement = child(security, WSSE_NS, 'UsernameToken')
+    if (!tokenElement) throw SoapFault.failedAuthentication('The Security header has no UsernameToken')
+    const token = readToken(tokenElement)
+    if (token.digest && (!token.nonce || !token.created)) {
+      throw SoapFault.failedAuthentication('PasswordDigest requires a Nonce and a Created')
+    }
+    if (token.created) checkFresh(token.created, 'The UsernameToken Created', now)
+
+    const entry = await partner(token.username, now)
+    // One message for an unknown login and a wrong password: the fault must not confirm logins.
+    if (!entry || !(await passwordMatches(entry, token))) throw SoapFault.failedAuthentication()
+
+    // Claimed after authentication, so nobody can burn a partner's nonce with a forged message.
+    if (token.nonceText !== null) {
+      const fresh = await nonces.claim(`${token.username}:${token.nonceText}`, maxAgeMs + CLOCK_SKEW_MS, now)
+      if (!fresh) throw SoapFault.failedAuthentication('The Nonce has already been used (replayed message)')
+    }
+    return entry.caller
+  }
+
+  return { authenticate }
+}
+
+export type WsSecurity = ReturnType<typeof createWsSecurity>

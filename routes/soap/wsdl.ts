@@ -1,0 +1,89 @@
+// The WSDL 1.1 of one service version, generated from its description in operations.ts: XSD types
+// (document/literal wrapped: one request element <Op> and one response element <OpResponse> per
+// operation, elementFormDefault qualified), messages, the portType, SOAP 1.1 and SOAP 1.2 bindings and
+// the service with the configured public address. Built once at start-up with xmlbuilder2.
+import { create } from 'xmlbuilder2'
+import type { XMLBuilder } from 'xmlbuilder2/lib/interfaces.js'
+import { namespaceOf, soapActionOf, type Field, type ServiceVersion } from './operations.ts'
+
+const WSDL = 'http://schemas.xmlsoap.org/wsdl/'
+const SOAP11 = 'http://schemas.xmlsoap.org/wsdl/soap/'
+const SOAP12 = 'http://schemas.xmlsoap.org/wsdl/soap12/'
+const XS = 'http://www.w3.org/2001/XMLSchema'
+const HTTP_TRANSPORT = 'http://schemas.xmlsoap.org/soap/http'
+
+function typeName (field: Field): string {
+  return field.type === 'User' ? 'tns:User' : `xs:${field.type}`
+}
+
+function sequence (parent: XMLBuilder, fields: Field[]): void {
+  const seq = parent.ele(XS, 'xs:sequence')
+  for (const field of fields) {
+    const attrs: Record<string, string> = { name: field.name, type: typeName(field) }
+    if (field.optional) attrs.minOccurs = '0'
+    if (field.many) attrs.maxOccurs = 'unbounded'
+    seq.ele(XS, 'xs:element').att(attrs)
+  }
+}
+
+export function buildWsdl (version: ServiceVersion, publicUrl: string): string {
+  const ns = namespaceOf(version, publicUrl)
+  const address = publicUrl.replace(/\/+$/, '') + version.path
+  const name = version.serviceName
+  const operations = [...version.operations.values()]
+
+  const doc = create({ version: '1.0', encoding: 'utf-8' })
+  const defs = doc.ele(WSDL, 'wsdl:definitions').att({
+    'xmlns:wsdl': WSDL,
+    'xmlns:soap': SOAP11,
+    'xmlns:soap12': SOAP12,
+    'xmlns:xs': XS,
+    'xmlns:tns': ns,
+    name,
+    targetNamespace: ns
+  })
+  defs.ele(WSDL, 'wsdl:documentation').txt(`${name} ${version.id}. Authenticate with a WS-Security UsernameToken (PasswordText or PasswordDigest with Nonce and Created).`)
+
+  const schema = defs.ele(WSDL, 'wsdl:types').ele(XS, 'xs:schema').att({ targetNamespace: ns, elementFormDefault: 'qualified' })
+  sequence(schema.ele(XS, 'xs:complexType').att('name', 'User'), version.userFields)
+  for (const op of operations) {
+    sequence(schema.ele(XS, 'xs:element').att('name', op.name).ele(XS, 'xs:complexType'), op.input)
+    sequence(schema.ele(XS, 'xs:element').att('name', `${op.name}Response`).ele(XS, 'xs:complexType'), [op.output])
+  }
+  sequence(schema.ele(XS, 'xs:element').att('name', 'ServiceFault').ele(XS, 'xs:complexType'), [
+    { name: 'code', type: 'string' },
+    { name: 'message', type: 'string' }
+  ])
+
+  for (const op of operations) {
+    defs.ele(WSDL, 'wsdl:message').att('name', `${op.name}Request`).ele(WSDL, 'wsdl:part').att({ name: 'parameters', element: `tns:${op.name}` })
+    defs.ele(WSDL, 'wsdl:message').att('name', `${op.name}Response`).ele(WSDL, 'wsdl:part').att({ name: 'parameters', element: `tns:${op.name}Response` })
+  }
+  defs.ele(WSDL, 'wsdl:message').att('name', 'ServiceFault').ele(WSDL, 'wsdl:part').att({ name: 'fault', element: 'tns:ServiceFault' })
+
+  const portType = defs.ele(WSDL, 'wsdl:portType').att('name', `${name}PortType`)
+  for (const op of operations) {
+    const o = portType.ele(WSDL, 'wsdl:operation').att('name', op.name)
+    o.ele(WSDL, 'wsdl:input').att('message', `tns:${op.name}Request`)
+    o.ele(WSDL, 'wsdl:output').att('message', `tns:${op.name}Response`)
+    o.ele(WSDL, 'wsdl:fault').att({ name: 'ServiceFault', message: 'tns:ServiceFault' })
+  }
+
+  for (const [binding, bindingNs, prefix] of [[`${name}Soap`, SOAP11, 'soap'], [`${name}Soap12`, SOAP12, 'soap12']] as const) {
+    const b = defs.ele(WSDL, 'wsdl:binding').att({ name: binding, type: `tns:${name}PortType` })
+    b.ele(bindingNs, `${prefix}:binding`).att({ style: 'document', transport: HTTP_TRANSPORT })
+    for (const op of operations) {
+      const o = b.ele(WSDL, 'wsdl:operation').att('name', op.name)
+      o.ele(bindingNs, `${prefix}:operation`).att({ soapAction: soapActionOf(ns, op), style: 'document' })
+      o.ele(WSDL, 'wsdl:input').ele(bindingNs, `${prefix}:body`).att('use', 'literal')
+      o.ele(WSDL, 'wsdl:output').ele(bindingNs, `${prefix}:body`).att('use', 'literal')
+      o.ele(WSDL, 'wsdl:fault').att('name', 'ServiceFault').ele(bindingNs, `${prefix}:fault`).att({ name: 'ServiceFault', use: 'literal' })
+    }
+  }
+
+  const service = defs.ele(WSDL, 'wsdl:service').att('name', name)
+  service.ele(WSDL, 'wsdl:port').att({ name: `${name}Soap`, binding: `tns:${name}Soap` }).ele(SOAP11, 'soap:address').att('location', address)
+  service.ele(WSDL, 'wsdl:port').att({ name: `${name}Soap12`, binding: `tns:${name}Soap12` }).ele(SOAP12, 'soap12:address').att('location', address)
+
+  return doc.end({ prettyPrint: true })
+}

@@ -1,0 +1,74 @@
+// Requests captured from zeep and node-soap (../shared/fixtures/soap) are accepted as sent, with a clock
+// injected at the time they were captured; each replay is refused where the message can tell one.
+import { test } from 'tap'
+import { fixture, listenSoapApp, post, readFault } from './helpers.ts'
+
+// The fixtures were captured at 07:16:29-07:16:34Z; node-soap's Timestamp expires at 07:26:34Z.
+const CAPTURED = Date.parse('2026-11-22T07:17:00Z')
+const NAMESPACE = 'https://example.com/v1/UserService'
+
+async function appWithUser007 (t: Parameters<Parameters<typeof test>[1]>[0], clock: () => number = () => CAPTURED) {
+  const soap = await listenSoapApp(t, { SOAP_PUBLIC_URL: 'https://example.com' }, { clock })
+  await soap.store.createUser({ id: '007', name: 'James Bond', email: 'jb@example.com' })
+  return soap
+}
+
+for (const name of ['zeep-1', 'zeep-2', 'zeep-3', 'node-soap-1', 'node-soap-2']) {
+  test(`${name} is accepted: GetUser("007") answers user 007`, async (t) => {
+    const { url } = await appWithUser007(t)
+    const { body, headers } = fixture(name)
+    const response = await post(`${url}/v1/UserService`, body, headers)
+    t.equal(response.status, 200, response.text)
+    const soap12 = headers['content-type']!.startsWith('application/soap+xml')
+    t.match(response.contentType, soap12 ? /^application\/soap\+xml; charset=utf-8/ : /^text\/xml; charset=utf-8/)
+    t.match(response.text, soap12 ? 'http://www.w3.org/2003/05/soap-envelope' : 'http://schemas.xmlsoap.org/soap/envelope/')
+    t.match(response.text, `<GetUserResponse xmlns="${NAMESPACE}"><user><id>007</id><name>James Bond</name></user></GetUserResponse>`,
+      'the id stays "007"; a SERVICE partner does not see the e-mail (same rule as GraphQL)')
+  })
+}
+
+for (const name of ['zeep-1', 'zeep-3', 'node-soap-1']) {
+  test(`${name} replayed is refused (its Nonce was used)`, async (t) => {
+    const { url } = await appWithUser007(t)
+    const { body, headers } = fixture(name)
+    t.equal((await post(`${url}/v1/UserService`, body, headers)).status, 200)
+    const replay = await post(`${url}/v1/UserService`, body, headers)
+    t.equal(replay.status, name === 'zeep-3' ? 400 : 500)
+    const fault = readFault(replay.text)
+    t.equal(fault.errorCode, 'UNAUTHENTICATED')
+    t.match(fault.reason, /Nonce has already been used/)
+    if (fault.soapVersion === '1.1') t.equal(fault.code, 'wsse:FailedAuthentication')
+    else t.same([fault.code, fault.subcode], ['env:Sender', 'wsse:FailedAuthentication'])
+  })
+}
+
+test('node-soap-2 (PasswordText, no Nonce) replayed after its Timestamp expired is refused', async (t) => {
+  let now = CAPTURED
+  const { url } = await appWithUser007(t, () => now)
+  const { body, headers } = fixture('node-soap-2')
+  t.equal((await post(`${url}/v1/UserService`, body, headers)).status, 200)
+  now = Date.parse('2026-11-22T07:26:40Z')
+  const replay = await post(`${url}/v1/UserService`, body, headers)
+  t.equal(replay.status, 500)
+  t.match(readFault(replay.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED' })
+})
+
+test('digest fixtures are refused once their Created is older than 5 minutes, even unreplayed', async (t) => {
+  const { url } = await appWithUser007(t, () => Date.parse('2026-11-22T07:21:35Z'))
+  for (const name of ['zeep-1', 'zeep-3', 'node-soap-1']) {
+    const { body, headers } = fixture(name)
+    const response = await post(`${url}/v1/UserService`, body, headers)
+    t.match(readFault(response.text), { errorCode: 'UNAUTHENTICATED', reason: /older than 300 seconds/ }, name)
+  }
+})
+
+test('a digest fixture is refused with the wrong password on the account', async (t) => {
+  const { url, store, partnerSecretKey } = await appWithUser007(t)
+  const { createPartnerAccount } = await import('../../app/auth/create-partner.ts')
+  await createPartnerAccount(store, partnerSecretKey, { login: 'partner', password: 'another-secret', userId: '5' })
+  // The credentials cache of this app still holds the old password for a moment; a new app reads the new one.
+  const fresh = await listenSoapApp(t, { SOAP_PUBLIC_URL: 'https://example.com' }, { clock: () => CAPTURED, store })
+  const { body, headers } = fixture('zeep-1')
+  const response = await post(`${fresh.url}/v1/UserService`, body, headers)
+  t.match(readFault(response.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason: 'The security token could not be authenticated or authorized' })
+})
