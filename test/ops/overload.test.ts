@@ -12,7 +12,7 @@ function block (ms: number) {
 }
 
 test('a lagging event loop sheds load: 503 + Retry-After in the GraphQL error shape, liveness exempt, then recovery', async (t) => {
-  const { url, app } = await listenTestApp(t, {
+  const { url } = await listenTestApp(t, {
     PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '40',
     PRESSURE_SAMPLE_INTERVAL_MS: '25',
     PRESSURE_RETRY_AFTER_SEC: '7',
