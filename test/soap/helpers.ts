@@ -99,3 +99,5 @@ export function textToken (username: string, password: string, extra = ''): stri
   return `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}"${extra}><wsse:UsernameToken><wsse:Username>${username}</wsse:Username>` +
     `<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordText">${password}</wsse:Password></wsse:UsernameToken></wsse:Security>`
 }
+
+export { parseXml as parseXmlText }

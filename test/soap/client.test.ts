@@ -1,0 +1,124 @@
+// The SOAP binding through a real, independent SOAP client: the npm `soap` package, built from our
+// ?wsdl, with WS-Security UsernameToken (PasswordDigest and PasswordText), SOAP 1.1 and 1.2, both
+// service versions, every operation; and a user created over SOAP is visible over GraphQL.
+import { test } from 'tap'
+import soap from 'soap'
+import { createPartnerAccount } from '../../app/auth/create-partner.ts'
+import { mintToken } from '../../app/auth/mint-token.ts'
+import { gql } from '../helpers/app.ts'
+import { listenSoapApp, parseXmlText } from './helpers.ts'
+
+const PUBLIC_URL = 'https://partners.example'
+
+type PasswordType = 'PasswordDigest' | 'PasswordText'
+
+async function setup (t: Parameters<Parameters<typeof test>[1]>[0]) {
+  const soapApp = await listenSoapApp(t, { SOAP_PUBLIC_URL: PUBLIC_URL })
+  // An administrator's partner login too, for the operations a SERVICE account may not perform.
+  await createPartnerAccount(soapApp.store, soapApp.partnerSecretKey, { login: 'root', password: 'r00t-secret', userId: '1' })
+  async function client (version: 'v1' | 'v2', soapVersion: '1.1' | '1.2', login: string, password: string, passwordType: PasswordType) {
+    const path = `/${version}/UserService`
+    // The WSDL announces the public address; the test server listens elsewhere, so the endpoint is overridden.
+    const c = await soap.createClientAsync(`${soapApp.url}${path}?wsdl`, { forceSoap12Headers: soapVersion === '1.2' }, `${soapApp.url}${path}`)
+    c.setSecurity(new soap.WSSecurity(login, password, { passwordType, hasTimeStamp: true }))
+    return c as soap.Client & Record<string, (args: unknown) => Promise<[any, string, unknown, string]>>
+  }
+  return { ...soapApp, client }
+}
+
+for (const version of ['v1', 'v2'] as const) {
+  for (const soapVersion of ['1.1', '1.2'] as const) {
+    for (const passwordType of ['PasswordDigest', 'PasswordText'] as const) {
+      test(`${version}, SOAP ${soapVersion}, ${passwordType}: every operation through node-soap`, async (t) => {
+        const { client, url, app } = await setup(t)
+        const admin = await client(version, soapVersion, 'root', 'r00t-secret', passwordType)
+        const partner = await client(version, soapVersion, 'partner', 's3cret', passwordType)
+
+        // GetUser: the partner (SERVICE) does not see e-mails, an administrator does.
+        const [asPartner, rawResponse, , rawRequest] = await partner.GetUserAsync({ id: '2' })
+        t.match(rawRequest, soapVersion === '1.2' ? 'http://www.w3.org/2003/05/soap-envelope' : 'http://schemas.xmlsoap.org/soap/envelope/', 'the client spoke the SOAP version under test')
+        t.match(rawRequest, `#${passwordType}`)
+        t.match(rawResponse, `xmlns="${PUBLIC_URL}/${version}/UserService"`, 'the response is in the version\'s namespace')
+        t.equal(asPartner.user.id, '2')
+        t.type(asPartner.user.name, 'string')
+        t.equal(asPartner.user.email, undefined, 'email hidden from a SERVICE partner')
+        const [asAdmin] = await admin.GetUserAsync({ id: '2' })
+        t.match(asAdmin.user.email, /@/, 'email visible to an administrator')
+        if (version === 'v2') t.ok(asAdmin.user.createdAt, 'v2 adds createdAt')
+        else t.equal(asAdmin.user.createdAt, undefined, 'v1 has no createdAt')
+
+        // CreateUser as the partner (SERVICE may create users).
+        const email = `soap-${version}-${soapVersion}-${passwordType}@example.com`.toLowerCase()
+        const [created] = await partner.CreateUserAsync({ name: 'Created Over SOAP', email })
+        const id = created.user.id as string
+        t.equal(created.user.name, 'Created Over SOAP')
+
+        // Visible over GraphQL, from the same store, under GraphQL's own rules.
+        const adminToken = mintToken(app.config.jwt, '1', 'ADMIN')
+        const viaGraphQL = await gql(url, 'query ($id: ID!) { user(id: $id) { id name email } }', { id }, { authorization: `Bearer ${adminToken}` })
+        t.same(viaGraphQL.body.data, { user: { id, name: 'Created Over SOAP', email } }, 'the SOAP-created user is visible over GraphQL')
+
+        // UpdateUser: the partner may not update someone else (FORBIDDEN fault); an administrator may.
+        const forbidden = await partner.UpdateUserAsync({ id, name: 'Renamed' }).then(() => null, (err: any) => err)
+        t.ok(forbidden, 'the partner is refused')
+        t.match(forbidden.body, '<f:code>FORBIDDEN</f:code>')
+        const [updated] = await admin.UpdateUserAsync({ id, name: 'Renamed', email: `renamed-${email}` })
+        t.same([updated.user.name, updated.user.email], ['Renamed', `renamed-${email}`])
+
+        if (version === 'v2') {
+          const [listed] = await admin.ListUsersAsync({ limit: 3 })
+          t.equal(listed.user.length, 3, 'ListUsers(limit) answers that many users')
+          t.ok(listed.user.every((u: { id: string; createdAt: unknown }) => u.id && u.createdAt))
+        } else {
+          t.notOk('ListUsersAsync' in partner, 'v1 has no ListUsers')
+        }
+
+        // DeleteUser: administrators only.
+        const refused = await partner.DeleteUserAsync({ id }).then(() => null, (err: any) => err)
+        t.match(refused?.body, '<f:code>FORBIDDEN</f:code>')
+        const [deleted] = await admin.DeleteUserAsync({ id })
+        t.equal(deleted.deleted, true)
+        const gone = await admin.GetUserAsync({ id }).then(() => null, (err: any) => err)
+        t.match(gone?.body, '<f:code>NOT_FOUND</f:code>')
+        const afterDelete = await gql(url, 'query ($id: ID!) { user(id: $id) { id } }', { id }, { authorization: `Bearer ${adminToken}` })
+        t.same(afterDelete.body.data, { user: null }, 'and GraphQL no longer finds it')
+      })
+    }
+  }
+}
+
+test('a wrong password through node-soap is a FailedAuthentication fault, not a bare 401', async (t) => {
+  const { client } = await setup(t)
+  for (const passwordType of ['PasswordDigest', 'PasswordText'] as const) {
+    const c = await client('v1', '1.1', 'partner', 'wrong-password', passwordType)
+    const err = await c.GetUserAsync({ id: '2' }).then(() => null, (e: any) => e)
+    t.equal(err?.response?.status, 500, passwordType)
+    t.match(err?.body, '<faultcode>wsse:FailedAuthentication</faultcode>')
+    t.match(err?.body, '<f:code>UNAUTHENTICATED</f:code>')
+  }
+})
+
+for (const version of ['v1', 'v2'] as const) {
+  test(`GET /${version}/UserService?wsdl: WSDL 1.1 with both bindings and the configured address`, async (t) => {
+    const { url } = await setup(t)
+    const response = await fetch(`${url}/${version}/UserService?wsdl`)
+    t.equal(response.status, 200)
+    t.match(response.headers.get('content-type'), /^text\/xml/)
+    const wsdl = await response.text()
+    const root = parseXmlText(wsdl)
+    t.equal(root.ns, 'http://schemas.xmlsoap.org/wsdl/')
+    t.equal(root.local, 'definitions')
+    t.match(wsdl, `targetNamespace="${PUBLIC_URL}/${version}/UserService"`)
+    t.match(wsdl, `<soap:address location="${PUBLIC_URL}/${version}/UserService"/>`)
+    t.match(wsdl, `<soap12:address location="${PUBLIC_URL}/${version}/UserService"/>`)
+    t.match(wsdl, `soapAction="${PUBLIC_URL}/${version}/UserService/GetUser"`)
+    for (const op of ['GetUser', 'CreateUser', 'UpdateUser', 'DeleteUser']) t.match(wsdl, `<wsdl:operation name="${op}">`)
+    if (version === 'v2') {
+      t.match(wsdl, '<wsdl:operation name="ListUsers">')
+      t.match(wsdl, '<xs:element name="createdAt" type="xs:dateTime"/>')
+    } else {
+      t.notMatch(wsdl, 'ListUsers')
+      t.notMatch(wsdl, 'createdAt')
+    }
+  })
+}
