@@ -15,6 +15,7 @@ import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
 import rateLimitPlugin from '../plugins/rate-limit.ts'
 import graphqlPlugin from '../plugins/graphql.ts'
+import persistedQueriesPlugin from '../plugins/persisted-queries.ts'
 import graphqlRoutes from '../routes/graphql.ts'
 import healthRoutes from '../routes/health.ts'
 import queryUiRoutes from '../routes/query-ui.ts'
@@ -88,6 +89,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(authPlugin)
   await app.register(rateLimitPlugin)
   await app.register(graphqlPlugin)
+  await app.register(persistedQueriesPlugin)
   await app.register(graphqlRoutes)
   await app.register(healthRoutes)
   await app.register(queryUiRoutes)

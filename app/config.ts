@@ -65,7 +65,11 @@ export interface Config {
   persistedOnly: boolean
   persistedManifest: string | null
   apqMaxEntries: number
+  /** APQ texts longer than this run but are not registered (bounds the registry's memory). */
+  apqMaxDocumentBytes: number
   cacheMaxAgeSec: number
+  /** How many persisted GET responses' ETags are remembered for If-None-Match (304 without executing). */
+  cacheMaxEntries: number
 
   /** partnerSecretKey seals partners' passwords at rest (PasswordDigest needs them in plain on the server). */
   soap: { publicUrl: string; maxAgeSec: number; partnerSecretKey: string }
@@ -132,7 +136,9 @@ const schema = {
     PERSISTED_ONLY: { type: 'boolean' },
     PERSISTED_MANIFEST: { type: 'string' },
     APQ_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
+    APQ_MAX_DOCUMENT_BYTES: { type: 'integer', minimum: 0, default: 16384 },
     CACHE_MAX_AGE_SEC: { type: 'integer', minimum: 0, default: 60 },
+    CACHE_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
     SOAP_PUBLIC_URL: { type: 'string' },
     WSSE_MAX_AGE_SEC: { type: 'integer', minimum: 1, default: 300 },
     PARTNER_SECRET_KEY: { type: 'string' },
@@ -230,7 +236,9 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     persistedOnly: pick(e.PERSISTED_ONLY as boolean | undefined, false, true),
     persistedManifest: optional(e.PERSISTED_MANIFEST),
     apqMaxEntries: e.APQ_MAX_ENTRIES as number,
+    apqMaxDocumentBytes: e.APQ_MAX_DOCUMENT_BYTES as number,
     cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC as number,
+    cacheMaxEntries: e.CACHE_MAX_ENTRIES as number,
     soap: {
       publicUrl: optional(e.SOAP_PUBLIC_URL) ?? `http://localhost:${port}`,
       maxAgeSec: e.WSSE_MAX_AGE_SEC as number,

@@ -8,6 +8,8 @@ import { AppError, Messages } from '../app/errors.ts'
 import type { GraphQLContext } from '../app/graphql/context.ts'
 import { formatThrown, statusOf, type ErrorJson } from '../app/graphql/error-format.ts'
 import { noPersistedQueries, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
+import { createHttpCache } from '../app/graphql/http-cache.ts'
+import { requirePreflightHeader } from '../app/graphql/require-preflight.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -38,6 +40,8 @@ function wantsGraphQLResponse (request: FastifyRequest): boolean {
 function statusFor (request: FastifyRequest, body: GraphQLResponseBody): number {
   const first = body.errors?.[0]
   if (!first || body.data !== undefined) return 200
+  // The APQ protocol: a miss is an ordinary answer, on which clients resend the hash with the query.
+  if (first.extensions.code === 'PERSISTED_QUERY_NOT_FOUND') return 200
   if (UNPROCESSED.has(first.extensions.code)) return statusOf(first.extensions.code)
   return wantsGraphQLResponse(request) ? statusOf(first.extensions.code) : 200
 }
@@ -73,7 +77,13 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     if (variables != null && (typeof variables !== 'object' || Array.isArray(variables))) throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
     if (operationName != null && typeof operationName !== 'string') throw new AppError('BAD_REQUEST', 'operationName must be a string')
 
-    const source = await app.persistedQueries.resolve(params)
+    let source: string
+    try {
+      source = await app.persistedQueries.resolve(params, request.method)
+    } catch (err) {
+      // A refused persisted-query request answers like any request refused before execution.
+      return send(request, reply, { errors: formatThrown(err, app.graphqlErrorOptions) })
+    }
     const deadline = Date.now() + config.limits.timeoutMs
     const context = {
       domain: createDomainContext({ store: app.store, events: app.events, caps: config.limits }, request.caller, deadline),
@@ -124,13 +134,15 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     return execute(request, reply, body as GraphQLRequestParams)
   })
 
-  app.get('/graphql', { onRequest: [identify] }, async (request, reply) => {
+  const getCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries })
+  app.get('/graphql', { onRequest: [requirePreflightHeader, identify], ...getCache }, async (request, reply) => {
     const query = request.query as Record<string, unknown>
     if (query.queryId === undefined && query.extensions === undefined) {
       throw new AppError('METHOD_NOT_ALLOWED', 'GET accepts persisted queries only (queryId); send other operations by POST')
     }
     return execute(request, reply, {
       queryId: query.queryId,
+      query: query.query,
       operationName: query.operationName,
       variables: parseJsonParam(query.variables, 'variables'),
       extensions: parseJsonParam(query.extensions, 'extensions')

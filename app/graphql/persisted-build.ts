@@ -1,0 +1,79 @@
+// `npm run persisted:build -- <folder> [--out persisted/manifest.json]`: registers the operations a
+// client ships. Every *.graphql / *.gql file under the folder holds one operation (plus the fragments
+// it uses); each is parsed, validated against app/graphql/schema.graphql with the service's
+// validation rules, printed in canonical form and written with its sha256 into a manifest in
+// Apollo's persisted-query manifest format (which the service also loads as Apollo's tooling writes
+// it). Clients send `queryId: "sha256:<id>"`. A file with several operations (graphql-jit compiles
+// by text, so one text must mean one operation), an invalid one or a duplicate name fails the build.
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { dirname, join, relative, resolve } from 'node:path'
+import { buildSchema, parse, print, specifiedRules, validate, type DocumentNode } from 'graphql'
+import { loadConfig } from '../config.ts'
+import { depthLimitRule, literalCapsRule } from './limits.ts'
+import { sha256Hex, singleOperation, type ApolloManifest } from './persisted.ts'
+
+export const SCHEMA_FILE = new URL('./schema.graphql', import.meta.url)
+
+export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_FILE, 'utf8')): ApolloManifest {
+  const schema = buildSchema(schemaSDL)
+  // The limits the service validates with (MAX_DEPTH etc. from the environment), so a document the
+  // service would refuse at start is refused here first.
+  const { limits } = loadConfig({ ...process.env, NODE_ENV: 'development', JWT_SECRET: undefined, JWT_PUBLIC_KEY: undefined })
+  const rules = [...specifiedRules, depthLimitRule(limits.maxDepth), literalCapsRule(limits)]
+
+  const files = (readdirSync(folder, { recursive: true }) as string[])
+    .filter((f) => /\.(graphql|gql)$/.test(f))
+    .sort()
+  if (files.length === 0) throw new Error(`No .graphql files under ${folder}`)
+
+  const problems: string[] = []
+  const operations: ApolloManifest['operations'] = []
+  const fileByName = new Map<string, string>()
+  for (const file of files) {
+    const where = relative(process.cwd(), join(folder, file))
+    let document: DocumentNode
+    try {
+      document = parse(readFileSync(join(folder, file), 'utf8'))
+    } catch (err) {
+      problems.push(`${where}: ${(err as Error).message}`)
+      continue
+    }
+    const single = singleOperation(document)
+    if (typeof single === 'string') { problems.push(`${where}: ${single}`); continue }
+    const errors = validate(schema, document, rules)
+    if (errors.length > 0) { problems.push(...errors.map((e) => `${where}: ${e.message}`)); continue }
+    if (!single.name) { problems.push(`${where}: the operation needs a name (clients and logs refer to it)`); continue }
+    const seen = fileByName.get(single.name)
+    if (seen) { problems.push(`${where}: operation name ${single.name} is already used by ${seen}`); continue }
+    fileByName.set(single.name, where)
+    const body = print(document)
+    operations.push({ id: sha256Hex(body), name: single.name, type: single.type, body })
+  }
+  if (problems.length > 0) throw new Error(`Persisted queries not built:\n  ${problems.join('\n  ')}`)
+  operations.sort((a, b) => a.name!.localeCompare(b.name!))
+  return { format: 'apollo-persisted-query-manifest', version: 1, operations }
+}
+
+function main (args: string[]): void {
+  const rest = [...args]
+  let out: string | undefined = 'persisted/manifest.json'
+  const outIndex = rest.indexOf('--out')
+  if (outIndex >= 0) out = rest.splice(outIndex, 2)[1]
+  const folder = rest[0]
+  if (!folder || !out || rest.length > 1) {
+    console.error('Usage: npm run persisted:build -- <folder of .graphql operation files> [--out persisted/manifest.json]')
+    process.exit(2)
+  }
+  try {
+    const manifest = buildManifest(resolve(folder))
+    mkdirSync(dirname(resolve(out)), { recursive: true })
+    writeFileSync(out, `${JSON.stringify(manifest, null, 2)}\n`)
+    console.log(`Wrote ${manifest.operations.length} operations to ${out} (set PERSISTED_MANIFEST=${out}):`)
+    for (const op of manifest.operations) console.log(`  ${op.type} ${op.name}  queryId sha256:${op.id}`)
+  } catch (err) {
+    console.error((err as Error).message)
+    process.exit(1)
+  }
+}
+
+if (import.meta.main) main(process.argv.slice(2))
