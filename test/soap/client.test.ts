@@ -5,14 +5,14 @@ import { test } from 'tap'
 import soap from 'soap'
 import { createPartnerAccount } from '../../app/auth/create-partner.ts'
 import { mintToken } from '../../app/auth/mint-token.ts'
-import { gql } from '../helpers/app.ts'
+import { gql, type TestLike } from '../helpers/app.ts'
 import { listenSoapApp, parseXmlText } from './helpers.ts'
 
 const PUBLIC_URL = 'https://partners.example'
 
 type PasswordType = 'PasswordDigest' | 'PasswordText'
 
-async function setup (t: Parameters<Parameters<typeof test>[1]>[0]) {
+async function setup (t: TestLike) {
   const soapApp = await listenSoapApp(t, { SOAP_PUBLIC_URL: PUBLIC_URL })
   // An administrator's partner login too, for the operations a SERVICE account may not perform.
   await createPartnerAccount(soapApp.store, soapApp.partnerSecretKey, { login: 'root', password: 'r00t-secret', userId: '1' })

@@ -1,13 +1,14 @@
 // Requests captured from zeep and node-soap (../shared/fixtures/soap) are accepted as sent, with a clock
 // injected at the time they were captured; each replay is refused where the message can tell one.
 import { test } from 'tap'
+import type { TestLike } from '../helpers/app.ts'
 import { fixture, listenSoapApp, post, readFault } from './helpers.ts'
 
 // The fixtures were captured at 07:16:29-07:16:34Z; node-soap's Timestamp expires at 07:26:34Z.
 const CAPTURED = Date.parse('2026-11-22T07:17:00Z')
 const NAMESPACE = 'https://example.com/v1/UserService'
 
-async function appWithUser007 (t: Parameters<Parameters<typeof test>[1]>[0], clock: () => number = () => CAPTURED) {
+async function appWithUser007 (t: TestLike, clock: () => number = () => CAPTURED) {
   const soap = await listenSoapApp(t, { SOAP_PUBLIC_URL: 'https://example.com' }, { clock })
   await soap.store.createUser({ id: '007', name: 'James Bond', email: 'jb@example.com' })
   return soap
@@ -63,7 +64,7 @@ test('digest fixtures are refused once their Created is older than 5 minutes, ev
 })
 
 test('a digest fixture is refused with the wrong password on the account', async (t) => {
-  const { url, store, partnerSecretKey } = await appWithUser007(t)
+  const { store, partnerSecretKey } = await appWithUser007(t)
   const { createPartnerAccount } = await import('../../app/auth/create-partner.ts')
   await createPartnerAccount(store, partnerSecretKey, { login: 'partner', password: 'another-secret', userId: '5' })
   // The credentials cache of this app still holds the old password for a moment; a new app reads the new one.
