@@ -1,6 +1,6 @@
 // The root plugin: builds the service from a configuration, registering plugins in an explicit order.
 // Tests build it with inject or listen on port 0; app/server.ts runs it.
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, { type FastifyError, type FastifyInstance } from 'fastify'
 import type { Config } from './config.ts'
 import { AppError, type ErrorCode } from './errors.ts'
 import { formatError } from './graphql/error-format.ts'
@@ -24,7 +24,8 @@ import soapRoutes from '../routes/soap/index.ts'
 export interface BuildOptions {
   /** A store owned by the caller (tests); otherwise the configured one is opened and closed with the app. */
   store?: Store
-  logger?: FastifyServerOptions['logger']
+  /** false silences logging (tests); a stream receives the service's own log lines (tests read them). */
+  logger?: false | { stream: NodeJS.WritableStream; level?: string }
   /** Epoch-milliseconds clock for WS-Security freshness (tests replaying captured SOAP requests inject one). */
   clock?: () => number
 }
@@ -48,9 +49,14 @@ function toAppError (err: FastifyError): AppError {
 export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
   const production = config.profile === 'production'
   const app = Fastify({
-    logger: options.logger ?? {
-      level: config.logLevel,
-      redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' }
+    logger: options.logger === false ? false : {
+      level: (options.logger && options.logger.level) || config.logLevel,
+      redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-api-key"]'], censor: '[redacted]' },
+      serializers: {
+        // Requests are logged with their headers so that redaction above has something to protect.
+        req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string; id?: string }) => ({ method: req.method, url: req.url, headers: req.headers, remoteAddress: req.ip })
+      },
+      ...(options.logger?.stream ? { stream: options.logger.stream } : {})
     },
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
@@ -60,9 +66,18 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     routerOptions: { maxParamLength: 200 }
   })
 
-  app.addHook('onRequest', async (request, reply) => {
+  app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
   })
+    done()
+  })
+  // During a graceful shutdown, responses to requests already in flight close their keep-alive
+  // connection; otherwise the server would wait for idle sockets until their keep-alive timeout.
+  let closing = false
+  app.addHook('preClose', async () => { closing = true })
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (closing) reply.header('connection', 'close')
+    done(null, payload)
 
   // Every error that escapes a route answers in the GraphQL error shape, without internals in production.
   // (The SOAP routes answer with faults through their own handler.)

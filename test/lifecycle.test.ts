@@ -1,0 +1,79 @@
+// Operations basics: health, readiness, redacted logs, graceful shutdown (in-process and of the real process).
+import { test } from 'tap'
+import { Writable } from 'node:stream'
+import { spawn } from 'node:child_process'
+import { buildApp } from '../app/app.ts'
+import { openSqliteStore } from '../app/store/sqlite.ts'
+import { loadDemoData } from '../app/store/sample-data.ts'
+import { gql, listenTestApp, testConfig, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from './helpers/app.ts'
+import { mintToken } from '../app/auth/mint-token.ts'
+
+test('liveness and readiness; readiness reflects a failing store', async (t) => {
+  const { url, store } = await listenTestApp(t)
+  t.same(await (await fetch(`${url}/health/live`)).json(), { status: 'ok' })
+  const ready = await fetch(`${url}/health/ready`)
+  t.equal(ready.status, 200)
+  t.match(await ready.json(), { status: 'ready', checks: { store: 'ok' } })
+  store.ping = async () => { throw new Error('database is down') }
+  const notReady = await fetch(`${url}/health/ready`)
+  t.equal(notReady.status, 503)
+  t.match(await notReady.json(), { status: 'not ready', checks: { store: 'failing: database is down' } })
+})
+
+test('logs carry request ids and never the Authorization header', async (t) => {
+  const lines: string[] = []
+  const stream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  const config = testConfig({ LOG_LEVEL: 'info' })
+  const store = openSqliteStore(':memory:')
+  await loadDemoData(store)
+  const app = await buildApp(config, { store, logger: { stream } })
+  t.teardown(async () => { await app.close(); await store.close() })
+  const url = await app.listen({ host: '127.0.0.1', port: 0 })
+  const token = mintToken(config.jwt, '2', 'USER')
+  const { headers } = await gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${token}`, 'x-request-id': 'req-abc' })
+  t.equal(headers.get('x-request-id'), 'req-abc')
+  const log = lines.join('')
+  t.match(log, /"reqId":"req-abc"/)
+  t.match(log, /"authorization":"\[redacted\]"/)
+  t.notMatch(log, new RegExp(token.split('.')[2]!), 'the token never reaches the logs')
+})
+
+test('closing finishes in-flight requests', async (t) => {
+  const { app, url, store } = await listenTestApp(t)
+  const listUsers = store.listUsers.bind(store)
+  store.listUsers = async (limit) => { await new Promise((r) => setTimeout(r, 300)); return listUsers(limit) }
+  const inFlight = gql(url, '{ users(limit: 2) { name } }')
+  await new Promise((r) => setTimeout(r, 50))
+  const started = Date.now()
+  const closed = app.close()
+  const { status, body } = await inFlight
+  t.equal(status, 200)
+  t.same(body.data, { users: [{ name: 'Admin' }, { name: 'Ada Lovelace' }] })
+  await closed
+  // The in-flight response closes its keep-alive connection, so the server does not wait for it to idle out.
+  t.ok(Date.now() - started < 5000, `closed promptly (${Date.now() - started} ms)`)
+})
+
+test('npm start runs the service on its own Node; SIGTERM shuts it down cleanly', async (t) => {
+  const dir = t.testdir()
+  const child = spawn(process.execPath, ['app/server.ts'], {
+    env: { ...process.env, PORT: '0', SQLITE_PATH: `${dir}/service.db`, JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, LOG_LEVEL: 'info', NODE_ENV: 'development' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let output = ''
+  child.stdout.on('data', (d) => { output += d })
+  child.stderr.on('data', (d) => { output += d })
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start: ${output}`)), 15000)
+    child.stdout.on('data', () => {
+      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)
+      if (match) { clearTimeout(timer); resolve(match[1]!) }
+    })
+  })
+  const { body } = await gql(url, '{ users { name } }')
+  t.equal(body.data.users[1].name, 'Ada Lovelace', 'a new embedded store starts with the demo data set')
+  const exit = new Promise<number | null>((resolve) => child.on('exit', resolve))
+  child.kill('SIGTERM')
+  t.equal(await exit, 0)
+  t.match(output, /"signal":"SIGTERM","msg":"shutting down"/)
+})
