@@ -68,7 +68,6 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
 
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
-  })
     done()
   })
   // During a graceful shutdown, responses to requests already in flight close their keep-alive
