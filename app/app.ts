@@ -77,6 +77,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close')
     done(null, payload)
+  })
 
   // Every error that escapes a route answers in the GraphQL error shape, without internals in production.
   // (The SOAP routes answer with faults through their own handler.)
