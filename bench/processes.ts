@@ -1,0 +1,117 @@
+// Server processes for the benchmark: each one started the way `npm start` starts the service
+// (`node <script>` with the project's Node and an environment), its output sent to a log file so a
+// failure can show its tail, its peak RSS read from /proc when it is stopped.
+import { spawn, type ChildProcess } from 'node:child_process'
+import { closeSync, existsSync, openSync, readFileSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { join } from 'node:path'
+
+export const REPO_ROOT = new URL('..', import.meta.url).pathname
+
+export interface ServerProcess {
+  readonly name: string
+  readonly pid: number
+  readonly url: string
+  /** Peak resident set size so far (VmHWM), in bytes; null where /proc is not available. */
+  peakRssBytes (): number | null
+  /** SIGTERM (graceful: close-with-grace, so --cpu-prof profiles are written), SIGKILL after 15 s. */
+  stop (): Promise<void>
+  logTail (lines?: number): string
+}
+
+export interface StartOptions {
+  name: string
+  /** Script path relative to the repository root, e.g. app/server.ts. */
+  script: string
+  env: Record<string, string>
+  logDir: string
+  nodeArgs?: string[]
+  readyPath?: string
+  timeoutMs?: number
+}
+
+/** A port the kernel just handed out and released; the server is started on it right after. */
+export function freePort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+export function readPeakRss (pid: number): number | null {
+  const path = `/proc/${pid}/status`
+  if (!existsSync(path)) return null
+  const match = /^VmHWM:\s+(\d+)\s+kB/m.exec(readFileSync(path, 'utf8'))
+  return match ? Number(match[1]) * 1024 : null
+}
+
+function tail (path: string, lines: number): string {
+  try {
+    return readFileSync(path, 'utf8').trimEnd().split('\n').slice(-lines).join('\n')
+  } catch {
+    return ''
+  }
+}
+
+export async function startServer (options: StartOptions): Promise<ServerProcess> {
+  const port = await freePort()
+  const url = `http://127.0.0.1:${port}`
+  const logPath = join(options.logDir, `${options.name.replace(/[^a-z0-9-]+/gi, '_')}-${port}.log`)
+  const logFd = openSync(logPath, 'w')
+  const child: ChildProcess = spawn(process.execPath, [...(options.nodeArgs ?? []), options.script], {
+    cwd: REPO_ROOT,
+    // Only what we pass: nothing from the shell running the benchmark leaks into a measured process.
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...options.env, HOST: '127.0.0.1', PORT: String(port) },
+    stdio: ['ignore', logFd, logFd]
+  })
+  closeSync(logFd)
+  let exited: string | null = null
+  const exitPromise = new Promise<void>((resolve) => {
+    child.once('exit', (code, signal) => {
+      exited = `exited with ${signal ?? code}`
+      resolve()
+    })
+  })
+
+  let peak: number | null = null
+  const server: ServerProcess = {
+    name: options.name,
+    pid: child.pid!,
+    url,
+    peakRssBytes: () => {
+      if (exited === null) peak = readPeakRss(child.pid!) ?? peak
+      return peak
+    },
+    logTail: (lines = 20) => tail(logPath, lines),
+    async stop () {
+      if (exited !== null) return
+      server.peakRssBytes()
+      child.kill('SIGTERM')
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000)
+      await exitPromise
+      clearTimeout(timer)
+    }
+  }
+
+  const deadline = Date.now() + (options.timeoutMs ?? 30_000)
+  const readyUrl = url + (options.readyPath ?? '/health/ready')
+  while (true) {
+    if (exited !== null) throw new Error(`${options.name} ${exited} before it was ready:\n${tail(logPath, 30)}`)
+    try {
+      const response = await fetch(readyUrl, { signal: AbortSignal.timeout(1000) })
+      await response.arrayBuffer()
+      if (response.ok) return server
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      await server.stop()
+      throw new Error(`${options.name} was not ready at ${readyUrl} within ${options.timeoutMs ?? 30_000} ms:\n${tail(logPath, 30)}`)
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+}

@@ -1,0 +1,176 @@
+// The benchmark's report: the table (printed and as Markdown for the README), the JSON record in
+// bench/results/, the SVG chart of the ratios and of how they moved since the previous result, and the
+// threshold check.
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { StoreKind } from './scenarios.ts'
+
+export interface Result {
+  name: string
+  kind: 'baseline' | 'scenario'
+  store: StoreKind
+  description: string
+  status: 'ok' | 'failed' | 'skipped'
+  /** Why it failed or was skipped. */
+  reason?: string
+  connections?: number
+  durationSec?: number
+  requests?: number
+  /** Requests per second (deliveries per second for subscription-fanout). */
+  rps?: number
+  latencyMs?: { p50: number; p99: number }
+  non2xx?: number
+  /** Connection errors, timeouts and responses failing the body check. */
+  errors?: number
+  peakRssBytes?: number | null
+  restBaseline?: string | null
+  ratioToRest?: number | null
+  ratioToLimit?: number | null
+  details?: Record<string, unknown>
+}
+
+export interface RunReport {
+  startedAt: string
+  finishedAt: string
+  command: string
+  commit: string
+  smoke: boolean
+  machine: { cpus: number; cpuModel: string; node: string; platform: string }
+  options: Record<string, unknown>
+  notes: string[]
+  results: Result[]
+}
+
+export type Thresholds = Record<string, number>
+
+const fixed = (value: number | null | undefined, digits: number): string => value == null || !Number.isFinite(value) ? '–' : value.toFixed(digits)
+const mb = (bytes: number | null | undefined): string => bytes == null ? '–' : `${Math.round(bytes / 1024 / 1024)}`
+
+function rowOf (r: Result): string[] {
+  const outcome = r.status === 'ok' ? 'ok' : `${r.status.toUpperCase()}${r.reason ? `: ${r.reason}` : ''}`
+  return [
+    r.name,
+    r.rps === undefined ? '–' : Math.round(r.rps).toString(),
+    r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '',
+    fixed(r.ratioToLimit, 2),
+    fixed(r.latencyMs?.p50, 1),
+    fixed(r.latencyMs?.p99, 1),
+    r.non2xx === undefined ? '–' : `${r.non2xx}/${r.errors ?? 0}`,
+    mb(r.peakRssBytes),
+    outcome
+  ]
+}
+
+const HEADER = ['scenario', 'req/s', '× rest', '× limit', 'p50 ms', 'p99 ms', 'non2xx/err', 'peak RSS MB', 'result']
+
+export function textTable (report: RunReport): string {
+  const rows = [HEADER, ...report.results.map(rowOf)]
+  const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => (i === HEADER.length - 1 ? 0 : r[i]!.length))))
+  const line = (cells: string[]) => cells.map((c, i) => i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ').trimEnd()
+  return [line(rows[0]!), widths.map((w) => '-'.repeat(Math.max(w, 6))).join('  '), ...rows.slice(1).map(line)].join('\n')
+}
+
+export function markdownTable (report: RunReport): string {
+  const rows = report.results.map(rowOf)
+  return [
+    `| ${HEADER.join(' | ')} |`,
+    `| ${HEADER.map((_, i) => (i === 0 || i === HEADER.length - 1 ? '---' : '---:')).join(' | ')} |`,
+    ...rows.map((r) => `| ${r.map((c) => c.replace(/\|/g, '\\|')).join(' | ')} |`)
+  ].join('\n')
+}
+
+/** The newest earlier full (non-smoke) result in `dir`, to compare with. */
+export function previousReport (dir: string, before: string): RunReport | null {
+  let names: string[]
+  try {
+    names = readdirSync(dir).filter((n) => /^\d{4}-.*\.json$/.test(n) && n < before).sort().reverse()
+  } catch {
+    return null
+  }
+  for (const name of names) {
+    try {
+      const report = JSON.parse(readFileSync(join(dir, name), 'utf8')) as RunReport
+      if (!report.smoke) return report
+    } catch {
+      // an unreadable file is not a baseline
+    }
+  }
+  return null
+}
+
+export interface CheckOutcome {
+  ok: boolean
+  lines: string[]
+}
+
+/** Every scenario with a floor must have run cleanly at or above it; failures fail whatever the floor. */
+export function checkThresholds (report: RunReport, thresholds: Thresholds): CheckOutcome {
+  const lines: string[] = []
+  let ok = true
+  for (const r of report.results) {
+    if (r.status === 'failed') {
+      ok = false
+      lines.push(`FAIL ${r.name}: ${r.reason}`)
+    }
+  }
+  for (const [name, floor] of Object.entries(thresholds)) {
+    const r = report.results.find((x) => x.name === name)
+    if (!r || r.status === 'skipped') {
+      lines.push(`skip ${name}: not measured${r?.reason ? ` (${r.reason})` : ''}; floor ${floor.toFixed(2)} not checked`)
+    } else if (r.status === 'ok') {
+      const ratio = r.ratioToRest ?? 0
+      const pass = ratio >= floor
+      if (!pass) ok = false
+      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${ratio.toFixed(2)} × rest ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+    }
+  }
+  return { ok, lines }
+}
+
+const escapeXml = (s: string) => s.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]!)
+
+/**
+ * A horizontal bar chart: for each scenario its ratio to its `rest` route and to `limit`, the floor
+ * (red tick) and the previous result's ratio to `rest` (black tick, with the change as a number).
+ */
+export function svgChart (report: RunReport, previous: RunReport | null, thresholds: Thresholds): string {
+  const rows = report.results.filter((r) => r.kind === 'scenario' && r.ratioToRest != null)
+  const prevOf = (name: string) => previous?.results.find((r) => r.name === name && r.status === 'ok')
+  const max = Math.max(1, ...rows.flatMap((r) => [r.ratioToRest ?? 0, r.ratioToLimit ?? 0, prevOf(r.name)?.ratioToRest ?? 0]))
+  const left = 190
+  const width = 860
+  const plot = width - left - 150
+  const rowHeight = 46
+  const top = 64
+  const height = top + rows.length * rowHeight + 40
+  const x = (v: number) => left + (v / max) * plot
+  const out: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="${width}" height="${height}" fill="#fff"/>`,
+    `<text x="12" y="22" font-size="15" font-weight="bold">Throughput ratios per scenario (${escapeXml(report.startedAt)}, ${escapeXml(report.commit)})</text>`,
+    `<rect x="12" y="34" width="12" height="10" fill="#3b6fd8"/><text x="28" y="43">× rest (same store reads, no GraphQL)</text>`,
+    `<rect x="270" y="34" width="12" height="10" fill="#9ec5a8"/><text x="286" y="43">× limit (prebuilt bytes)</text>`,
+    `<line x1="450" y1="32" x2="450" y2="46" stroke="#d33" stroke-width="3"/><text x="456" y="43">floor</text>`,
+    `<line x1="510" y1="32" x2="510" y2="46" stroke="#000" stroke-width="2"/><text x="516" y="43">previous × rest${previous ? ` (${escapeXml(previous.startedAt)})` : ': none'}</text>`
+  ]
+  for (let v = 0; v <= max + 1e-9; v += max > 2 ? 0.5 : 0.25) {
+    out.push(`<line x1="${x(v)}" y1="${top - 6}" x2="${x(v)}" y2="${height - 34}" stroke="#eee"/>`,
+      `<text x="${x(v)}" y="${height - 20}" text-anchor="middle" fill="#666">${v.toFixed(2)}</text>`)
+  }
+  rows.forEach((r, i) => {
+    const y = top + i * rowHeight
+    const rest = r.ratioToRest ?? 0
+    const limit = r.ratioToLimit ?? 0
+    const prev = prevOf(r.name)?.ratioToRest
+    const floor = thresholds[r.name]
+    out.push(`<text x="${left - 8}" y="${y + 18}" text-anchor="end">${escapeXml(r.name)}${r.status === 'failed' ? ' (FAILED)' : ''}</text>`,
+      `<rect x="${left}" y="${y + 4}" width="${x(rest) - left}" height="16" fill="#3b6fd8"/>`,
+      `<rect x="${left}" y="${y + 22}" width="${x(limit) - left}" height="10" fill="#9ec5a8"/>`)
+    if (floor !== undefined) out.push(`<line x1="${x(floor)}" y1="${y}" x2="${x(floor)}" y2="${y + 36}" stroke="#d33" stroke-width="3"/>`)
+    if (prev != null) out.push(`<line x1="${x(prev)}" y1="${y + 2}" x2="${x(prev)}" y2="${y + 22}" stroke="#000" stroke-width="2"/>`)
+    const delta = prev != null ? ` (${rest - prev >= 0 ? '+' : ''}${(rest - prev).toFixed(2)})` : ''
+    out.push(`<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${limit.toFixed(2)}</text>`)
+  })
+  out.push('</svg>')
+  return out.join('\n') + '\n'
+}

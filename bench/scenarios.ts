@@ -1,0 +1,287 @@
+// What the benchmark measures: the baselines (`limit`, `rest-*`) and the service's scenarios, each a
+// request generator (bodies vary where real traffic varies: ids rotate over the seeded users), a full
+// check of sampled responses, and a cheap check of every response (so a fast error never counts as
+// throughput).
+
+export type Shape = 'list' | 'user' | 'messages' | 'create'
+export type StoreKind = 'sqlite' | 'postgres'
+
+export interface BenchData {
+  /** Seeded users (rotated over), with a USER token for each. */
+  users: { id: string; token: string }[]
+  adminToken: string
+  rooms: string[]
+  /** Distinguishes this run's created users (e-mails are unique). */
+  runId: string
+  /** The users-list scenario's response bytes, which the `limit` route serves. */
+  listBody?: string
+  /** queryId of a persisted `user(id)` operation, when the persisted-query transport exists. */
+  persistedUserQueryId?: string
+  /** A partner login for the SOAP scenario, when the SOAP transport exists. */
+  soap?: { path: string; login: string; password: string }
+}
+
+export interface RequestSpec {
+  method: 'GET' | 'POST'
+  path: string
+  headers: Record<string, string>
+  body?: string
+}
+
+export interface Sample {
+  status: number
+  contentType: string
+  body: string
+}
+
+export interface HttpScenario {
+  name: string
+  target: 'service' | 'baseline'
+  store: StoreKind
+  shape: Shape | 'limit'
+  description: string
+  /** The next request; called once per request sent, so ids, tokens and e-mails rotate. */
+  next (): RequestSpec
+  /** Full check of one response to `request`: null when correct, otherwise what is wrong. */
+  verify (request: RequestSpec, response: Sample): string | null
+  /** Checked on every response during the measured rounds. */
+  quickCheck (body: string): boolean
+  /** Extra environment for the service process. */
+  env?: Record<string, string>
+  /** Null when the transport answers as expected; otherwise why the scenario is skipped. */
+  unavailable? (): string | null
+}
+
+export const USERS_LIST_QUERY = '{ users { id name createdAt } }'
+export const USER_BY_ID_QUERY = 'query UserById($id: ID!) { user(id: $id) { id name email } }'
+export const MESSAGES_QUERY = 'query RoomMessages($roomId: String!) { messages(roomId: $roomId, limit: 50) { content author { name } } }'
+export const CREATE_USER_MUTATION = 'mutation CreateUser($input: CreateUserInput!) { createUser(input: $input) { id name email createdAt } }'
+
+// A new object per request: autocannon writes Content-Length into the headers it is given.
+const jsonHeaders = (): Record<string, string> => ({ 'content-type': 'application/json' })
+
+/** Every JSON response of a scenario must carry data and no error entry. */
+const jsonOk = (body: string): boolean => body.startsWith('{"data":') && !body.includes('"errors"')
+
+function parse (response: Sample): { data?: any; errors?: unknown[] } | string {
+  if (response.status !== 200) return `HTTP ${response.status}: ${response.body.slice(0, 300)}`
+  if (!response.contentType.startsWith('application/json')) return `content-type ${response.contentType}`
+  try {
+    const body = JSON.parse(response.body)
+    if (body.errors) return `errors: ${JSON.stringify(body.errors).slice(0, 300)}`
+    if (!body.data) return `no data: ${response.body.slice(0, 300)}`
+    return body
+  } catch {
+    return `not JSON: ${response.body.slice(0, 300)}`
+  }
+}
+
+function exactKeys (value: unknown, keys: string[]): boolean {
+  return typeof value === 'object' && value !== null && Object.keys(value).sort().join() === [...keys].sort().join()
+}
+
+const verifyShape: Record<Shape, (request: RequestSpec, data: any) => string | null> = {
+  list (_request, data) {
+    const users = data.users
+    if (!Array.isArray(users) || users.length !== 20) return `expected 20 users, got ${JSON.stringify(users)?.slice(0, 200)}`
+    return users.every((u) => exactKeys(u, ['id', 'name', 'createdAt']) && typeof u.name === 'string') ? null : 'users lack id, name or createdAt'
+  },
+  user (request, data) {
+    const id = requestedUserId(request)
+    const user = data.user
+    if (!exactKeys(user, ['id', 'name', 'email'])) return `expected { id name email }, got ${JSON.stringify(user)}`
+    if (user.id !== id) return `asked for user ${id}, got ${user.id}`
+    return typeof user.email === 'string' && user.email.includes('@') ? null : `email not visible to the user themself: ${user.email}`
+  },
+  messages (_request, data) {
+    const messages = data.messages
+    if (!Array.isArray(messages) || messages.length !== 50) return `expected 50 messages, got ${Array.isArray(messages) ? messages.length : typeof messages}`
+    return messages.every((m) => typeof m.content === 'string' && typeof m.author?.name === 'string') ? null : 'a message lacks content or author.name'
+  },
+  create (request, data) {
+    const email = requestedEmail(request)
+    const created = data.createUser
+    if (!exactKeys(created, ['id', 'name', 'email', 'createdAt'])) return `expected { id name email createdAt }, got ${JSON.stringify(created)}`
+    return created.email === email ? null : `created ${created.email}, asked for ${email}`
+  }
+}
+
+function requestedUserId (request: RequestSpec): string {
+  if (request.path.startsWith('/rest/users/')) return decodeURIComponent(request.path.slice('/rest/users/'.length))
+  if (request.method === 'GET') {
+    return JSON.parse(new URL(request.path, 'http://x').searchParams.get('variables') ?? '{}').id
+  }
+  return JSON.parse(request.body!).variables.id
+}
+
+function requestedEmail (request: RequestSpec): string {
+  const body = JSON.parse(request.body!)
+  return body.email ?? body.variables.input.email
+}
+
+/** A round-robin over `items`, shared by all connections of a round. */
+function rotate<T> (items: readonly T[]): () => T {
+  let i = 0
+  return () => items[i++ % items.length]!
+}
+
+function checked (shape: Shape) {
+  return (request: RequestSpec, response: Sample): string | null => {
+    const body = parse(response)
+    return typeof body === 'string' ? body : verifyShape[shape](request, body.data)
+  }
+}
+
+function gqlPost (query: string, variables: Record<string, unknown> | undefined, token?: string): RequestSpec {
+  return {
+    method: 'POST',
+    path: '/graphql',
+    headers: token ? { ...jsonHeaders(), authorization: `Bearer ${token}` } : jsonHeaders(),
+    body: JSON.stringify(variables ? { query, variables } : { query })
+  }
+}
+
+/** Unique name and e-mail for each created user of this run (one counter for every round: they share the store). */
+let createdUsers = 0
+function newUserInput (data: BenchData) {
+  const n = ++createdUsers
+  return { name: `Bench User ${n}`, email: `bench.${data.runId}.${n}@example.com` }
+}
+
+export function baselineScenarios (data: BenchData, store: StoreKind): HttpScenario[] {
+  const suffix = store === 'postgres' ? '-postgres' : ''
+  const list: HttpScenario = {
+    name: `rest-list${suffix}`,
+    target: 'baseline',
+    store,
+    shape: 'list',
+    description: 'plain route: store.listUsers(20) → JSON',
+    next: () => ({ method: 'GET', path: '/rest/users?limit=20', headers: {} }),
+    verify: checked('list'),
+    quickCheck: jsonOk
+  }
+  if (store === 'postgres') return [list]
+  const user = rotate(data.users)
+  const room = rotate(data.rooms)
+  return [
+    {
+      name: 'limit',
+      target: 'baseline',
+      store,
+      shape: 'limit',
+      description: 'plain route: prebuilt bytes of the users-list response',
+      next: () => ({ method: 'GET', path: '/limit', headers: {} }),
+      verify: (_request, response) => {
+        if (response.status !== 200) return `HTTP ${response.status}`
+        return response.body === data.listBody ? null : 'body differs from the users-list response'
+      },
+      quickCheck: jsonOk
+    },
+    list,
+    {
+      name: 'rest-user',
+      target: 'baseline',
+      store,
+      shape: 'user',
+      description: 'plain route: store.usersByIds([id]) → JSON',
+      next: () => ({ method: 'GET', path: `/rest/users/${encodeURIComponent(user().id)}`, headers: {} }),
+      verify: checked('user'),
+      quickCheck: jsonOk
+    },
+    {
+      name: 'rest-messages',
+      target: 'baseline',
+      store,
+      shape: 'messages',
+      description: 'plain route: store.messagesByRoom(room, 50) + usersByIds(authors) → JSON',
+      next: () => ({ method: 'GET', path: `/rest/rooms/${room()}/messages?limit=50`, headers: {} }),
+      verify: checked('messages'),
+      quickCheck: jsonOk
+    },
+    {
+      name: 'rest-create',
+      target: 'baseline',
+      store,
+      shape: 'create',
+      description: 'plain route: store.createUser → JSON',
+      next: () => ({ method: 'POST', path: '/rest/users', headers: jsonHeaders(), body: JSON.stringify(newUserInput(data)) }),
+      verify: checked('create'),
+      quickCheck: jsonOk
+    }
+  ]
+}
+
+export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenario[] {
+  const usersList: HttpScenario = {
+    name: store === 'postgres' ? 'users-list-postgres' : 'users-list',
+    target: 'service',
+    store,
+    shape: 'list',
+    description: `POST ${USERS_LIST_QUERY}, anonymous`,
+    next: () => gqlPost(USERS_LIST_QUERY, undefined),
+    verify: checked('list'),
+    quickCheck: jsonOk
+  }
+  if (store === 'postgres') return [usersList]
+
+  const user = rotate(data.users)
+  const persistedUser = rotate(data.users)
+  const room = rotate(data.rooms)
+  return [
+    usersList,
+    {
+      name: 'user-by-id',
+      target: 'service',
+      store,
+      shape: 'user',
+      description: 'POST user(id: $id) { id name email } with a USER token for that user',
+      next: () => {
+        const { id, token } = user()
+        return gqlPost(USER_BY_ID_QUERY, { id }, token)
+      },
+      verify: checked('user'),
+      quickCheck: jsonOk
+    },
+    {
+      name: 'persisted-get',
+      target: 'service',
+      store,
+      shape: 'user',
+      description: 'GET /graphql?queryId=…&variables={"id":…} (persisted user(id)) with a USER token',
+      next: () => {
+        const { id, token } = persistedUser()
+        const query = new URLSearchParams({ queryId: data.persistedUserQueryId ?? 'sha256:unavailable', variables: JSON.stringify({ id }) })
+        return { method: 'GET', path: `/graphql?${query}`, headers: { authorization: `Bearer ${token}` } }
+      },
+      verify: checked('user'),
+      quickCheck: jsonOk,
+      unavailable: () => data.persistedUserQueryId ? null : 'transport not available yet (no persisted user(id) operation in the registry)'
+    },
+    {
+      name: 'messages-authors',
+      target: 'service',
+      store,
+      shape: 'messages',
+      description: 'POST messages(roomId, limit: 50) { content author { name } }, anonymous (loader batching)',
+      next: () => gqlPost(MESSAGES_QUERY, { roomId: room() }),
+      verify: checked('messages'),
+      quickCheck: jsonOk
+    },
+    {
+      name: 'create-user',
+      target: 'service',
+      store,
+      shape: 'create',
+      description: 'POST createUser(input) { id name email createdAt } as ADMIN (writes)',
+      next: () => gqlPost(CREATE_USER_MUTATION, { input: newUserInput(data) }, data.adminToken),
+      verify: checked('create'),
+      quickCheck: jsonOk
+    }
+  ]
+}
+
+/** The `rest` baseline each scenario is compared with. */
+export function restBaselineOf (scenario: Pick<HttpScenario, 'shape' | 'store'>): string | null {
+  if (scenario.shape === 'limit') return null
+  return `rest-${scenario.shape}${scenario.store === 'postgres' ? '-postgres' : ''}`
+}
