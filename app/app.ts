@@ -15,6 +15,7 @@ import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
 import rateLimitPlugin from '../plugins/rate-limit.ts'
 import graphqlPlugin from '../plugins/graphql.ts'
+import subscriptionsPlugin from '../plugins/subscriptions.ts'
 import persistedQueriesPlugin from '../plugins/persisted-queries.ts'
 import graphqlRoutes from '../routes/graphql.ts'
 import healthRoutes from '../routes/health.ts'
@@ -104,6 +105,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(authPlugin)
   await app.register(rateLimitPlugin)
   await app.register(graphqlPlugin)
+  // Before the GraphQL routes: it registers @fastify/websocket, which must see the GET route being added.
+  await app.register(subscriptionsPlugin)
   await app.register(persistedQueriesPlugin)
   await app.register(graphqlRoutes)
   await app.register(healthRoutes)

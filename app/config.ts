@@ -44,6 +44,8 @@ export interface Config {
     maxListLength: number
     maxPageSize: number
     maxBatchSize: number
+    /** Largest `target` Subscription.count accepts. */
+    maxCountTarget: number
     rateWindowMs: number
     rateRequests: number
     rateCostUnits: number
@@ -79,6 +81,8 @@ export interface Config {
     maxConnectionsPerClient: number
     maxSubscriptionsPerConnection: number
     maxMessageBytes: number
+    /** Interval of protocol keep-alive messages on idle WebSocket connections; 0 turns them off. */
+    keepAliveMs: number
   }
 }
 
@@ -120,6 +124,7 @@ const schema = {
     MAX_LIST_LENGTH: { type: 'integer', minimum: 1, default: 100 },
     MAX_PAGE_SIZE: { type: 'integer', minimum: 1, default: 100 },
     MAX_BATCH_SIZE: { type: 'integer', minimum: 0, default: 10 },
+    MAX_COUNT_TARGET: { type: 'integer', minimum: 0, default: 100 },
     RATE_LIMIT_WINDOW_MS: { type: 'integer', minimum: 1000, default: 60000 },
     RATE_LIMIT_REQUESTS: { type: 'integer', minimum: 1, default: 100 },
     RATE_LIMIT_COST: { type: 'integer', minimum: 1, default: 100000 },
@@ -146,7 +151,8 @@ const schema = {
     WS_INIT_TIMEOUT_MS: { type: 'integer', minimum: 1, default: 3000 },
     WS_MAX_CONNECTIONS_PER_CLIENT: { type: 'integer', minimum: 1, default: 50 },
     WS_MAX_SUBSCRIPTIONS_PER_CONNECTION: { type: 'integer', minimum: 1, default: 20 },
-    WS_MAX_MESSAGE_BYTES: { type: 'integer', minimum: 256, default: 65536 }
+    WS_MAX_MESSAGE_BYTES: { type: 'integer', minimum: 256, default: 65536 },
+    WS_KEEP_ALIVE_MS: { type: 'integer', minimum: 0, default: 15000 }
   }
 } as const
 
@@ -217,6 +223,7 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
       maxListLength: e.MAX_LIST_LENGTH as number,
       maxPageSize: e.MAX_PAGE_SIZE as number,
       maxBatchSize: e.MAX_BATCH_SIZE as number,
+      maxCountTarget: e.MAX_COUNT_TARGET as number,
       rateWindowMs: e.RATE_LIMIT_WINDOW_MS as number,
       rateRequests: e.RATE_LIMIT_REQUESTS as number,
       rateCostUnits: e.RATE_LIMIT_COST as number
@@ -249,7 +256,8 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
       initTimeoutMs: e.WS_INIT_TIMEOUT_MS as number,
       maxConnectionsPerClient: e.WS_MAX_CONNECTIONS_PER_CLIENT as number,
       maxSubscriptionsPerConnection: e.WS_MAX_SUBSCRIPTIONS_PER_CONNECTION as number,
-      maxMessageBytes: e.WS_MAX_MESSAGE_BYTES as number
+      maxMessageBytes: e.WS_MAX_MESSAGE_BYTES as number,
+      keepAliveMs: e.WS_KEEP_ALIVE_MS as number
     }
   }
 }

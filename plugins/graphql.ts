@@ -31,6 +31,11 @@ declare module 'fastify' {
   }
 }
 
+/** Our validation rules beyond graphql-js's; subscriptions (plugins/subscriptions.ts) apply the same ones. */
+export function graphqlValidationRules (config: FastifyInstance['config']) {
+  return [depthLimitRule(config.limits.maxDepth), literalCapsRule(config.limits)]
+}
+
 export function budgetFor (caller: Caller | null, budgets: FastifyInstance['config']['limits']['budgets']): number {
   return caller ? budgets[caller.role] : budgets.anonymous
 }
@@ -56,7 +61,9 @@ export default fp(async function graphql (app: FastifyInstance) {
     routes: false,
     jit: 1,
     cache: 1024,
-    validationRules: [depthLimitRule(config.limits.maxDepth), literalCapsRule(config.limits)],
+    validationRules: graphqlValidationRules(config),
+    // Subscription events come from the service's emitter; the WebSocket and SSE transports are in plugins/subscriptions.ts.
+    subscription: { emitter: app.emitter },
     errorFormatter: (execution, _context) => ({
       statusCode: 200,
       response: { data: execution.data ?? null, errors: (execution.errors ?? []).map((e) => formatError(e, errorOptions)) as any }

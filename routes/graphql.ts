@@ -121,10 +121,14 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   }
 
   const identify = async (request: FastifyRequest) => {
+    // A WebSocket's identity comes from its connection_init message, not from the upgrade request.
+    if (request.ws) return
     request.caller = app.authenticate(request.headers.authorization)
   }
 
   app.post('/graphql', { onRequest: [requireJson, identify] }, async (request, reply) => {
+    // Subscriptions over server-sent events (graphql-sse): plugins/subscriptions.ts.
+    if (request.headers.accept?.includes('text/event-stream')) return app.graphqlEventStream(request, reply)
     const body = request.body
     if (body === null || typeof body !== 'object' || Array.isArray(body)) {
       throw new AppError('BAD_REQUEST', Array.isArray(body)
@@ -135,6 +139,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   })
 
   const getCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries })
+  // Also the WebSocket endpoint: plugins/subscriptions.ts attaches the subscription transport to this route.
   app.get('/graphql', { onRequest: [requirePreflightHeader, identify], ...getCache }, async (request, reply) => {
     const query = request.query as Record<string, unknown>
     if (query.queryId === undefined && query.extensions === undefined) {
@@ -148,6 +153,6 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
       extensions: parseJsonParam(query.extensions, 'extensions')
     })
   })
-}, { name: 'graphql-routes', dependencies: ['graphql', 'auth'] })
+}, { name: 'graphql-routes', dependencies: ['graphql', 'auth', 'subscriptions'] })
 
 export { send as sendGraphQL }

@@ -1,0 +1,203 @@
+// GraphQL subscriptions: over WebSocket on GET /graphql (graphql-transport-ws, and the legacy graphql-ws;
+// a client naming no subprotocol speaks graphql-transport-ws) and over server-sent events on POST
+// /graphql with Accept: text/event-stream (graphql-sse). Events come from the service's emitter
+// (plugins/events.ts: in-process, or Redis across instances). The routes in routes/graphql.ts hand
+// upgraded sockets and event-stream requests to the handlers decorated here.
+//
+// WebSocket rules: the Origin header, when sent, must be in WS_ALLOWED_ORIGINS; connections are capped
+// per client IP (at the upgrade) and per user (at connection_init), messages by size (1009), active
+// subscriptions per connection; identity comes from connection_init's payload.authToken only.
+import fp from 'fastify-plugin'
+import websocket from '@fastify/websocket'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { WebSocket } from 'ws'
+import { assignLifeCycleHooksToContext } from 'mercurius/lib/hooks.js'
+import symbols from 'mercurius/lib/symbols.js'
+import { GRAPHQL_TRANSPORT_WS, GRAPHQL_WS } from 'mercurius/lib/subscription-protocol.js'
+import type { Caller } from '../app/domain/context.ts'
+import { AppError } from '../app/errors.ts'
+import { formatError, formatThrown } from '../app/graphql/error-format.ts'
+import { createSseHandler } from '../app/graphql/sse-handler.ts'
+import { subscriptionContext, subscriptionPreparer, subscriptionResolvers, type PreparedSubscription } from '../app/graphql/subscriptions.ts'
+import { GraphQLWsConnection } from '../app/graphql/ws-connection.ts'
+import { budgetFor, graphqlValidationRules } from './graphql.ts'
+
+export interface SubscriptionStats {
+  webSockets: number
+  /** Subscriptions delivering events over WebSocket. */
+  webSocketSubscriptions: number
+  eventStreams: number
+  /** Clients (IPs, users) holding at least one connection. */
+  clients: number
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The WebSocket side of GET /graphql. */
+    graphqlWsHandler (socket: WebSocket, request: FastifyRequest): void
+    /** POST /graphql with Accept: text/event-stream. */
+    graphqlEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void>
+    subscriptionStats (): SubscriptionStats
+  }
+}
+
+/** Supported subprotocols, preferred first; the first is the default for a client that names none. */
+export const SUBPROTOCOLS = [GRAPHQL_TRANSPORT_WS, GRAPHQL_WS]
+
+/** How long a graceful shutdown waits for `complete` messages before closing the sockets. */
+const SHUTDOWN_GRACE_MS = 2000
+
+/** Connections per client key (`ip:…`, `user:…`), capped; per instance. */
+function connectionCounter (max: number) {
+  const counts = new Map<string, number>()
+  return {
+    isFull: (key: string) => (counts.get(key) ?? 0) >= max,
+    /** Takes a slot for every key, or none when one of them is full; returns the release. */
+    acquire (keys: string[]): (() => void) | null {
+      if (keys.some((key) => (counts.get(key) ?? 0) >= max)) return null
+      for (const key of keys) counts.set(key, (counts.get(key) ?? 0) + 1)
+      let released = false
+      return () => {
+        if (released) return
+        released = true
+        for (const key of keys) {
+          const left = (counts.get(key) ?? 1) - 1
+          if (left > 0) counts.set(key, left)
+          else counts.delete(key)
+        }
+      }
+    },
+    get size () { return counts.size }
+  }
+}
+
+const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
+
+export default fp(async function subscriptions (app: FastifyInstance) {
+  const { config } = app
+  const { ws, limits } = config
+  const connections = new Set<GraphQLWsConnection>()
+  const eventStreams = new Set<() => void>()
+  const counter = connectionCounter(ws.maxConnectionsPerClient)
+  let shuttingDown = false
+
+  app.graphql.defineResolvers({
+    Subscription: subscriptionResolvers({ roomTopic: app.roomTopic, maxCountTarget: limits.maxCountTarget })
+  })
+
+  const prepare = subscriptionPreparer({
+    schema: () => app.graphql.schema,
+    rules: graphqlValidationRules(config),
+    limits,
+    budgetFor: (caller) => budgetFor(caller, limits.budgets),
+    // Looked up per call: the persisted-query warm-up swaps it for a while.
+    spendCostUnits: (caller, ip, cost) => app.spendCostUnits(caller, ip, cost),
+    rateCostUnits: limits.rateCostUnits,
+    rateWindowMs: limits.rateWindowMs
+  })
+  const domainDeps = { store: app.store, events: app.events, caps: limits }
+  const contextFor = (caller: Caller | null, prepared: PreparedSubscription, request: FastifyRequest) =>
+    subscriptionContext(domainDeps, caller, prepared, request) as unknown as Record<string, unknown>
+  const resolveSource = (params: Record<string, unknown>) => app.persistedQueries.resolve(params)
+  const formatErrors = (err: unknown) => formatThrown(err, app.graphqlErrorOptions)
+
+  // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
+  app.addHook('preClose', async () => {
+    shuttingDown = true
+    for (const stop of eventStreams) stop()
+    await Promise.allSettled([...connections].map((connection) => connection.shutdown(SHUTDOWN_GRACE_MS)))
+  })
+
+  // GET /graphql (routes/graphql.ts) is also the WebSocket endpoint: give the route its upgrade handler
+  // as it is added (before @fastify/websocket's own onRoute hook, which wires it).
+  app.addHook('onRoute', (route) => {
+    if (route.url === '/graphql' && route.method === 'GET') route.wsHandler = (socket, request) => app.graphqlWsHandler(socket, request)
+  })
+
+  await app.register(websocket, {
+    options: {
+      maxPayload: ws.maxMessageBytes,
+      handleProtocols: (offered: Set<string>) => SUBPROTOCOLS.find((p) => offered.has(p)) ?? false
+    }
+  })
+
+  // Refusals before the upgrade answer in HTTP with our error shape (registered after @fastify/websocket,
+  // whose own onRequest hook sets request.ws).
+  app.addHook('onRequest', async (request) => {
+    if (!request.ws) return
+    const origin = request.headers.origin
+    if (origin !== undefined && !ws.allowedOrigins.includes(origin)) {
+      throw new AppError('FORBIDDEN', `WebSocket connections from origin ${origin} are not allowed`)
+    }
+    const offered = request.headers['sec-websocket-protocol']
+    if (offered !== undefined && !offered.split(',').some((p) => SUBPROTOCOLS.includes(p.trim() as typeof SUBPROTOCOLS[number]))) {
+      throw new AppError('BAD_REQUEST', `Unsupported WebSocket subprotocol: use ${SUBPROTOCOLS.join(' or ')}`)
+    }
+    if (counter.isFull(`ip:${request.ip}`)) {
+      throw new AppError('RATE_LIMITED', `Too many connections from this address: at most ${ws.maxConnectionsPerClient}`)
+    }
+  })
+
+  app.decorate('graphqlWsHandler', function graphqlWsHandler (socket: WebSocket, request: FastifyRequest) {
+    if (shuttingDown) return socket.close(1001, 'Server shutting down')
+    // Checked at the upgrade too; this take is the one that counts (concurrent upgrades).
+    const releaseIp = counter.acquire([`ip:${request.ip}`])
+    if (!releaseIp) return socket.close(1013, 'Too many connections from this address')
+    const graphql = app.graphql as unknown as Record<symbol, unknown>
+    const connection = new GraphQLWsConnection(socket, {
+      request,
+      context: assignLifeCycleHooksToContext({ app, pubsub: app.graphql.pubsub, request }, graphql[symbols.kHooks]),
+      subscriber: app.graphql.pubsub,
+      app,
+      defaultSubprotocol: SUBPROTOCOLS[0]!,
+      keepAliveMs: ws.keepAliveMs,
+      initTimeoutMs: ws.initTimeoutMs,
+      maxSubscriptions: ws.maxSubscriptionsPerConnection,
+      authenticate: (authorization) => app.authenticate(authorization),
+      admit: (caller) => counter.acquire(userKey(caller)),
+      resolveSource,
+      prepare,
+      contextFor,
+      formatErrors,
+      errorFormatter: (execution) => ({
+        response: { data: execution.data ?? null, errors: (execution.errors ?? []).map((e) => formatError(e, app.graphqlErrorOptions)) }
+      }),
+      onClosed: (closed) => {
+        connections.delete(closed)
+        releaseIp()
+      }
+    })
+    connections.add(connection)
+  })
+
+  const serveEventStream = createSseHandler({
+    app,
+    resolveSource,
+    prepare,
+    contextFor,
+    formatErrors,
+    formatError: (err) => formatError(err, app.graphqlErrorOptions),
+    track: (stop) => {
+      eventStreams.add(stop)
+      return () => eventStreams.delete(stop)
+    }
+  })
+
+  app.decorate('graphqlEventStream', async function graphqlEventStream (request: FastifyRequest, reply: FastifyReply) {
+    if (shuttingDown) throw new AppError('SERVICE_UNAVAILABLE', 'Server shutting down')
+    const release = counter.acquire([`ip:${request.ip}`, ...userKey(request.caller)])
+    if (!release) throw new AppError('RATE_LIMITED', `Too many connections for this client: at most ${ws.maxConnectionsPerClient}`)
+    try {
+      await serveEventStream(request, reply)
+    } finally {
+      release()
+    }
+  })
+
+  app.decorate('subscriptionStats', (): SubscriptionStats => ({
+    webSockets: connections.size,
+    webSocketSubscriptions: [...connections].reduce((n, c) => n + c.activeSubscriptions, 0),
+    eventStreams: eventStreams.size,
+    clients: counter.size
+  }))
+}, { name: 'subscriptions', dependencies: ['graphql', 'auth', 'events', 'rate-limit'] })

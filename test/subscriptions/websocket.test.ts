@@ -1,0 +1,265 @@
+// Subscriptions over WebSocket against a listening server, with the real graphql-ws client
+// (graphql-transport-ws) and raw sockets (legacy graphql-ws, protocol violations): subprotocols,
+// identity at connection_init, close codes, Origin, caps, and validation of subscription documents.
+import { test } from 'tap'
+import { createSigner } from 'fast-jwt'
+import { gql, listenTestApp } from '../helpers/app.ts'
+import { collect, eventually, rawSocket, refusedUpgrade, wsClient } from './clients.ts'
+
+const COUNT = 'subscription { count(target: 2) }'
+
+test('graphql-transport-ws (graphql-ws client): count emits 0, 1 and completes', async (t) => {
+  const { url, token } = await listenTestApp(t)
+  const client = wsClient(url, { authToken: `Bearer ${token('2')}` })
+  t.teardown(() => client.dispose())
+  const outcome = await collect(client, COUNT).done
+  t.same(outcome.values, [{ data: { count: 0 } }, { data: { count: 1 } }])
+  t.ok(outcome.completed)
+  t.notOk(outcome.error)
+})
+
+test('legacy graphql-ws subprotocol: connection_ack, data, complete', async (t) => {
+  const { url, token } = await listenTestApp(t)
+  const ws = await rawSocket(url, 'graphql-ws')
+  t.teardown(() => ws.socket.close())
+  t.equal(ws.socket.protocol, 'graphql-ws')
+  ws.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}` } })
+  await ws.next('connection_ack')
+  ws.send({ id: '1', type: 'start', payload: { query: COUNT } })
+  t.same((await ws.next('data')).payload, { data: { count: 0 } })
+  t.same((await ws.next('data')).payload, { data: { count: 1 } })
+  t.match(await ws.next('complete'), { id: '1' })
+})
+
+test('a client naming no subprotocol speaks graphql-transport-ws; an unsupported one is refused', async (t) => {
+  const { url } = await listenTestApp(t)
+  const ws = await rawSocket(url)
+  t.teardown(() => ws.socket.close())
+  t.equal(ws.socket.protocol, '')
+  ws.send({ type: 'connection_init' })
+  await ws.next('connection_ack')
+  ws.send({ id: 'a', type: 'subscribe', payload: { query: 'subscription { count(target: 1) }' } })
+  t.same((await ws.next('next')).payload, { data: { count: 0 } })
+  t.match(await ws.next('complete'), { id: 'a' })
+
+  const refused = await refusedUpgrade(url, 'mqtt')
+  t.equal(refused.status, 400)
+  t.match(refused.body.errors[0], { message: /Unsupported WebSocket subprotocol/, extensions: { code: 'BAD_REQUEST' } })
+  // Offering both picks graphql-transport-ws.
+  const both = await rawSocket(url, ['graphql-ws', 'graphql-transport-ws'])
+  t.equal(both.socket.protocol, 'graphql-transport-ws')
+  both.socket.close()
+})
+
+test('identity comes from connection_init: good, missing, bad, expired, wrong type', async (t) => {
+  const { url, token, config } = await listenTestApp(t)
+  const ROOM = 'subscription { messageAdded(roomId: "r") { id } }'
+
+  const good = wsClient(url, { authToken: `Bearer ${token('2')}` })
+  const ok = collect(good, 'subscription { count(target: 1) }')
+  t.ok((await ok.done).completed, 'a valid token is accepted')
+  good.dispose()
+
+  const anonymous = wsClient(url)
+  const anon = await collect(anonymous, 'subscription { count(target: 1) }').done
+  t.ok(anon.completed, 'no token: an anonymous connection (fields decide, as over HTTP)')
+  anonymous.dispose()
+
+  const refusals: [Record<string, unknown>, RegExp][] = [
+    [{ authToken: 'Bearer not-a-jwt' }, /^Forbidden: Invalid Authorization header/],
+    [{ authToken: `Bearer ${token('2').slice(0, -2)}xx` }, /^Forbidden: Invalid token$/],
+    [{ authToken: token('2') }, /^Forbidden: Invalid Authorization header/],
+    [{ authToken: 42 }, /^Forbidden: authToken must be a string/]
+  ]
+  const expired = createSigner({
+    key: config.jwt.secret!,
+    expiresIn: 60_000,
+    clockTimestamp: Date.now() - 3_600_000,
+    ...(config.jwt.issuer ? { iss: config.jwt.issuer } : {}),
+    ...(config.jwt.audience ? { aud: config.jwt.audience } : {})
+  })({ sub: '2', role: 'USER' })
+  refusals.push([{ authToken: `Bearer ${expired}` }, /^Forbidden: Token expired$/])
+  for (const [payload, reason] of refusals) {
+    const client = wsClient(url, { payload })
+    const outcome = await collect(client, ROOM).done
+    const closed = await client.closed
+    t.equal(closed.code, 4403, `refused with 4403: ${JSON.stringify(payload).slice(0, 40)}`)
+    t.match(closed.reason, reason)
+    t.match(outcome.error, { code: 4403 })
+    client.dispose()
+  }
+
+  // Legacy subprotocol: connection_error first, then the same close code.
+  const legacy = await rawSocket(url, 'graphql-ws')
+  legacy.send({ type: 'connection_init', payload: { authToken: 'Bearer bad.token.here' } })
+  t.match(await legacy.next('connection_error'), { payload: { message: /^Forbidden/ } })
+  t.equal((await legacy.closed).code, 4403)
+})
+
+test('the upgrade request does not authenticate: its Authorization header and cookies are ignored', async (t) => {
+  const { url, token, store } = await listenTestApp(t)
+  const admin = `Bearer ${token('1', 'ADMIN')}`
+  const user2 = await store.usersByIds(['2'])
+  // An admin's header on the upgrade, no authToken: the connection is anonymous.
+  const client = wsClient(url, { headers: { authorization: admin, cookie: `token=${admin}` } })
+  t.teardown(() => client.dispose())
+  const sub = collect(client, 'subscription { messageAdded(roomId: "lobby") { author { id email } } }')
+  // A broken header does not refuse the upgrade either.
+  const broken = wsClient(url, { headers: { authorization: 'Bearer broken' }, authToken: `Bearer ${token('2')}` })
+  t.teardown(() => broken.dispose())
+  t.ok((await collect(broken, 'subscription { count(target: 1) }').done).completed)
+
+  await eventually(async () => {
+    await gql(url, 'mutation { postMessage(roomId: "lobby", content: "hello") { id } }', undefined, { authorization: `Bearer ${token('2')}` })
+    return sub.outcome.values.length > 0
+  }, 5000, 'an event')
+  const first = sub.outcome.values[0] as any
+  t.equal(first.data.messageAdded.author.id, '2')
+  t.equal(first.data.messageAdded.author.email, null, 'email hidden: the connection is anonymous')
+  t.match(first.errors, [{ extensions: { code: 'UNAUTHENTICATED' }, message: 'Must be logged in' }])
+  t.ok(user2[0]!.email)
+})
+
+test('late or repeated initialisation and operations before it', async (t) => {
+  const { url, token } = await listenTestApp(t, { WS_INIT_TIMEOUT_MS: '300' })
+
+  const silent = await rawSocket(url, 'graphql-transport-ws')
+  const started = Date.now()
+  const closed = await silent.closed
+  t.equal(closed.code, 4408)
+  t.equal(closed.reason, 'Connection initialisation timeout')
+  t.ok(Date.now() - started >= 250, 'not before the configured time')
+
+  const late = await rawSocket(url, 'graphql-transport-ws')
+  await new Promise((resolve) => setTimeout(resolve, 450))
+  late.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}` } })
+  t.equal((await late.closed).code, 4408, 'a token that arrives after the timeout is too late')
+
+  const twice = await rawSocket(url, 'graphql-transport-ws')
+  twice.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}` } })
+  await twice.next('connection_ack')
+  twice.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('1', 'ADMIN')}` } })
+  t.same(await twice.closed, { code: 4429, reason: 'Too many initialisation requests' }, 'no identity swap')
+
+  const early = await rawSocket(url, 'graphql-transport-ws')
+  early.send({ id: '1', type: 'subscribe', payload: { query: COUNT } })
+  t.equal((await early.closed).code, 4401)
+
+  const garbage = await rawSocket(url, 'graphql-transport-ws')
+  garbage.send('not json')
+  t.equal((await garbage.closed).code, 4400)
+})
+
+test('Origin is checked against the allowlist', async (t) => {
+  const { url } = await listenTestApp(t, { WS_ALLOWED_ORIGINS: 'https://app.example.com' })
+  const refused = await refusedUpgrade(url, 'graphql-transport-ws', { origin: 'https://evil.example.com' })
+  t.equal(refused.status, 403)
+  t.match(refused.body.errors[0], { message: 'WebSocket connections from origin https://evil.example.com are not allowed', extensions: { code: 'FORBIDDEN' } })
+
+  const allowed = await rawSocket(url, 'graphql-transport-ws', { origin: 'https://app.example.com' })
+  allowed.send({ type: 'connection_init' })
+  await allowed.next('connection_ack')
+  allowed.socket.close()
+  const noOrigin = await rawSocket(url, 'graphql-transport-ws')
+  noOrigin.send({ type: 'connection_init' })
+  await noOrigin.next('connection_ack')
+  noOrigin.socket.close()
+
+  const { url: closedUrl } = await listenTestApp(t)
+  t.equal((await refusedUpgrade(closedUrl, 'graphql-transport-ws', { origin: 'https://app.example.com' })).status, 403, 'empty allowlist: browsers refused')
+})
+
+test('connections are capped per IP and per user', async (t) => {
+  const { url, token, app } = await listenTestApp(t, { WS_MAX_CONNECTIONS_PER_CLIENT: '2', TRUST_PROXY: '127.0.0.1' })
+  const from = (ip: string) => ({ 'x-forwarded-for': ip })
+  const a = await rawSocket(url, 'graphql-transport-ws', from('10.0.0.1'))
+  const b = await rawSocket(url, 'graphql-transport-ws', from('10.0.0.1'))
+  const refused = await refusedUpgrade(url, 'graphql-transport-ws', from('10.0.0.1'))
+  t.equal(refused.status, 429)
+  t.match(refused.body.errors[0], { message: 'Too many connections from this address: at most 2', extensions: { code: 'RATE_LIMITED' } })
+  a.socket.close()
+  await a.closed
+  await eventually(() => app.subscriptionStats().webSockets === 1, 2000, 'the slot to be released')
+  const c = await rawSocket(url, 'graphql-transport-ws', from('10.0.0.1'))
+  b.socket.close()
+  c.socket.close()
+
+  // One user, connections from different addresses.
+  const auth = { type: 'connection_init', payload: { authToken: `Bearer ${token('3')}` } }
+  const u1 = await rawSocket(url, 'graphql-transport-ws', from('10.0.1.1'))
+  u1.send(auth)
+  await u1.next('connection_ack')
+  const u2 = await rawSocket(url, 'graphql-transport-ws', from('10.0.1.2'))
+  u2.send(auth)
+  await u2.next('connection_ack')
+  const u3 = await rawSocket(url, 'graphql-transport-ws', from('10.0.1.3'))
+  u3.send(auth)
+  t.same(await u3.closed, { code: 1013, reason: 'Too many connections for this user' })
+  u1.socket.close()
+  u2.socket.close()
+})
+
+test('subscriptions per connection and message size are capped', async (t) => {
+  const { url, token } = await listenTestApp(t, { WS_MAX_SUBSCRIPTIONS_PER_CONNECTION: '2', WS_MAX_MESSAGE_BYTES: '1024' })
+  const ws = await rawSocket(url, 'graphql-transport-ws')
+  ws.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}` } })
+  await ws.next('connection_ack')
+  const room = (id: string) => ({ id, type: 'subscribe', payload: { query: 'subscription { messageAdded(roomId: "r") { id } }' } })
+  ws.send(room('1'))
+  ws.send(room('2'))
+  ws.send(room('3'))
+  const error = await ws.next('error')
+  t.equal(error.id, '3')
+  t.match(error.payload, [{ message: 'Too many active subscriptions on this connection: at most 2', extensions: { code: 'RATE_LIMITED' } }])
+  ws.send({ id: '1', type: 'complete' })
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  ws.send(room('4'))
+  ws.send(room('4'))
+  t.same(await ws.closed, { code: 4409, reason: 'Subscriber for 4 already exists' }, 'a duplicate id closes the connection')
+
+  const big = await rawSocket(url, 'graphql-transport-ws')
+  big.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}`, filler: 'x'.repeat(2000) } })
+  t.equal((await big.closed).code, 1009, 'message too big')
+})
+
+test('subscription documents are validated and limited like any operation', async (t) => {
+  const { url, app } = await listenTestApp(t, { MAX_DEPTH: '2', COST_BUDGET_ANONYMOUS: '20', MAX_STRING_LENGTH: '50' })
+  const client = wsClient(url)
+  t.teardown(() => client.dispose())
+  const errorOf = async (query: string, variables?: Record<string, unknown>) => {
+    const outcome = await collect(client, query, variables).done
+    t.same(outcome.values, [], `no event for ${query.slice(0, 50)}`)
+    return (outcome.error as any[])[0]
+  }
+  t.match(await errorOf('subscription { messageAdded(roomId: "r") { author { name } } }'),
+    { message: 'Query depth 3 exceeds the maximum depth of 2', extensions: { code: 'DEPTH_LIMIT_EXCEEDED' } })
+  const aliases = Array.from({ length: 30 }, (_, i) => `a${i}: id`).join(' ')
+  t.match(await errorOf(`subscription { messageAdded(roomId: "r") { ${aliases} } }`),
+    { message: 'Query cost 31 exceeds the budget of 20 for this caller', extensions: { code: 'COST_LIMIT_EXCEEDED' } })
+  t.match(await errorOf('subscription { messageAdded(roomId: "r") { nope } }'),
+    { message: /Cannot query field "nope"/, extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } })
+  t.match(await errorOf('subscription { count messageAdded(roomId: "r") { id } }'),
+    { message: /must select only one top level field/, extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } })
+  t.match(await errorOf(`subscription { messageAdded(roomId: "${'r'.repeat(60)}") { id } }`),
+    { message: 'Too long', extensions: { code: 'BAD_USER_INPUT' } })
+  t.match(await errorOf('subscription ($r: String!) { messageAdded(roomId: $r) { id } }', { r: 'r'.repeat(60) }),
+    { message: 'Too long', extensions: { code: 'BAD_USER_INPUT' } })
+  t.match(await errorOf('subscription { messageAdded(roomId: "no/wildcards/#") { id } }'),
+    { extensions: { code: 'BAD_USER_INPUT' } })
+  t.match(await errorOf('subscription { count(target: 101) }'),
+    { message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } })
+  t.match(await errorOf('{ users { id } }'),
+    { message: 'Only subscriptions are served here: send queries by HTTP POST', extensions: { code: 'BAD_REQUEST' } })
+  t.match(await errorOf('subscription {'), { extensions: { code: 'GRAPHQL_PARSE_FAILED' } })
+  t.equal(app.subscriptionStats().webSocketSubscriptions, 0, 'nothing was started')
+  // The connection survives refused operations.
+  t.ok((await collect(client, 'subscription { count(target: 0) }').done).completed)
+})
+
+test('persisted-only mode applies to subscriptions too', async (t) => {
+  const { url } = await listenTestApp(t, { PERSISTED_ONLY: 'true' })
+  const client = wsClient(url)
+  t.teardown(() => client.dispose())
+  const outcome = await collect(client, COUNT).done
+  t.match((outcome.error as any[])[0], { extensions: { code: 'PERSISTED_QUERY_REQUIRED' } })
+})
