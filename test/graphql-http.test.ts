@@ -40,7 +40,7 @@ test('requests that are not processed get a clear error in the same shape', asyn
     ['missing query', await post('{"variables":{}}'), 400, 'BAD_REQUEST', /Missing query/],
     ['batched request', await post('[{"query":"{users{id}}"}]'), 400, 'BAD_REQUEST', /Batched requests are not accepted/],
     ['variables not an object', await post('{"query":"{users{id}}","variables":[1]}'), 400, 'BAD_REQUEST', /variables must be a JSON object/],
-    ['ad-hoc query over GET', await fetch(`${url}/graphql?query=%7Busers%7Bid%7D%7D`), 405, 'METHOD_NOT_ALLOWED', /persisted queries only/],
+    ['GET without a preflight-forcing header (CSRF)', await fetch(`${url}/graphql?query=%7Busers%7Bid%7D%7D`), 400, 'BAD_REQUEST', /forces a CORS preflight/],
     ['unknown route', await fetch(`${url}/nope`), 404, 'NOT_FOUND', /not found/]
   ]
   for (const [name, response, status, code, message] of cases) {
