@@ -63,7 +63,9 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
     requestIdHeader: 'x-request-id',
     genReqId: () => crypto.randomUUID(),
-    return503OnClosing: true,
+    // While closing, requests that still arrive on open connections are served (the store is still open)
+    // rather than refused with 503: a load balancer cannot resend a POST it has already sent.
+    return503OnClosing: false,
     routerOptions: { maxParamLength: 200 }
   })
 

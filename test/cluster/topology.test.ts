@@ -1,0 +1,103 @@
+// Two real instances behind a real nginx, on the machine's PostgreSQL and Redis: what one instance
+// does, the other sees; shared limits are shared; client addresses come from the load balancer only.
+import { test } from 'tap'
+import { eventually, gql, request, startCluster, token, type Cluster } from './harness.ts'
+
+const REQUEST_LIMIT = 8
+const COST_LIMIT = 50
+
+test('two instances behind nginx', async (t) => {
+  const cluster: Cluster = await startCluster(t, {
+    env: { RATE_LIMIT_REQUESTS: String(REQUEST_LIMIT), RATE_LIMIT_COST: String(COST_LIMIT), RATE_LIMIT_WINDOW_MS: '60000' }
+  })
+  const { lb, instances } = cluster
+  const [a, b] = instances as [typeof instances[0], typeof instances[0]]
+  t.comment(`instances ${a.url} ${b.url}, nginx ${lb.url} (pinned ${lb.pinned.join(', ')})`)
+
+  await t.test('round robin reaches both instances, and readiness answers through the load balancer', async (t) => {
+    const upstreams = new Set<string>()
+    for (let i = 0; i < 4; i++) {
+      const ready = await request(`${lb.url}/health/ready`, { from: '127.0.0.10' })
+      t.equal(ready.status, 200)
+      upstreams.add(String(ready.headers['x-upstream']))
+    }
+    t.same([...upstreams].sort(), [`127.0.0.1:${a.port}`, `127.0.0.1:${b.port}`].sort(), 'both instances answered')
+  })
+
+  await t.test('a user created on one instance is read on the other (shared PostgreSQL)', async (t) => {
+    const admin = token('1', 'ADMIN')
+    const created = await gql(lb.pinned[0]!, 'mutation Create($input: CreateUserInput!) { createUser(input: $input) { id name email } }',
+      { input: { name: 'Cross Instance', email: 'cross.instance@example.com' } }, { token: admin, from: '127.0.0.11' })
+    t.equal(created.status, 200)
+    t.equal(created.headers['x-upstream'], `127.0.0.1:${a.port}`)
+    const id = created.body.data.createUser.id
+    const read = await gql(lb.pinned[1]!, 'query One($id: ID!) { user(id: $id) { id name email } }', { id }, { token: admin, from: '127.0.0.11' })
+    t.equal(read.headers['x-upstream'], `127.0.0.1:${b.port}`)
+    t.same(read.body.data, { user: { id, name: 'Cross Instance', email: 'cross.instance@example.com' } })
+  })
+
+  await t.test('the request limit is shared: a client spread over both instances gets 429 after the limit', async (t) => {
+    const statuses: number[] = []
+    const upstreams = new Set<string>()
+    for (let i = 0; i < REQUEST_LIMIT + 2; i++) {
+      // A forged X-Forwarded-For on every request: the load balancer replaces it, so it changes nothing.
+      const response = await gql(lb.url, '{ users(limit: 1) { id } }', undefined, { from: '127.0.0.12', headers: { 'x-forwarded-for': `10.9.8.${i}` } })
+      statuses.push(response.status)
+      upstreams.add(String(response.headers['x-upstream']))
+      if (response.status === 429) {
+        t.equal(response.body.errors[0].extensions.code, 'RATE_LIMITED')
+        t.ok(Number(response.headers['retry-after']) > 0, 'Retry-After')
+      }
+    }
+    t.equal(upstreams.size, 2, 'both instances served this client')
+    t.same(statuses, [...Array(REQUEST_LIMIT).fill(200), 429, 429], `${REQUEST_LIMIT} requests pass in total, not per instance`)
+
+    // Another client address (as the load balancer reports it) has a budget of its own: the instances
+    // key on the forwarded address, not on the load balancer's own (every connection comes from 127.0.0.2).
+    const other = await gql(lb.url, '{ users(limit: 1) { id } }', undefined, { from: '127.0.0.13' })
+    t.equal(other.status, 200, 'a different client is not limited')
+  })
+
+  await t.test('the cost-unit limit is shared across instances', async (t) => {
+    const user = token('3', 'USER')
+    const spent: { status: number; remaining?: number; upstream: string; code?: string }[] = []
+    for (let i = 0; i < 5; i++) {
+      const response = await gql(lb.url, '{ users(limit: 20) { id } }', undefined, { token: user, from: '127.0.0.14' })
+      spent.push({ status: response.status, remaining: response.body.extensions?.cost?.remaining, upstream: String(response.headers['x-upstream']), code: response.body.errors?.[0]?.extensions?.code })
+    }
+    t.comment(JSON.stringify(spent))
+    t.equal(new Set(spent.map((s) => s.upstream)).size, 2, 'both instances served')
+    const remaining = spent.filter((s) => s.status === 200).map((s) => s.remaining!)
+    t.ok(remaining.length >= 1 && remaining.every((r, i) => i === 0 || r < remaining[i - 1]!), `remaining units fall across instances: ${remaining.join(', ')}`)
+    const refused = spent.filter((s) => s.status === 429)
+    t.ok(refused.length >= 1, 'refused once the shared cost budget is spent')
+    t.ok(refused.every((s) => s.code === 'RATE_LIMITED'))
+  })
+
+  await t.test('client IPs come from the load balancer\'s X-Forwarded-For only', async (t) => {
+    // Through nginx, from 127.0.0.15, with a forged X-Forwarded-For: the instance sees 127.0.0.15.
+    const through = await gql(lb.url, '{ users(limit: 1) { id } }', undefined, { from: '127.0.0.15', headers: { 'x-forwarded-for': '6.6.6.6' } })
+    const throughId = String(through.headers['x-request-id'])
+    t.match(throughId, /^[0-9a-f]{32}$/, 'the request id is nginx\'s $request_id')
+    const throughLog = await eventually('the request in an instance log', () => [...a.logs, ...b.logs].find((l) => l.reqId === throughId && l.req))
+    t.equal(throughLog.req.remoteAddress, '127.0.0.15', 'the address nginx saw, not the forged one')
+    t.ok(lb.accessLog().some((line) => line.includes(`request_id=${throughId}`)), 'the same id in nginx\'s access log')
+
+    // Straight to an instance (not from the load balancer): X-Forwarded-For is not trusted.
+    const direct = await gql(a.url, '{ users(limit: 1) { id } }', undefined, { from: '127.0.0.16', headers: { 'x-forwarded-for': '6.6.6.6' } })
+    const directId = String(direct.headers['x-request-id'])
+    const directLog = await eventually('the direct request in the log', () => a.logs.find((l) => l.reqId === directId && l.req))
+    t.equal(directLog.req.remoteAddress, '127.0.0.16', 'a forged header from an untrusted peer is ignored')
+  })
+
+  await t.test('nginx: metrics not published, bodies capped, its own errors in the service\'s shape', async (t) => {
+    const metrics = await request(`${lb.url}/metrics`, { from: '127.0.0.17' })
+    t.equal(metrics.status, 404)
+    t.equal(metrics.json().errors[0].extensions.code, 'NOT_FOUND')
+    t.equal((await request(`${a.url}/metrics`)).status, 200, 'each instance serves its metrics to a scraper')
+
+    const tooLarge = await request(`${lb.url}/graphql`, { method: 'POST', from: '127.0.0.17', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: 'x'.repeat(1_100_000) }) })
+    t.equal(tooLarge.status, 413)
+    t.same(tooLarge.json(), { errors: [{ message: 'Request body too large', extensions: { code: 'PAYLOAD_TOO_LARGE' } }] })
+  })
+})
