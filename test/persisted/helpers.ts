@@ -32,3 +32,10 @@ export async function postJson (url: string, body: unknown, headers: Record<stri
   const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) })
   return { status: response.status, headers: response.headers, body: await response.json() as any }
 }
+
+/**
+ * Load shedding off: with tap running files in parallel, module loading and compilation can stall
+ * the event loop past its threshold right after start, and requests would get 503 (that behaviour
+ * is tested with the ops plugin, not here).
+ */
+export const NO_SHEDDING = { PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0' }

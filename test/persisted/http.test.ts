@@ -4,10 +4,10 @@ import { test } from 'tap'
 import { listenTestApp } from '../helpers/app.ts'
 import { countingStore } from '../helpers/counting-store.ts'
 import { sha256Hex } from '../../app/graphql/persisted.ts'
-import { MANIFEST_FILE, PREFLIGHT, getPersisted, manifest, persistedGetUrl, postJson, queryIdOf } from './helpers.ts'
+import { MANIFEST_FILE, NO_SHEDDING, PREFLIGHT, getPersisted, manifest, persistedGetUrl, postJson, queryIdOf } from './helpers.ts'
 
-const ENFORCED = { NODE_ENV: 'production', PERSISTED_MANIFEST: MANIFEST_FILE }
-const DEVELOPMENT = { PERSISTED_MANIFEST: MANIFEST_FILE }
+const ENFORCED = { NODE_ENV: 'production', PERSISTED_MANIFEST: MANIFEST_FILE, ...NO_SHEDDING }
+const DEVELOPMENT = { PERSISTED_MANIFEST: MANIFEST_FILE, ...NO_SHEDDING }
 const USER_BY_ID = queryIdOf('UserById')
 
 test('enforced mode (the production default): both persisted forms run, full queries are refused', async (t) => {

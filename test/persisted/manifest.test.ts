@@ -8,7 +8,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { buildManifest } from '../../app/graphql/persisted-build.ts'
 import { loadManifests, sha256Hex } from '../../app/graphql/persisted.ts'
-import { MANIFEST_FILE, OPERATIONS_DIR, manifest } from './helpers.ts'
+import { OPERATIONS_DIR, manifest } from './helpers.ts'
 
 const run = promisify(execFile)
 const BUILD = new URL('../../app/graphql/persisted-build.ts', import.meta.url).pathname

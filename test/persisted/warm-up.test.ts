@@ -1,0 +1,112 @@
+// Start-up: every manifest operation is parsed, validated and JIT-compiled before the first request
+// (which then pays nothing), without touching data; a restart serves the same ids from the same
+// file; a manifest the service cannot honour stops the start with a clear error.
+import { test } from 'tap'
+import { createRequire } from 'node:module'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+// A spy on graphql-jit's compileQuery, installed before Mercurius loads (it keeps its own reference):
+// the helpers, and so the app, are imported only after this.
+const require = createRequire(import.meta.url)
+const jitModule = require.cache[require.resolve('graphql-jit')] ?? (require('graphql-jit'), require.cache[require.resolve('graphql-jit')]!)
+const realJit = { ...jitModule.exports } as typeof import('graphql-jit')
+const compilations: string[] = []
+jitModule.exports = {
+  ...realJit,
+  compileQuery: (...args: Parameters<typeof realJit.compileQuery>) => {
+    const op = args[1].definitions.find((d) => d.kind === 'OperationDefinition')
+    compilations.push(op && 'name' in op && op.name ? op.name.value : '(anonymous)')
+    return realJit.compileQuery(...args)
+  }
+}
+const { buildTestApp } = await import('../helpers/app.ts')
+const { countingStore } = await import('../helpers/counting-store.ts')
+const { sha256Hex } = await import('../../app/graphql/persisted.ts')
+const { MANIFEST_FILE, NO_SHEDDING, PREFLIGHT, manifest, queryIdOf } = await import('./helpers.ts')
+
+const DEVELOPMENT = { PERSISTED_MANIFEST: MANIFEST_FILE, ...NO_SHEDDING }
+const VARIABLES: Record<string, Record<string, unknown>> = {
+  UserById: { id: '2' }, UserEmail: { id: '2' }, Users: {}, RoomMessages: { roomId: 'general' }, PostMessage: { roomId: 'general', content: 'hi' }
+}
+
+test('every manifest operation is parsed, validated and compiled at start, without touching data; first requests pay nothing', async (t) => {
+  const { store, calls } = countingStore()
+  const { app, token } = await buildTestApp(t, DEVELOPMENT, { store })
+  let validations = 0
+  app.graphql.addHook('preValidation', async () => { validations++ }) // Mercurius runs it on a cache miss only
+  compilations.length = 0
+  calls.length = 0
+  await app.ready()
+
+  const names = manifest.operations.map((o) => o.name).sort()
+  t.same(compilations.slice().sort(), names, 'each operation compiled once, at start')
+  t.equal(validations, names.length, 'each operation parsed and validated once, at start')
+  t.same(app.persistedWarmUp, { compiled: names.length, skipped: [], ms: app.persistedWarmUp!.ms })
+  t.same(calls, [], 'the warm-up read and wrote nothing (its domain context is sealed)')
+
+  const auth = { authorization: `Bearer ${token('1', 'ADMIN')}` }
+  for (const op of manifest.operations) {
+    for (let i = 0; i < 2; i++) {
+      const response = await app.inject({ method: 'POST', url: '/graphql', headers: auth, payload: { queryId: `sha256:${op.id}`, variables: VARIABLES[op.name!] } })
+      t.notOk(response.json().errors, `${op.name} runs`, { errors: response.json().errors })
+    }
+  }
+  t.equal(compilations.length, names.length, 'no request compiled anything')
+  t.equal(validations, names.length, 'no request parsed or validated anything')
+
+  // The same measurement sees an operation that was not warmed up: parsed on first use, compiled on the second.
+  for (let i = 0; i < 2; i++) await app.inject({ method: 'POST', url: '/graphql', payload: { query: 'query NotRegistered { users { id } }' } })
+  t.same(compilations.slice(names.length), ['NotRegistered'])
+  t.equal(validations, names.length + 1)
+})
+
+test('an operation a per-request check refuses at warm-up is reported, and compiles on its first request', async (t) => {
+  // With an administrator budget of 100, RoomMessages (cost 120 with its default page) cannot be priced in.
+  const { app, token } = await buildTestApp(t, { ...DEVELOPMENT, COST_BUDGET_ADMIN: '100' })
+  compilations.length = 0
+  await app.ready()
+  t.same(app.persistedWarmUp!.skipped.map((s) => [s.name, s.reason]), [['RoomMessages', 'Query cost 120 exceeds the budget of 100 for this caller']])
+  t.notOk(compilations.includes('RoomMessages'))
+  compilations.length = 0
+  const request = { method: 'POST' as const, url: '/graphql', headers: { authorization: `Bearer ${token('5', 'SERVICE')}` }, payload: { queryId: queryIdOf('RoomMessages'), variables: { roomId: 'general' } } }
+  t.ok(Array.isArray((await app.inject(request)).json().data.messages), 'a caller with a larger budget runs it')
+  t.same(compilations, ['RoomMessages'], 'compiled by its first request (parsed and validated at start, it counts as a second use)')
+})
+
+test('restart: an app built again from the same manifest file serves the same ids; in-memory APQ registrations are gone', async (t) => {
+  const text = 'query Registered { users(limit: 1) { id } }'
+  const apq = { extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(text) } } }
+  const get = { method: 'GET' as const, url: `/graphql?queryId=${queryIdOf('UserById')}&variables=${encodeURIComponent('{"id":"3"}')}`, headers: PREFLIGHT }
+
+  const first = await buildTestApp(t, DEVELOPMENT)
+  t.equal((await first.app.inject(get)).json().data.user.name, 'Alan Turing')
+  t.ok((await first.app.inject({ method: 'POST', url: '/graphql', payload: { query: text, ...apq } })).json().data, 'registered by APQ')
+  t.ok((await first.app.inject({ method: 'POST', url: '/graphql', payload: apq })).json().data, 'hit')
+  await first.app.close()
+
+  const second = await buildTestApp(t, DEVELOPMENT)
+  await second.app.ready()
+  t.equal(second.app.persistedWarmUp!.compiled, manifest.operations.length, 'warmed up again')
+  t.equal((await second.app.inject(get)).json().data.user.name, 'Alan Turing', 'the manifest ids survive the restart')
+  t.equal((await second.app.inject({ method: 'POST', url: '/graphql', payload: apq })).json().errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND',
+    'automatic registrations live in memory (or Redis), not in the manifest')
+})
+
+test('a manifest the service cannot honour stops the start with a clear error', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'persisted-'))
+  const text = 'query A { users { id } }'
+  const file = join(dir, 'tampered.json')
+  writeFileSync(file, JSON.stringify({ [`sha256:${sha256Hex('query A { users { name } }')}`]: text }))
+  await t.rejects(buildTestApp(t, { PERSISTED_MANIFEST: file }), { message: new RegExp(`Persisted query manifest ${file}: id "sha256:[0-9a-f]{64}" does not match the sha256 of its text`) })
+
+  const unknownField = join(dir, 'drifted.json')
+  const drifted = 'query Old { user(id: "1") { nickname } }'
+  writeFileSync(unknownField, JSON.stringify({ [sha256Hex(drifted)]: drifted }))
+  await t.rejects(buildTestApp(t, { PERSISTED_MANIFEST: unknownField }), /cannot be registered: it is not valid against the schema: Cannot query field "nickname" on type "User"/)
+
+  // The service's own validation rules (here MAX_DEPTH) are applied by the warm-up.
+  const { app } = await buildTestApp(t, { ...DEVELOPMENT, MAX_DEPTH: '2' })
+  await t.rejects(async () => { await app.ready() }, { message: new RegExp(`Persisted operation RoomMessages ${queryIdOf('RoomMessages')} is not valid for this service: Query depth 3 exceeds the maximum depth of 2`) })
+})
