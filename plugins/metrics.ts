@@ -10,14 +10,7 @@ import type { GraphQLContext } from '../app/graphql/context.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    metrics: {
-      registry: Registry
-      /**
-       * Open subscriptions by transport, counted by whoever serves them (the subscription plugins):
-       * call `opened(transport)` when one starts and the returned function once when it ends.
-       */
-      subscriptionOpened (transport: string): () => void
-    }
+    metricsRegistry: Registry
   }
 }
 
@@ -87,11 +80,24 @@ export default fp(async function metrics (app: FastifyInstance) {
     labelNames: ['route', 'status_code'] as const,
     registers: [registry]
   })
-  const openSubscriptions = new Gauge({
+  // Read at scrape time from the subscriptions plugin (registered after this one).
+  const subscriptionStats = () => (app.hasDecorator('subscriptionStats') ? app.subscriptionStats() : null)
+  new Gauge({
     name: 'graphql_open_subscriptions',
     help: 'GraphQL subscriptions currently open on this instance, by transport (ws, sse)',
     labelNames: ['transport'] as const,
-    registers: [registry]
+    registers: [registry],
+    collect () {
+      const stats = subscriptionStats()
+      this.set({ transport: 'ws' }, stats?.webSocketSubscriptions ?? 0)
+      this.set({ transport: 'sse' }, stats?.eventStreams ?? 0)
+    }
+  })
+  new Gauge({
+    name: 'graphql_websocket_connections',
+    help: 'Open GraphQL WebSocket connections on this instance',
+    registers: [registry],
+    collect () { this.set(subscriptionStats()?.webSockets ?? 0) }
   })
 
   const knownNames = new Set<string>()
@@ -140,17 +146,7 @@ export default fp(async function metrics (app: FastifyInstance) {
     if (status >= 400 && SOAP_ROUTE.test(route)) soapFaults.inc({ route, status_code: String(status) })
   })
 
-  app.decorate('metrics', {
-    registry,
-    subscriptionOpened (transport: string) {
-      openSubscriptions.inc({ transport })
-      let open = true
-      return () => {
-        if (open) openSubscriptions.dec({ transport })
-        open = false
-      }
-    }
-  })
+  app.decorate('metricsRegistry', registry)
 
   app.get('/metrics', { config: { rateLimit: false } }, async (_request, reply) => {
     return reply.type(registry.contentType).send(await registry.metrics())

@@ -19,6 +19,7 @@ import { mintToken } from '../../app/auth/mint-token.ts'
 import { loadConfig } from '../../app/config.ts'
 import { openPostgresStore } from '../../app/store/postgres.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
+import { createPartnerAccount } from '../../app/auth/create-partner.ts'
 import type { Role } from '../../app/store/types.ts'
 
 export const REPO = new URL('../..', import.meta.url).pathname.replace(/\/$/, '')
@@ -28,6 +29,10 @@ export const JWT_SECRET = 'cluster-test-secret-that-is-long-enough-0123456789'
 export const PARTNER_SECRET_KEY = 'cluster-partner-key-that-is-long-enough-0123456789'
 /** nginx connects to the instances from this address; the instances trust X-Forwarded-For from it only. */
 export const LB_ADDRESS = '127.0.0.2'
+/** The SOAP partner account every cluster has (bound to user 5, SERVICE). */
+export const PARTNER = { login: 'partner', password: 'partner-s3cret' }
+/** The public address written into the WSDL and the SOAP namespaces: the load balancer's, the same on every instance. */
+export const SOAP_PUBLIC_URL = 'https://api.example.com'
 
 export interface TestLike {
   teardown (fn: () => unknown): void
@@ -128,7 +133,7 @@ export interface Database {
   query<R extends pg.QueryResultRow = any> (text: string, values?: unknown[]): Promise<pg.QueryResult<R>>
 }
 
-/** A schema of the test's own, migrated and loaded with the demo users (1 ADMIN, 2-4 USER, 5 SERVICE); dropped at the end. */
+/** A schema of the test's own, migrated and loaded with the demo users (1 ADMIN, 2-4 USER, 5 SERVICE) and PARTNER; dropped at the end. */
 export async function createDatabase (t: TestLike): Promise<Database> {
   const schema = uniqueName('cluster')
   const admin = new pg.Client({ connectionString: PG_URL })
@@ -139,6 +144,7 @@ export async function createDatabase (t: TestLike): Promise<Database> {
   }
   const store = await openPostgresStore({ url: PG_URL, poolSize: 2, schema, applicationName: `${schema}_seed` })
   await loadDemoData(store)
+  await createPartnerAccount(store, PARTNER_SECRET_KEY, { ...PARTNER, userId: '5' })
   await store.close()
   const pool = new pg.Pool({ connectionString: PG_URL, max: 2, options: `-c search_path=${schema}` })
   t.teardown(async () => {
@@ -237,6 +243,7 @@ export async function startInstance (t: TestLike, name: string, env: Record<stri
     PARTNER_SECRET_KEY,
     TRUST_PROXY: LB_ADDRESS,
     PERSISTED_ONLY: 'false',
+    SOAP_PUBLIC_URL,
     SHUTDOWN_GRACE_MS: '15000',
     ...env
   }

@@ -1,7 +1,10 @@
 // Two real instances behind a real nginx, on the machine's PostgreSQL and Redis: what one instance
 // does, the other sees; shared limits are shared; client addresses come from the load balancer only.
 import { test } from 'tap'
-import { eventually, gql, request, startCluster, token, type Cluster } from './harness.ts'
+import { createHash, randomBytes } from 'node:crypto'
+import { sha256Hex } from '../../app/graphql/persisted.ts'
+import { collect, sseClient, wsClient } from '../subscriptions/clients.ts'
+import { PARTNER, SOAP_PUBLIC_URL, eventually, gql, request, startCluster, token, type Cluster } from './harness.ts'
 
 const REQUEST_LIMIT = 8
 const COST_LIMIT = 50
@@ -90,6 +93,74 @@ test('two instances behind nginx', async (t) => {
     t.equal(directLog.req.remoteAddress, '127.0.0.16', 'a forged header from an untrusted peer is ignored')
   })
 
+  await t.test('a message posted on one instance reaches a WebSocket and an SSE subscriber on the other (Redis pub/sub)', async (t) => {
+    const room = `cluster-${randomBytes(3).toString('hex')}`
+    const query = `subscription { messageAdded(roomId: "${room}") { id content author { id } } }`
+    // Both subscribers reach instance b through nginx: the WebSocket upgrade and the event stream pass the proxy.
+    // Subscribers of their own (rate limits are per user, and earlier checks spent some users' budgets).
+    const ws = wsClient(lb.pinned[1]!, { authToken: `Bearer ${token('ws-subscriber')}` })
+    t.teardown(() => ws.dispose())
+    const overWs = collect(ws, query)
+    const overSse = collect(sseClient(lb.pinned[1]!, `Bearer ${token('sse-subscriber')}`), query)
+    t.teardown(() => { overWs.dispose(); overSse.dispose() })
+    await eventually('both subscriptions open on instance b', async () => {
+      const metrics = (await request(`${b.url}/metrics`)).text
+      return /graphql_open_subscriptions\{transport="ws"\} 1/.test(metrics) && /graphql_open_subscriptions\{transport="sse"\} 1/.test(metrics)
+    })
+
+    const posted = await gql(lb.pinned[0]!, 'mutation Post($room: String!) { postMessage(roomId: $room, content: "across instances") { id } }', { room }, { token: token('4'), from: '127.0.0.21' })
+    t.equal(posted.headers['x-upstream'], `127.0.0.1:${a.port}`, 'posted on instance a')
+    const id = posted.body.data.postMessage.id
+    const expected = { data: { messageAdded: { id, content: 'across instances', author: { id: '4' } } } }
+    await eventually('the message on both subscriptions', () => overWs.outcome.values.length > 0 && overSse.outcome.values.length > 0, 10_000)
+    t.same(overWs.outcome.values, [expected], 'WebSocket subscriber on instance b got it')
+    t.same(overSse.outcome.values, [expected], 'SSE subscriber on instance b got it')
+  })
+
+  await t.test('an APQ registration on one instance serves on the other (Redis registry)', async (t) => {
+    const query = `query ApqAcross { cross_${randomBytes(4).toString('hex')}: user(id: "2") { id name } }`
+    const extensions = { persistedQuery: { version: 1, sha256Hash: sha256Hex(query) } }
+    const byHash = (base: string) => request(`${base}/graphql?extensions=${encodeURIComponent(JSON.stringify(extensions))}`, { from: '127.0.0.18', headers: { 'apollo-require-preflight': 'true' } })
+    const miss = await byHash(lb.pinned[1]!)
+    t.equal(miss.json().errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND', 'unknown on b before registration')
+    const registered = await request(`${lb.pinned[0]}/graphql`, {
+      method: 'POST', from: '127.0.0.18', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query, extensions })
+    })
+    t.equal(registered.status, 200)
+    t.equal(registered.headers['x-upstream'], `127.0.0.1:${a.port}`, 'registered on instance a')
+    const hit = await byHash(lb.pinned[1]!)
+    t.equal(hit.headers['x-upstream'], `127.0.0.1:${b.port}`)
+    t.same(Object.values(hit.json().data), [{ id: '2', name: 'Ada Lovelace' }], 'served by hash on instance b')
+  })
+
+  await t.test('a WS-Security nonce used on one instance is refused as a replay on the other (Redis)', async (t) => {
+    const envelope = soapEnvelope('GetUser', '<id>2</id>')
+    const headers = { 'content-type': 'text/xml; charset=utf-8', soapaction: `"${SOAP_PUBLIC_URL}/v1/UserService/GetUser"` }
+    const first = await request(`${lb.pinned[0]}/v1/UserService`, { method: 'POST', from: '127.0.0.19', headers, body: envelope })
+    t.equal(first.status, 200, first.text)
+    t.match(first.text, /<name>Ada Lovelace<\/name>/)
+    const replay = await request(`${lb.pinned[1]}/v1/UserService`, { method: 'POST', from: '127.0.0.19', headers, body: envelope })
+    t.equal(replay.headers['x-upstream'], `127.0.0.1:${b.port}`)
+    t.equal(replay.status, 500)
+    t.match(replay.text, /FailedAuthentication/)
+    t.match(replay.text, /already been used/)
+  })
+
+  await t.test('a user created over SOAP on one instance is read over GraphQL on the other', async (t) => {
+    const email = `soap.${randomBytes(3).toString('hex')}@example.com`
+    const envelope = soapEnvelope('CreateUser', `<name>Made Over Soap</name><email>${email}</email>`)
+    const created = await request(`${lb.pinned[0]}/v1/UserService`, {
+      method: 'POST', from: '127.0.0.20', body: envelope,
+      headers: { 'content-type': 'text/xml; charset=utf-8', soapaction: `"${SOAP_PUBLIC_URL}/v1/UserService/CreateUser"` }
+    })
+    t.equal(created.status, 200, created.text)
+    const id = /<id>([^<]+)<\/id>/.exec(created.text)?.[1]
+    t.ok(id, 'the SOAP response carries the new id')
+    const read = await gql(lb.pinned[1]!, 'query One($id: ID!) { user(id: $id) { name email } }', { id }, { token: token('1', 'ADMIN'), from: '127.0.0.20' })
+    t.equal(read.headers['x-upstream'], `127.0.0.1:${b.port}`)
+    t.same(read.body.data, { user: { name: 'Made Over Soap', email } })
+  })
+
   await t.test('nginx: metrics not published, bodies capped, its own errors in the service\'s shape', async (t) => {
     const metrics = await request(`${lb.url}/metrics`, { from: '127.0.0.17' })
     t.equal(metrics.status, 404)
@@ -101,3 +172,19 @@ test('two instances behind nginx', async (t) => {
     t.same(tooLarge.json(), { errors: [{ message: 'Request body too large', extensions: { code: 'PAYLOAD_TOO_LARGE' } }] })
   })
 })
+
+/** A SOAP 1.1 request to v1 of UserService, signed in as PARTNER with a fresh PasswordDigest UsernameToken. */
+function soapEnvelope (operation: string, body: string): string {
+  const nonce = randomBytes(16)
+  const created = new Date().toISOString()
+  const digest = createHash('sha1').update(nonce).update(created, 'utf8').update(PARTNER.password, 'utf8').digest('base64')
+  const wsse = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
+  const wsu = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
+  const profile = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0'
+  return '<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/">' +
+    `<soap:Header><wsse:Security xmlns:wsse="${wsse}" xmlns:wsu="${wsu}"><wsse:UsernameToken><wsse:Username>${PARTNER.login}</wsse:Username>` +
+    `<wsse:Password Type="${profile}#PasswordDigest">${digest}</wsse:Password>` +
+    `<wsse:Nonce EncodingType="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary">${nonce.toString('base64')}</wsse:Nonce>` +
+    `<wsu:Created>${created}</wsu:Created></wsse:UsernameToken></wsse:Security></soap:Header>` +
+    `<soap:Body><${operation} xmlns="${SOAP_PUBLIC_URL}/v1/UserService">${body}</${operation}></soap:Body></soap:Envelope>`
+}

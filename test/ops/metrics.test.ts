@@ -6,6 +6,7 @@ import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { mintToken } from '../../app/auth/mint-token.ts'
 import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
+import { collect, eventually, sseClient, wsClient } from '../subscriptions/clients.ts'
 
 /** Parses the text exposition format into `name{labels} value` → number. */
 function parseMetrics (text: string): Map<string, number> {
@@ -95,4 +96,20 @@ test('every response carries a request id; a caller-supplied x-request-id is kep
   const logged = lines.map((l) => JSON.parse(l) as { reqId?: string; msg?: string })
   t.ok(logged.some((l) => l.reqId === generated && l.msg === 'request completed'), 'the generated id is in the log')
   t.ok(logged.some((l) => l.reqId === 'lb-0123456789abcdef' && l.msg === 'incoming request'), 'the supplied id is in the log')
+})
+
+test('open subscriptions are a gauge by transport, back to 0 when they end', async (t) => {
+  const { url, token } = await listenTestApp(t)
+  const ws = wsClient(url, { authToken: `Bearer ${token('2')}` })
+  t.teardown(() => ws.dispose())
+  const query = 'subscription { messageAdded(roomId: "metrics") { id } }'
+  const overWs = collect(ws, query)
+  const overSse = collect(sseClient(url, `Bearer ${token('3')}`), query)
+  const open = async (transport: string) => sample((await scrape(url)).samples, 'graphql_open_subscriptions', { transport })
+  await eventually(async () => (await open('ws')) === 1 && (await open('sse')) === 1, 5000, 'one subscription open on each transport')
+  t.match((await (await fetch(`${url}/metrics`)).text()), /\ngraphql_websocket_connections 1\n/, 'one WebSocket connection')
+  overWs.dispose()
+  overSse.dispose()
+  await eventually(async () => (await open('ws')) === 0 && (await open('sse')) === 0, 5000, 'both closed')
+  t.pass('the gauge falls back to 0')
 })
