@@ -1,0 +1,108 @@
+// The SOAP XML reader (routes/soap/xml.ts) against fast-xml-parser as an oracle: on valid documents it
+// builds the same namespace-resolved tree as fast-xml-parser's parser (resolved here the obvious way);
+// on broken ones it refuses whatever fast-xml-parser's validator refuses, and a list of things the
+// validator lets through (undefined entities, undeclared prefixes, two roots, forbidden characters).
+// It also prints the cost of both on the benchmark's WS-Security envelope.
+import { readdirSync, readFileSync } from 'node:fs'
+import { randomBytes, createHash } from 'node:crypto'
+import { test } from 'tap'
+import { XMLParser, XMLValidator } from 'fast-xml-parser'
+import { XmlError, parseXml, type XmlElement } from '../../routes/soap/xml.ts'
+import { buildWsdl } from '../../routes/soap/wsdl.ts'
+import { SERVICE_VERSIONS } from '../../routes/soap/operations.ts'
+import { FIXTURES, SOAP11, WSSE, WSU, envelope, textToken } from './helpers.ts'
+
+const oracleParser = new XMLParser({
+  preserveOrder: true, ignoreAttributes: false, attributeNamePrefix: '', parseTagValue: false, parseAttributeValue: false,
+  processEntities: false, htmlEntities: false, trimValues: false, ignoreDeclaration: true, ignorePiTags: true, cdataPropName: '#cdata'
+})
+const PREDEFINED: Record<string, string> = { lt: '<', gt: '>', amp: '&', quot: '"', apos: "'" }
+const decode = (v: string) => v.replace(/&(#x[0-9a-fA-F]+|#[0-9]+|lt|gt|amp|quot|apos);/g, (_m, r: string) =>
+  r[0] === '#' ? String.fromCodePoint(r[1] === 'x' ? parseInt(r.slice(2), 16) : parseInt(r.slice(1), 10)) : PREDEFINED[r]!)
+
+type Node = Record<string, unknown> & { ':@'?: Record<string, string> }
+function resolve (node: Node, scope: Map<string, string>): XmlElement {
+  const name = Object.keys(node).find((k) => k !== ':@')!
+  const attrs = node[':@'] ?? {}
+  const inner = new Map(scope)
+  for (const [k, v] of Object.entries(attrs)) if (k === 'xmlns' || k.startsWith('xmlns:')) inner.set(k === 'xmlns' ? '' : k.slice(6), decode(v))
+  const split = (q: string) => q.includes(':') ? [q.slice(0, q.indexOf(':')), q.slice(q.indexOf(':') + 1)] : ['', q]
+  const [prefix, local] = split(name)
+  const attributes = Object.entries(attrs).filter(([k]) => k !== 'xmlns' && !k.startsWith('xmlns:')).map(([k, v]) => {
+    const [p, l] = split(k)
+    return { ns: p === '' ? '' : inner.get(p)!, local: l!, value: decode(v) }
+  })
+  const children: XmlElement[] = []
+  let text = ''
+  for (const child of node[name] as Node[]) {
+    if ('#text' in child) text += decode(child['#text'] as string)
+    else if ('#cdata' in child) text += (child['#cdata'] as Array<{ '#text': string }>)[0]?.['#text'] ?? ''
+    else children.push(resolve(child, inner))
+  }
+  return { ns: inner.get(prefix!)!, local: local!, attributes, children, text }
+}
+function oracle (xml: string): XmlElement {
+  const nodes = (oracleParser.parse(xml) as Node[]).filter((n) => !('#text' in n))
+  return resolve(nodes[0]!, new Map([['', ''], ['xml', 'http://www.w3.org/XML/1998/namespace']]))
+}
+
+const digestEnvelope = () => {
+  const nonce = randomBytes(16)
+  const created = new Date().toISOString()
+  return envelope('1.1', `<GetUser xmlns="https://api.example.com/v1/UserService"><id>42</id></GetUser>`,
+    `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}"><wsse:UsernameToken><wsse:Username>p</wsse:Username>` +
+    `<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordDigest">${createHash('sha1').update(nonce).update(created).update('pw').digest('base64')}</wsse:Password>` +
+    `<wsse:Nonce>${nonce.toString('base64')}</wsse:Nonce><wsu:Created>${created}</wsu:Created></wsse:UsernameToken></wsse:Security>`)
+}
+
+const valid: string[] = [
+  ...readdirSync(FIXTURES).filter((f) => f.endsWith('.xml')).map((f) => readFileSync(new URL(f, FIXTURES), 'utf8')),
+  ...SERVICE_VERSIONS.map((v) => buildWsdl(v, 'https://api.example.com')),
+  digestEnvelope(),
+  envelope('1.1', '<a:Op xmlns:a="urn:a"><a:x>007</a:x><y>&lt;&amp;&gt;&quot;&apos;&#65;&#x42;&#x1F600;</y></a:Op>', textToken('u', 'p&amp;w')),
+  `<?xml version='1.0' encoding='UTF-8' standalone='yes'?>\n<!-- c --><?pi data?>\n<r xmlns="urn:d" xmlns:p='urn:p' p:a='1' b = "2" >\n  <p:c><![CDATA[<not> &markup;]]>tail</p:c>\n  <e xmlns=""><f/></e><p:g xmlns:p="urn:other"/>\n</r>\n<!-- after -->\n`,
+  '<r><a.b-c_d>text &#10; more</a.b-c_d><é x="ü"/></r>',
+  `<s:Envelope xmlns:s="${SOAP11}"><s:Body><x:y xmlns:x="urn:x" x:nil="true" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="x:t"/></s:Body></s:Envelope>`
+]
+
+const brokenForBoth: string[] = [
+  '', 'text', '<a>', '<a></b>', '<a><b></a></b>', '<a x=1/>', '<a x/>', '<a x="1" x="2"/>', '<a>1 < 2</a>', '</a>',
+  '<a x="1"y="2"/>', '<1a/>', '<a></a>junk', '<a><![CDATA[x</a>', '<a b="1>', '<?xml version="1.0"?><?xml version="1.0"?><a/>'
+]
+const brokenForUsOnly: string[] = [
+  '<a x="<"/>', '<a/><!-- --', '<a>&foo;</a>', '<a>AT&T</a>', '<a x="&unknown;"/>', '<p:a/>', '<a p:x="1"/>', '<a/><b/>', '<a>\u0001</a>', '<a>&#0;</a>',
+  '<a xmlns:p="urn:x" xmlns:q="urn:x" p:x="1" q:x="2"/>', '<!DOCTYPE a><a/>', '<a><!DOCTYPE b></a>', '<a>]]></a>', '<a><!-- a -- b --></a>', '<a:b:c xmlns:a="urn:a"/>'
+]
+
+test('valid documents: the same tree as fast-xml-parser resolves', async (t) => {
+  for (const xml of valid) {
+    t.equal(XMLValidator.validate(xml), true, 'the oracle accepts it')
+    t.same(parseXml(xml), oracle(xml), xml.slice(0, 80))
+  }
+  const tree = parseXml(valid.at(-3)!)
+  t.same(tree.children.map((c) => [c.ns, c.local]), [['urn:p', 'c'], ['', 'e'], ['urn:other', 'g']], 'namespaces resolved, default undeclared, prefix redeclared')
+  t.equal(tree.children[0]!.text, '<not> &markup;tail', 'CDATA kept verbatim')
+})
+
+test('broken documents: refused, like fast-xml-parser\'s validator does, and more', async (t) => {
+  for (const xml of brokenForBoth) {
+    t.not(XMLValidator.validate(xml), true, `oracle refuses ${JSON.stringify(xml)}`)
+    t.throws(() => parseXml(xml), XmlError, `refused: ${JSON.stringify(xml)}`)
+  }
+  for (const xml of brokenForUsOnly) t.throws(() => parseXml(xml), XmlError, `refused: ${JSON.stringify(xml)}`)
+  t.throws(() => parseXml('<!DOCTYPE a [<!ENTITY x "y">]><a>&x;</a>'), { doctype: true })
+})
+
+test('cost on the benchmark envelope (printed)', async (t) => {
+  const bodies = Array.from({ length: 4000 }, digestEnvelope)
+  const time = (fn: (xml: string) => unknown) => {
+    for (const b of bodies.slice(0, 1000)) fn(b)
+    const start = performance.now()
+    for (const b of bodies) fn(b)
+    return (performance.now() - start) / bodies.length * 1000
+  }
+  const ours = time(parseXml)
+  const theirs = time((xml) => { if (XMLValidator.validate(xml) !== true) throw new Error('invalid'); return oracle(xml) })
+  t.comment(`parse of a ${bodies[0]!.length}-byte envelope: routes/soap/xml.ts ${ours.toFixed(1)} µs, fast-xml-parser validate+parse+resolve ${theirs.toFixed(1)} µs`)
+  t.same(parseXml(bodies[0]!), oracle(bodies[0]!))
+})
