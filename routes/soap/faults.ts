@@ -85,11 +85,16 @@ export function faultResponse (fault: SoapFault, version: SoapVersion, serviceNs
   }
   const value = fault.kind === 'Client' ? 'Sender' : fault.kind === 'Server' ? 'Receiver' : fault.kind
   const subcode = fault.wsseCode ? `<env:Subcode><env:Value ${WSSE_DECL}>wsse:${fault.wsseCode}</env:Value></env:Subcode>` : ''
-  const header = fault.notUnderstood.length === 0
-    ? ''
-    : '<env:Header>' + fault.notUnderstood.map((q) => q.ns === ''
+  let header = ''
+  if (fault.notUnderstood.length > 0) {
+    header = '<env:Header>' + fault.notUnderstood.map((q) => q.ns === ''
       ? `<env:NotUnderstood qname="${escapeXml(q.local)}"/>`
       : `<env:NotUnderstood xmlns:h="${escapeXml(q.ns)}" qname="h:${escapeXml(q.local)}"/>`).join('') + '</env:Header>'
+  } else if (fault.kind === 'VersionMismatch') {
+    // SOAP 1.2 part 1, 5.4.7: say which envelope versions are supported, in order of preference.
+    header = '<env:Header><env:Upgrade><env:SupportedEnvelope qname="e12:Envelope" xmlns:e12="http://www.w3.org/2003/05/soap-envelope"/>' +
+      '<env:SupportedEnvelope qname="e11:Envelope" xmlns:e11="http://schemas.xmlsoap.org/soap/envelope/"/></env:Upgrade></env:Header>'
+  }
   const body = '<?xml version="1.0" encoding="utf-8"?>' +
     `<env:Envelope xmlns:env="http://www.w3.org/2003/05/soap-envelope">${header}<env:Body><env:Fault>` +
     `<env:Code><env:Value>env:${value}</env:Value>${subcode}</env:Code>` +

@@ -83,6 +83,11 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     app.post(version.path, async (request, reply) => {
       const soapVersion = soapVersionOf(request)
       const contentType = request.headers['content-type'] ?? ''
+      // The body was decoded as UTF-8 (the encoding every SOAP toolkit sends); another charset would be misread.
+      const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(contentType)?.[1]?.toLowerCase()
+      if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8' && charset !== 'us-ascii') {
+        throw new AppError('UNSUPPORTED_MEDIA_TYPE', `Unsupported charset ${charset}: send UTF-8`)
+      }
       const soapAction = request.headers.soapaction
       const response = await service.handle(version, {
         soapVersion,
