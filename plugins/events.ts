@@ -18,13 +18,37 @@ declare module 'fastify' {
 export default fp(async function events (app: FastifyInstance) {
   const { redisUrl, redisPrefix } = app.config
   const emitter: MQEmitter = redisUrl ? mqemitterRedis({ connectionString: redisUrl }) : mqemitter()
+  // One warning per 10 s at most: an outage must not flood the logs.
+  let lastWarning = 0
+  const warn = (err: unknown, msg: string) => {
+    if (Date.now() - lastWarning < 10_000) return
+    lastWarning = Date.now()
+    app.log.warn({ err: (err as Error)?.message ?? String(err) }, msg)
+  }
+  // The connection events are published on (mqemitter-redis's own ioredis client).
+  const publisher = redisUrl ? (emitter as unknown as { pubConn: { status: string } }).pubConn : null
+  if (redisUrl) {
+    // mqemitter-redis re-emits its connections' errors on `state`; unheard, one Redis outage would crash
+    // the process. The connections reconnect (and re-subscribe) by themselves; readiness reports the outage.
+    ;(emitter as unknown as { state: NodeJS.EventEmitter }).state.on('error', (err: Error) => warn(err, 'redis pub/sub connection error'))
+  }
   const roomTopic = (roomId: string) => `${redisPrefix}room/${roomId}`
   app.decorate('emitter', emitter)
   app.decorate('roomTopic', roomTopic)
+  // Delivery to live subscribers is best-effort: the write it announces is already stored, so a Redis
+  // outage must neither fail nor stall it (ioredis would queue the publish until Redis returns). While
+  // Redis is down, subscribers miss those events; `messages(roomId)` has them.
   app.decorate('events', {
     publish (event: DomainEvent) {
-      return new Promise<void>((resolve, reject) => {
-        emitter.emit({ topic: roomTopic(event.message.roomId), payload: event }, (err?: Error) => (err ? reject(err) : resolve()))
+      if (publisher && publisher.status !== 'ready') {
+        warn(new Error(`Redis connection ${publisher.status}`), 'event not published: Redis pub/sub unavailable')
+        return Promise.resolve()
+      }
+      return new Promise<void>((resolve) => {
+        emitter.emit({ topic: roomTopic(event.message.roomId), payload: event }, (err?: Error) => {
+          if (err) warn(err, 'event not published')
+          resolve()
+        })
       })
     }
   })

@@ -223,6 +223,8 @@ export interface Instance {
   env: Record<string, string>
   /** Every JSON log line the process wrote, across restarts. */
   logs: any[]
+  /** The last 20 kB the process wrote (stdout and stderr): crash reports land here. */
+  output (): string
   process: ChildProcess | null
   start (): Promise<void>
   /** SIGTERM: graceful shutdown; resolves when the process has exited. */
@@ -233,6 +235,7 @@ export interface Instance {
 
 export async function startInstance (t: TestLike, name: string, env: Record<string, string>): Promise<Instance> {
   const port = await freePort()
+  let output = ''
   const fullEnv: Record<string, string> = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     NODE_ENV: 'production',
@@ -253,9 +256,9 @@ export async function startInstance (t: TestLike, name: string, env: Record<stri
     url: `http://127.0.0.1:${port}`,
     env: fullEnv,
     logs: [],
+    output: () => output,
     process: null,
     async start () {
-      let output = ''
       const child = track(spawn(process.execPath, [join(REPO, 'app/server.ts')], { cwd: REPO, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] }))
       instance.process = child
       let partial = ''
@@ -267,9 +270,10 @@ export async function startInstance (t: TestLike, name: string, env: Record<stri
           if (line === '') continue
           try { instance.logs.push(JSON.parse(line)) } catch { instance.logs.push({ msg: line }) }
         }
-        if (output.length < 20_000) output += chunk.toString('utf8')
+        output = (output + chunk.toString('utf8')).slice(-20_000)
       })
-      child.stderr!.on('data', (chunk: Buffer) => { if (output.length < 20_000) output += chunk.toString('utf8') })
+      child.stderr!.on('data', (chunk: Buffer) => { output = (output + chunk.toString('utf8')).slice(-20_000) })
+      child.once('exit', (code, signal) => { output += `\n[exited: code ${code}, signal ${signal}]\n` })
       const deadline = Date.now() + 30_000
       while (Date.now() < deadline) {
         if (child.exitCode !== null) throw new Error(`instance ${name} exited with ${child.exitCode} while starting:\n${output}`)
@@ -446,4 +450,41 @@ export async function eventually<T> (what: string, check: () => Promise<T> | T, 
     await sleep(everyMs)
   }
   throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`)
+}
+
+// ---------------------------------------------------------------- A cuttable TCP link
+
+export interface TcpLink {
+  port: number
+  /** Drops every open connection and refuses new ones: the far side is unreachable. */
+  cut (): Promise<void>
+  restore (): Promise<void>
+}
+
+/**
+ * A TCP relay to 127.0.0.1:`targetPort`, so a test can take PostgreSQL away from its instances (and
+ * only from them) and bring it back, without touching the machine's server that other tests use.
+ */
+export async function startTcpLink (t: TestLike, targetPort: number): Promise<TcpLink> {
+  const { createServer: createTcpServer, connect } = await import('node:net')
+  const port = await freePort()
+  const sockets = new Set<import('node:net').Socket>()
+  const server = createTcpServer((client) => {
+    const upstream = connect(targetPort, '127.0.0.1')
+    for (const [a, b] of [[client, upstream], [upstream, client]] as const) {
+      sockets.add(a)
+      a.on('error', () => b.destroy())
+      a.on('close', () => { sockets.delete(a); b.destroy() })
+      a.pipe(b)
+    }
+  })
+  const listen = () => new Promise<void>((resolve, reject) => { server.once('error', reject); server.listen(port, '127.0.0.1', () => { server.off('error', reject); resolve() }) })
+  const cut = async () => {
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()))
+    for (const socket of sockets) socket.destroy()
+    await closed
+  }
+  await listen()
+  t.teardown(async () => { if (server.listening) await cut() })
+  return { port, cut, restore: listen }
 }
