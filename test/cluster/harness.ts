@@ -439,7 +439,7 @@ async function requireRedis (url: string): Promise<void> {
 }
 
 /** Waits until `check` returns a truthy value (polling), or fails with `what`. */
-export async function eventually<T> (what: string, check: () => Promise<T> | T, timeoutMs = 15_000, everyMs = 100): Promise<T> {
+export async function eventually<T> (what: string, check: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 15_000, everyMs = 100): Promise<T> {
   const deadline = Date.now() + timeoutMs
   let last: unknown
   while (Date.now() < deadline) {
