@@ -7,6 +7,7 @@
 // WebSocket rules: the Origin header, when sent, must be in WS_ALLOWED_ORIGINS; connections are capped
 // per client IP (at the upgrade) and per user (at connection_init), messages by size (1009), active
 // subscriptions per connection; identity comes from connection_init's payload.authToken only.
+import { once } from 'node:events'
 import fp from 'fastify-plugin'
 import websocket from '@fastify/websocket'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
@@ -44,6 +45,9 @@ declare module 'fastify' {
 /** Supported subprotocols, preferred first; the first is the default for a client that names none. */
 export const SUBPROTOCOLS = [GRAPHQL_TRANSPORT_WS, GRAPHQL_WS]
 
+/** How long startup waits for the Redis pub/sub connections. */
+const PUBSUB_READY_TIMEOUT_MS = 10_000
+
 /** How long a graceful shutdown waits for `complete` messages before closing the sockets. */
 const SHUTDOWN_GRACE_MS = 2000
 
@@ -73,6 +77,24 @@ function connectionCounter (max: number) {
 
 const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
 
+/**
+ * With Redis, waits until mqemitter-redis's two connections are ready. A SUBSCRIBE sent while the
+ * subscriber connection is still in its handshake makes ioredis's ready check fail (the connection is
+ * then in subscriber mode) and reconnect, and events.ts drops publishes while the publisher is not ready.
+ */
+async function pubSubReady (emitter: unknown, timeoutMs: number): Promise<void> {
+  const { subConn, pubConn } = emitter as { subConn?: NodeJS.EventEmitter & { status: string }; pubConn?: NodeJS.EventEmitter & { status: string } }
+  if (!subConn || !pubConn) return
+  await Promise.all([subConn, pubConn].map(async (connection) => {
+    if (connection.status === 'ready') return
+    try {
+      await once(connection, 'ready', { signal: AbortSignal.timeout(timeoutMs) })
+    } catch (err) {
+      throw new Error(`Redis pub/sub is not reachable: ${(err as Error).message}`)
+    }
+  }))
+}
+
 export default fp(async function subscriptions (app: FastifyInstance) {
   const { config } = app
   const { ws, limits } = config
@@ -80,6 +102,7 @@ export default fp(async function subscriptions (app: FastifyInstance) {
   const eventStreams = new Set<() => void>()
   const counter = connectionCounter(ws.maxConnectionsPerClient)
   let shuttingDown = false
+  await pubSubReady(app.emitter, PUBSUB_READY_TIMEOUT_MS)
 
   app.graphql.defineResolvers({
     Subscription: subscriptionResolvers({ roomTopic: app.roomTopic, maxCountTarget: limits.maxCountTarget })

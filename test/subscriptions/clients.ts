@@ -127,3 +127,8 @@ export async function eventually (check: () => boolean | Promise<boolean>, ms = 
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
 }
+
+/** Listeners the app's emitter holds for a room's topic (mqemitter has no public count; its matcher is the registry). */
+export function roomListeners (app: { emitter: unknown; roomTopic (roomId: string): string }, roomId: string): number {
+  return (app.emitter as { _matcher: { match (topic: string): unknown[] } })._matcher.match(app.roomTopic(roomId)).length
+}

@@ -1,0 +1,64 @@
+// Subscriptions over server-sent events (graphql-sse protocol, distinct connections mode) against a
+// listening server, with the real graphql-sse client and with raw fetch for the wire format.
+import { test } from 'tap'
+import { gql, listenTestApp } from '../helpers/app.ts'
+import { collect, eventually, roomListeners, sseClient } from './clients.ts'
+
+test('count over SSE: next events, then complete, on POST /graphql with Accept: text/event-stream', async (t) => {
+  const { url, token } = await listenTestApp(t)
+  const outcome = await collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 2) }').done
+  t.same(outcome.values, [{ data: { count: 0 } }, { data: { count: 1 } }])
+  t.ok(outcome.completed)
+
+  const response = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${token('2')}` },
+    body: JSON.stringify({ query: 'subscription { count(target: 1) }' })
+  })
+  t.equal(response.status, 200)
+  t.match(response.headers.get('content-type'), /^text\/event-stream/)
+  t.ok(response.headers.get('x-request-id'), 'hook headers go out')
+  const text = await response.text()
+  t.match(text, /event: next\ndata: \{"data":\{"count":0\}\}\n\n/)
+  t.match(text, /event: complete\n/)
+})
+
+test('SSE is authenticated with the Authorization header', async (t) => {
+  const { url, token, app } = await listenTestApp(t)
+  const bad = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: 'Bearer broken.token.value' },
+    body: JSON.stringify({ query: 'subscription { count(target: 1) }' })
+  })
+  t.equal(bad.status, 401)
+  t.match(await bad.json(), { errors: [{ extensions: { code: 'UNAUTHENTICATED' } }] })
+  const refused = await collect(sseClient(url, 'Bearer broken.token.value'), 'subscription { count(target: 1) }').done
+  t.match(refused.error, { response: { status: 401 } }, 'the graphql-sse client sees the refusal')
+
+  const query = 'subscription { messageAdded(roomId: "sse") { content author { id email } } }'
+  const own = collect(sseClient(url, `Bearer ${token('2')}`), query)
+  const anonymous = collect(sseClient(url), query)
+  await eventually(() => app.subscriptionStats().eventStreams === 2 && roomListeners(app, 'sse') === 2, 3000, 'two live streams')
+  await gql(url, 'mutation { postMessage(roomId: "sse", content: "over sse") { id } }', undefined, { authorization: `Bearer ${token('2')}` })
+  await eventually(() => own.outcome.values.length === 1 && anonymous.outcome.values.length === 1, 3000, 'the event')
+  t.same(own.outcome.values[0], { data: { messageAdded: { content: 'over sse', author: { id: '2', email: 'ada@example.com' } } } })
+  t.match(anonymous.outcome.values[0], { data: { messageAdded: { author: { id: '2', email: null } } }, errors: [{ extensions: { code: 'UNAUTHENTICATED' } }] })
+  own.dispose()
+  anonymous.dispose()
+  await eventually(() => app.subscriptionStats().eventStreams === 0 && roomListeners(app, 'sse') === 0, 3000, 'streams released')
+  t.pass('a client that leaves releases its stream and its listener')
+})
+
+test('SSE operations are validated and limited like WebSocket ones', async (t) => {
+  const { url, app } = await listenTestApp(t, { MAX_DEPTH: '2' })
+  const client = sseClient(url)
+  const deep = await collect(client, 'subscription { messageAdded(roomId: "r") { author { name } } }').done
+  t.match(deep.values, [{ errors: [{ message: 'Query depth 3 exceeds the maximum depth of 2', extensions: { code: 'DEPTH_LIMIT_EXCEEDED' } }] }])
+  t.notOk((deep.values[0] as any).data, 'no data: nothing ran')
+  t.ok(deep.completed)
+  const query = await collect(client, '{ users { id } }').done
+  t.match(query.values, [{ errors: [{ extensions: { code: 'BAD_REQUEST' } }] }])
+  const target = await collect(client, 'subscription { count(target: 1000) }').done
+  t.match(target.values, [{ errors: [{ message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } }] }])
+  t.equal(app.subscriptionStats().eventStreams, 0)
+})
