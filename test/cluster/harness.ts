@@ -67,7 +67,8 @@ export function uniqueName (prefix: string): string {
 }
 
 export function requireTool (name: string, hint: string): string {
-  const found = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' })
+  // (/usr/sbin is where Debian puts nginx, and not every PATH has it.)
+  const found = spawnSync('sh', ['-c', `command -v ${name} || { test -x /usr/sbin/${name} && echo /usr/sbin/${name}; }`], { encoding: 'utf8' })
   const path = found.stdout.trim()
   if (found.status !== 0 || path === '') throw new Error(`${name} is not installed: ${hint}`)
   return path
