@@ -94,6 +94,19 @@ test('broken documents: refused, like fast-xml-parser\'s validator does, and mor
   t.match(doctype, { name: 'XmlError', doctype: true }, 'a DOCTYPE is reported as such')
 })
 
+test('hostile shapes stay cheap: many attributes, deep nesting, long text', async (t) => {
+  const manyAttributes = `<a ${Array.from({ length: 50_000 }, (_, i) => `a${i}="${i}"`).join(' ')}/>`
+  let start = performance.now()
+  t.equal(parseXml(manyAttributes).attributes.length, 50_000)
+  t.ok(performance.now() - start < 1000, 'linear in the number of attributes')
+  start = performance.now()
+  t.throws(() => parseXml(`<a ${Array.from({ length: 50_000 }, (_, i) => `a${i}="${i}"`).join(' ')} a0="x"/>`), /attribute a0 repeated/)
+  t.ok(performance.now() - start < 1000)
+  t.throws(() => parseXml('<a>'.repeat(101) + '</a>'.repeat(101)), /nested deeper than 100/)
+  t.equal(parseXml('<a>'.repeat(100) + '</a>'.repeat(100)).local, 'a', '100 levels are fine')
+  t.equal(parseXml(`<a>${'x&amp;'.repeat(100_000)}</a>`).text.length, 200_000)
+})
+
 test('cost on the benchmark envelope (printed)', async (t) => {
   const bodies = Array.from({ length: 4000 }, digestEnvelope)
   const time = (fn: (xml: string) => unknown) => {
