@@ -7,7 +7,8 @@ import { test } from 'tap'
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { collect, wsClient } from '../subscriptions/clients.ts'
-import { PG_URL, eventually, gql, request, startCluster, startPrivateRedis, startTcpLink, terminateBackends, token, type Instance } from './harness.ts'
+import { sha256Hex } from '../../app/graphql/persisted.ts'
+import { PG_URL, SOAP_PUBLIC_URL, eventually, gql, request, soapEnvelope, startCluster, startPrivateRedis, startTcpLink, terminateBackends, token, type Instance } from './harness.ts'
 
 const REQUEST_LIMIT = 20
 const CLIENT_TIMEOUT_MS = 20_000
@@ -80,6 +81,12 @@ test('faults during traffic: answered clearly, readiness reflects them, recovery
   const run = db.schema.replace(/_/g, '-')
   const traffic = startTraffic(lb.url, run, 6)
   t.teardown(() => traffic.stop())
+  // An APQ registration made while Redis is up.
+  const apqQuery = `query ApqOutage { outage_${randomBytes(3).toString('hex')}: user(id: "2") { name } }`
+  const apqExtensions = { persistedQuery: { version: 1, sha256Hash: sha256Hex(apqQuery) } }
+  const apqByHash = () => request(`${lb.pinned[1]}/graphql?extensions=${encodeURIComponent(JSON.stringify(apqExtensions))}`, { from: '127.0.0.40', headers: { 'apollo-require-preflight': 'true' } })
+  await request(`${lb.pinned[0]}/graphql`, { method: 'POST', from: '127.0.0.40', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: apqQuery, extensions: apqExtensions }) })
+  t.equal((await apqByHash()).status, 200, 'APQ hit on the other instance while Redis is up')
   await sleep(1000)
 
   await t.test('Redis stopped: readiness says so, requests are still answered, rate limits hold per instance', async (t) => {
@@ -100,6 +107,22 @@ test('faults during traffic: answered clearly, readiness reflects them, recovery
     for (let i = 0; i <= REQUEST_LIMIT; i++) onA.push((await gql(lb.pinned[0]!, '{ users(limit: 1) { id } }', undefined, { token: limited })).status)
     t.same(onA, [...Array(REQUEST_LIMIT).fill(200), 429], `instance a enforces ${REQUEST_LIMIT} requests on its own`)
     t.equal((await gql(lb.pinned[1]!, '{ users(limit: 1) { id } }', undefined, { token: limited })).status, 200, 'instance b counts separately')
+
+    // SOAP: WS-Security nonces cannot be checked for replays without Redis, so the binding fails closed, clearly.
+    const soap = await request(`${lb.url}/v1/UserService`, {
+      method: 'POST', from: '127.0.0.41', body: soapEnvelope('GetUser', '<id>2</id>'),
+      headers: { 'content-type': 'text/xml; charset=utf-8', soapaction: `"${SOAP_PUBLIC_URL}/v1/UserService/GetUser"` }
+    })
+    t.equal(soap.status, 500)
+    t.match(soap.text, /<faultcode>soap:Server<\/faultcode>/)
+    t.match(soap.text, /SERVICE_UNAVAILABLE/)
+    t.notMatch(soap.text, LEAK, 'no internals in the fault')
+    // APQ: the shared registry is unreachable; an instance answers a hash from its own copy when it has
+    // one, otherwise with a miss, and the client resends the query, as on any miss.
+    const byHash = (await apqByHash()).json()
+    t.ok(byHash.data || byHash.errors?.[0]?.extensions?.code === 'PERSISTED_QUERY_NOT_FOUND', `APQ by hash: served or a miss (${JSON.stringify(byHash)})`)
+    const resent = await request(`${lb.pinned[1]}/graphql`, { method: 'POST', from: '127.0.0.40', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: apqQuery, extensions: apqExtensions }) })
+    t.same(Object.values(resent.json().data), [{ name: 'Ada Lovelace' }], 'and the resent query is served')
     await sleep(1500)
 
     traffic.phase = 'redis-back'

@@ -13,7 +13,7 @@ import http from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import pg from 'pg'
 import { mintToken } from '../../app/auth/mint-token.ts'
 import { loadConfig } from '../../app/config.ts'
@@ -488,4 +488,20 @@ export async function startTcpLink (t: TestLike, targetPort: number): Promise<Tc
   await listen()
   t.teardown(async () => { if (server.listening) await cut() })
   return { port, cut, restore: listen }
+}
+
+/** A SOAP 1.1 request to v1 of UserService, signed in as PARTNER with a fresh PasswordDigest UsernameToken. */
+export function soapEnvelope (operation: string, body: string): string {
+  const nonce = randomBytes(16)
+  const created = new Date().toISOString()
+  const digest = createHash('sha1').update(nonce).update(created, 'utf8').update(PARTNER.password, 'utf8').digest('base64')
+  const wsse = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
+  const wsu = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
+  const profile = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0'
+  return '<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/">' +
+    `<soap:Header><wsse:Security xmlns:wsse="${wsse}" xmlns:wsu="${wsu}"><wsse:UsernameToken><wsse:Username>${PARTNER.login}</wsse:Username>` +
+    `<wsse:Password Type="${profile}#PasswordDigest">${digest}</wsse:Password>` +
+    `<wsse:Nonce EncodingType="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary">${nonce.toString('base64')}</wsse:Nonce>` +
+    `<wsu:Created>${created}</wsu:Created></wsse:UsernameToken></wsse:Security></soap:Header>` +
+    `<soap:Body><${operation} xmlns="${SOAP_PUBLIC_URL}/v1/UserService">${body}</${operation}></soap:Body></soap:Envelope>`
 }

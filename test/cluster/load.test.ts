@@ -85,7 +85,6 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
   await Promise.all(workers)
   await restart
   const elapsedMs = Math.round(performance.now() - started)
-  if (process.env.CLUSTER_DUMP) (await import('node:fs')).writeFileSync(process.env.CLUSTER_DUMP, a.logs.map((l) => JSON.stringify(l)).join('\n'))
 
   t.equal(inFlight.status, 200, 'the request in flight at SIGTERM completed')
   const inFlightId = JSON.parse(inFlight.body).data?.postMessage?.id

@@ -1,10 +1,10 @@
 // Two real instances behind a real nginx, on the machine's PostgreSQL and Redis: what one instance
 // does, the other sees; shared limits are shared; client addresses come from the load balancer only.
 import { test } from 'tap'
-import { createHash, randomBytes } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { collect, sseClient, wsClient } from '../subscriptions/clients.ts'
-import { PARTNER, SOAP_PUBLIC_URL, eventually, gql, request, startCluster, token, type Cluster } from './harness.ts'
+import { SOAP_PUBLIC_URL, eventually, gql, request, soapEnvelope, startCluster, token, type Cluster } from './harness.ts'
 
 const REQUEST_LIMIT = 8
 const COST_LIMIT = 50
@@ -172,19 +172,3 @@ test('two instances behind nginx', async (t) => {
     t.same(tooLarge.json(), { errors: [{ message: 'Request body too large', extensions: { code: 'PAYLOAD_TOO_LARGE' } }] })
   })
 })
-
-/** A SOAP 1.1 request to v1 of UserService, signed in as PARTNER with a fresh PasswordDigest UsernameToken. */
-function soapEnvelope (operation: string, body: string): string {
-  const nonce = randomBytes(16)
-  const created = new Date().toISOString()
-  const digest = createHash('sha1').update(nonce).update(created, 'utf8').update(PARTNER.password, 'utf8').digest('base64')
-  const wsse = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
-  const wsu = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
-  const profile = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0'
-  return '<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/">' +
-    `<soap:Header><wsse:Security xmlns:wsse="${wsse}" xmlns:wsu="${wsu}"><wsse:UsernameToken><wsse:Username>${PARTNER.login}</wsse:Username>` +
-    `<wsse:Password Type="${profile}#PasswordDigest">${digest}</wsse:Password>` +
-    `<wsse:Nonce EncodingType="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary">${nonce.toString('base64')}</wsse:Nonce>` +
-    `<wsu:Created>${created}</wsu:Created></wsse:UsernameToken></wsse:Security></soap:Header>` +
-    `<soap:Body><${operation} xmlns="${SOAP_PUBLIC_URL}/v1/UserService">${body}</${operation}></soap:Body></soap:Envelope>`
-}
