@@ -32,7 +32,7 @@ function actionParameter (contentType: string): string | undefined {
 }
 
 /** Errors raised by Fastify before our handler runs, as catalogue errors. */
-function fastifyErrorAsAppError (error: FastifyError): AppError | unknown {
+function fastifyErrorAsAppError (error: FastifyError): unknown {
   if (error instanceof AppError || error instanceof SoapFault) return error
   const byStatus: Record<number, [ErrorCode, string]> = {
     400: ['BAD_REQUEST', 'Malformed request'],
