@@ -113,3 +113,13 @@ test('open subscriptions are a gauge by transport, back to 0 when they end', asy
   await eventually(async () => (await open('ws')) === 0 && (await open('sse')) === 0, 5000, 'both closed')
   t.pass('the gauge falls back to 0')
 })
+
+test('SOAP faults are counted by route and status', async (t) => {
+  const { url } = await listenTestApp(t)
+  const fault = await fetch(`${url}/v1/UserService`, { method: 'POST', headers: { 'content-type': 'text/xml; charset=utf-8' }, body: '<not-an-envelope/>' })
+  t.ok(fault.status >= 400, `a fault (${fault.status})`)
+  t.match(await fault.text(), /Fault/)
+  const { samples } = await scrape(url)
+  t.equal(sample(samples, 'soap_faults_total', { route: '/v1/UserService', status_code: String(fault.status) }), 1)
+  t.equal(sample(samples, 'soap_faults_total', { route: '/v2/UserService' }), 0)
+})
