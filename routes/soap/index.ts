@@ -9,7 +9,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { AppError, type ErrorCode } from '../../app/errors.ts'
 import type { SoapVersion } from './envelope.ts'
 import { SoapFault, faultResponse, type SoapResponse } from './faults.ts'
-import { SERVICE_VERSIONS, type ServiceVersion } from './operations.ts'
+import { SERVICE_VERSIONS } from './operations.ts'
 import { createSoapService } from './service.ts'
 import { createWsSecurity, memoryNonceCache, redisNonceCache } from './ws-security.ts'
 import { buildWsdl } from './wsdl.ts'
@@ -107,4 +107,3 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   }
 }
 
-export type { ServiceVersion }
