@@ -73,3 +73,12 @@ test('a digest fixture is refused with the wrong password on the account', async
   const response = await post(`${fresh.url}/v1/UserService`, body, headers)
   t.match(readFault(response.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason: 'The security token could not be authenticated or authorized' })
 })
+
+test('zeep-2 (PasswordText with no Nonce and no Created) cannot be told from a repeated call: accepted again, by design', async (t) => {
+  // Documented in routes/soap/ws-security.ts and README: such a message shows the password itself, so
+  // refusing its replay would protect nothing; it relies on TLS. Messages with a Nonce are refused above.
+  const { url } = await appWithUser007(t)
+  const { body, headers } = fixture('zeep-2')
+  t.equal((await post(`${url}/v1/UserService`, body, headers)).status, 200)
+  t.equal((await post(`${url}/v1/UserService`, body, headers)).status, 200)
+})
