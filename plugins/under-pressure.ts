@@ -6,6 +6,7 @@
 import fp from 'fastify-plugin'
 import underPressure from '@fastify/under-pressure'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { AppError } from '../app/errors.ts'
 
 export const PRESSURE_MESSAGE = 'The service is overloaded; retry later'
 const EXEMPT = new Set(['/health/live', '/metrics'])
@@ -25,6 +26,10 @@ export default fp(async function pressure (app: FastifyInstance) {
       if (EXEMPT.has(request.url.split('?')[0]!)) return undefined // undefined: let the request through
       request.log.warn({ pressure: type, value }, 'shedding load')
       reply.code(503).header('retry-after', String(limits.retryAfterSec))
+      // SOAP callers get a fault: the error goes to the SOAP routes' error handler.
+      if (/xml/i.test(request.headers['content-type'] ?? '')) {
+        return Promise.reject(new AppError('SERVICE_UNAVAILABLE', PRESSURE_MESSAGE, { retryAfterSec: limits.retryAfterSec }))
+      }
       // A value returned here is sent as the response (the plugin's typings say void, its code sends it).
       return { errors: [{ message: PRESSURE_MESSAGE, extensions: { code: 'SERVICE_UNAVAILABLE', retryAfterSec: limits.retryAfterSec } }] } as unknown as void
     }

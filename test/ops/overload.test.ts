@@ -31,11 +31,14 @@ test('a lagging event loop sheds load: 503 + Retry-After in the GraphQL error sh
   const staller = (async () => { while (stalling) { block(150); await sleep(5) } })()
   let shed: Awaited<ReturnType<typeof gql>> | undefined
   let live: Response | undefined
+  let soapFault: { status: number; retryAfter: string | null; text: string } | undefined
   for (let attempt = 0; attempt < 40 && !shed; attempt++) {
     const response = await gql(url, '{ users(limit: 1) { id } }')
     if (response.status === 503) {
       shed = response
       live = await fetch(`${url}/health/live`)
+      const soap = await fetch(`${url}/v1/UserService`, { method: 'POST', headers: { 'content-type': 'text/xml; charset=utf-8' }, body: '<x/>' })
+      soapFault = { status: soap.status, retryAfter: soap.headers.get('retry-after'), text: await soap.text() }
     }
   }
   stalling = false
@@ -44,6 +47,9 @@ test('a lagging event loop sheds load: 503 + Retry-After in the GraphQL error sh
   t.equal(shed?.headers.get('retry-after'), '7')
   t.same(shed?.body, { errors: [{ message: PRESSURE_MESSAGE, extensions: { code: 'SERVICE_UNAVAILABLE', retryAfterSec: 7 } }] })
   t.equal(live?.status, 200, 'liveness is exempt: the process is alive, only busy')
+  t.equal(soapFault?.retryAfter, '7', 'a SOAP caller is shed too')
+  t.match(soapFault?.text, /<faultcode>soap:Server<\/faultcode>[\s\S]*SERVICE_UNAVAILABLE/, 'with a SOAP fault, not JSON')
+  t.match(soapFault?.text, PRESSURE_MESSAGE)
 
   // Recovers by itself once the loop is healthy again.
   let recovered = false
