@@ -365,9 +365,10 @@ ${instances.map((_, index) => server(pinnedPorts[index]!, `graphql_pinned_${inde
 `
   const file = join(dir, 'nginx.conf')
   writeFileSync(file, config)
-  const check = spawnSync(bin, ['-t', '-q', '-c', file, '-p', dir], { encoding: 'utf8' })
+  // -e: the log nginx writes before it has read the config (its compiled-in path may not be writable).
+  const check = spawnSync(bin, ['-t', '-q', '-e', join(dir, 'error.log'), '-c', file, '-p', dir], { encoding: 'utf8' })
   if (check.status !== 0) throw new Error(`nginx rejected the rendered config: ${check.stderr}\n${config}`)
-  const child = track(spawn(bin, ['-c', file, '-p', dir], { stdio: ['ignore', 'ignore', 'pipe'] }))
+  const child = track(spawn(bin, ['-e', join(dir, 'error.log'), '-c', file, '-p', dir], { stdio: ['ignore', 'ignore', 'pipe'] }))
   let stderr = ''
   child.stderr!.on('data', (c: Buffer) => { stderr += c.toString('utf8') })
   const url = `http://127.0.0.1:${port}`

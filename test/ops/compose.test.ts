@@ -96,7 +96,7 @@ test('nginx accepts deploy/nginx.conf (with the service names pointed at this ma
     // (The container logs to its stdio; a test run has no terminal to open.)
     .replace('/dev/stderr', `${dir}/error.log`).replace('/dev/stdout', `${dir}/access.log`)
   writeFileSync(join(dir, 'nginx.conf'), rendered)
-  const check = spawnSync(found.stdout.trim(), ['-t', '-c', join(dir, 'nginx.conf'), '-p', dir, '-g', `pid ${dir}/nginx.pid;`], { encoding: 'utf8' })
+  const check = spawnSync(found.stdout.trim(), ['-t', '-e', join(dir, 'startup.log'), '-c', join(dir, 'nginx.conf'), '-p', dir, '-g', `pid ${dir}/nginx.pid;`], { encoding: 'utf8' })
   t.equal(check.status, 0, check.stderr)
 })
 
