@@ -55,11 +55,14 @@ function subscribe (url: string, token: string, roomId: string, onContent: (cont
   })
 }
 
+/** graphql-ws reports Errors, CloseEvents, ErrorEvents or GraphQL error lists. */
 function describe (err: unknown): string {
   if (err instanceof Error) return err.message
-  if (err && typeof err === 'object' && 'code' in err) return `WebSocket closed ${(err as { code: number }).code} ${(err as { reason?: string }).reason ?? ''}`.trim()
   if (Array.isArray(err)) return JSON.stringify(err).slice(0, 200)
-  return String((err as { type?: string })?.type ?? err)
+  const e = err as { code?: number; reason?: string; message?: string; error?: Error; type?: string } | null
+  if (e && typeof e.code === 'number') return `WebSocket closed ${e.code} ${e.reason ?? ''}`.trim()
+  if (e?.error?.message || e?.message) return `WebSocket ${e.type ?? 'error'}: ${e.error?.message ?? e.message}`
+  return String(e?.type ?? err)
 }
 
 /** Null when a subscriber can connect and receives a posted message; otherwise why the scenario is skipped. */
@@ -118,11 +121,16 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
         s.received++
         latencies.push(now - sentAt[seq]!)
         lastDelivery = now
-      }, (reason) => { s.failure ??= reason }).then((client) => { s.client = client })
+      }, (reason) => { s.failure ??= reason }).then((client) => { s.client = client }, (err: Error) => { s.failure ??= `could not connect: ${err.message}` })
     })
     await Promise.all(batch)
   }
-  options.log(`    ${subscribers.length} subscribers connected`)
+  const unconnected = subscribers.filter((s) => !s.client)
+  options.log(`    ${subscribers.length - unconnected.length} of ${subscribers.length} subscribers connected`)
+  if (unconnected.length > 0) {
+    await Promise.all(subscribers.map((s) => s.client?.dispose()))
+    throw new Error(`${unconnected.length} of ${subscribers.length} subscribers could not connect (first: ${unconnected[0]!.failure})`)
+  }
 
   // A subscription is active once it has received something: post probes until every subscriber has one.
   const poster = data.users[0]!.token
@@ -136,10 +144,15 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
   if (notReady > 0) throw new Error(`${notReady} subscribers never received a probe message within 15 s`)
 
   let postFailures = 0
+  let firstPostFailure: string | null = null
   const firstSend = performance.now()
   for (let seq = 0; seq < options.messages; seq++) {
     sentAt[seq] = performance.now()
-    if (await post(url, poster, roomId, `fanout ${seq}`)) postFailures++
+    const problem = await post(url, poster, roomId, `fanout ${seq}`)
+    if (problem) {
+      postFailures++
+      firstPostFailure ??= problem
+    }
   }
   const expected = options.subscribers * options.messages
   const waitUntil = Date.now() + 30_000
@@ -154,7 +167,7 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
   const failures = subscribers.filter((s) => s.failure).length
   latencies.sort((a, b) => a - b)
   const problems: string[] = []
-  if (postFailures > 0) problems.push(`${postFailures} posts failed`)
+  if (postFailures > 0) problems.push(`${postFailures} posts failed (first: ${firstPostFailure})`)
   if (lost > 0) problems.push(`${lost} of ${expected} deliveries lost`)
   if (delivered > expected || reordered > 0) problems.push(`${reordered} duplicated or out-of-order deliveries`)
   if (failures > 0) problems.push(`${failures} subscriptions failed (${subscribers.find((s) => s.failure)!.failure})`)

@@ -27,6 +27,10 @@ export interface Result {
   ratioToRest?: number | null
   ratioToLimit?: number | null
   details?: Record<string, unknown>
+  /** req/s of each measured round, in order. */
+  rounds?: number[]
+  /** Set while the runner prints progress. */
+  logged?: boolean
 }
 
 export interface RunReport {

@@ -6,8 +6,8 @@
 // the same way in the same run, and every scenario is reported as a ratio to them. See bench/README.md.
 import { execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { cpus, tmpdir } from 'node:os'
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpus, loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
@@ -18,7 +18,7 @@ import { runFanout, fanoutUnavailable } from './fanout.ts'
 import { REPO_ROOT, startServer, type ServerProcess } from './processes.ts'
 import { checkThresholds, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
 import { baselineScenarios, restBaselineOf, serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
-import { createBenchPartner, discoverPersisted, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
+import { createBenchPartner, discoverPersisted, PERSISTED_MANIFEST, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
 
 if (Number(process.versions.node.split('.')[0]) < 24) {
   console.error(`bench: run it with the project's Node 24 (npm run bench), not Node ${process.versions.node}`)
@@ -30,6 +30,7 @@ const { values: args } = parseArgs({
     duration: { type: 'string' },
     connections: { type: 'string' },
     warmup: { type: 'string' },
+    rounds: { type: 'string' },
     only: { type: 'string', multiple: true },
     smoke: { type: 'boolean', default: false },
     check: { type: 'boolean', default: false },
@@ -53,7 +54,8 @@ const smoke = args.smoke
 const num = (value: string | undefined, fallback: number) => value === undefined ? fallback : Number(value)
 const options = {
   durationSec: num(args.duration, smoke ? 1 : 10),
-  warmupSec: num(args.warmup, smoke ? 0 : 3),
+  warmupSec: num(args.warmup, smoke ? 0 : 2),
+  rounds: Math.max(1, Math.round(num(args.rounds, smoke ? 1 : 5))),
   connections: num(args.connections, smoke ? 4 : 50),
   users: num(args.users, smoke ? 1000 : 10000),
   messages: num(args.messages, smoke ? 5000 : 50000),
@@ -79,6 +81,7 @@ const resultsDir = args['results-dir'] ?? join(REPO_ROOT, 'bench/results')
 const thresholds = JSON.parse(readFileSync(new URL('./thresholds.json', import.meta.url), 'utf8')).floors as Thresholds
 const work = mkdtempSync(join(tmpdir(), 'bench-'))
 const startedAt = new Date()
+const loadStart = loadavg()
 const log = (line: string) => console.log(line)
 const elapsed = () => `${((Date.now() - startedAt.getTime()) / 1000).toFixed(0)}s`
 
@@ -89,6 +92,8 @@ const baseEnv: Record<string, string> = {
   JWT_SECRET: jwtSecret,
   PARTNER_SECRET_KEY: randomBytes(32).toString('hex'),
   SOAP_PUBLIC_URL,
+  // The deploy-time registry the persisted-get scenario reads (when the repository has one).
+  ...(existsSync(PERSISTED_MANIFEST) ? { PERSISTED_MANIFEST } : {}),
   SQLITE_PATH: join(work, 'bench.db'),
   DEMO_DATA: 'false',
   // The ad-hoc POST scenarios need ad-hoc queries; production accepts persisted ones only by default.
@@ -154,52 +159,53 @@ async function verifySamples (url: string, scenario: HttpScenario, count: number
 
 interface Round {
   requests: number
-  rps: number
+  seconds: number
   p50: number
   p99: number
   non2xx: number
   errors: number
   mismatches: number
+  /** The first non-2xx or failing response, for the report. */
+  firstBad: string | null
 }
 
-function round (url: string, scenario: HttpScenario, durationSec: number, label: string): Promise<Round> {
+function round (url: string, scenario: HttpScenario, durationSec: number): Promise<Round> {
   return new Promise((resolve, reject) => {
     const first = scenario.next()
-    const instance = autocannon({
+    let firstBad: string | null = null
+    autocannon({
       url,
       connections: options.connections,
       duration: durationSec,
       timeout: 10,
-      requests: [{ ...first, setupRequest: (request) => ({ ...request, ...scenario.next() }) }],
-      verifyBody: scenario.quickCheck
+      requests: [{
+        ...first,
+        setupRequest: (request) => ({ ...request, ...scenario.next() }),
+        onResponse: (status, body) => { if (status >= 300 && firstBad === null) firstBad = `HTTP ${status} ${body.slice(0, 200)}` }
+      }],
+      verifyBody: (body) => {
+        if (scenario.quickCheck(body)) return true
+        firstBad ??= body.slice(0, 200)
+        return false
+      }
     }, (err, result) => {
       if (err) return reject(err)
-      const requests = result.requests.total as number
       resolve({
-        requests,
-        rps: requests / (result.duration || durationSec),
+        requests: result.requests.total,
+        seconds: result.duration || durationSec,
         p50: result.latency.p50,
         p99: result.latency.p99,
         non2xx: result.non2xx,
         errors: result.errors + result.timeouts,
-        mismatches: result.mismatches
+        mismatches: result.mismatches,
+        firstBad
       })
-    })
-    // Long rounds show progress every 5 s.
-    let seconds = 0
-    let counted = 0
-    instance.on('response', () => { counted++ })
-    instance.on('tick', () => {
-      seconds++
-      if (durationSec >= 10 && seconds % 5 === 0 && seconds < durationSec) {
-        log(`    ${label} ${seconds}/${durationSec} s: ${Math.round(counted / seconds)} req/s`)
-      }
     })
   })
 }
 
 function startProcess (scenario: { name: string; target: 'service' | 'baseline'; store: StoreKind; env?: Record<string, string> }): Promise<ServerProcess> {
-  const profileArgs = options.profile && scenario.target === 'service'
+  const profileArgs = options.profile
     ? ['--cpu-prof', `--cpu-prof-dir=${join(REPO_ROOT, 'bench/profiles')}`, `--cpu-prof-name=${scenario.name}-${startedAt.toISOString().replace(/[:.]/g, '-')}.cpuprofile`]
     : []
   return startServer({
@@ -211,42 +217,145 @@ function startProcess (scenario: { name: string; target: 'service' | 'baseline';
   })
 }
 
-async function runHttp (scenario: HttpScenario, data: BenchData): Promise<Result> {
-  const result: Result = { name: scenario.name, kind: scenario.target === 'service' ? 'scenario' : 'baseline', store: scenario.store, description: scenario.description, status: 'ok', restBaseline: restBaselineOf(scenario) }
-  const unavailable = scenario.unavailable?.()
-  if (unavailable) return { ...result, status: 'skipped', reason: unavailable }
-  void data
-  const server = await startProcess(scenario)
+const median = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = Math.floor(sorted.length / 2)
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
+}
+
+/**
+ * The scenarios of one shape with their `rest` route and `limit`, measured in interleaved rounds
+ * (limit, rest, scenario…, then again), so a machine whose speed drifts (other load, thermal) moves
+ * all of them alike: each ratio is the median of the ratios of rounds measured back to back.
+ */
+interface Group {
+  label: string
+  store: StoreKind
+  limit: HttpScenario
+  rest: HttpScenario
+  scenarios: HttpScenario[]
+}
+
+interface Member {
+  scenario: HttpScenario
+  server: ServerProcess
+  rounds: Round[]
+  /** Counted in the warm-up too: an error is an error whenever it happens. */
+  warmup: Round | null
+  result: Result
+}
+
+function baseResult (scenario: HttpScenario): Result {
+  return { name: scenario.name, kind: scenario.target === 'service' ? 'scenario' : 'baseline', store: scenario.store, description: scenario.description, status: 'ok', restBaseline: restBaselineOf(scenario) }
+}
+
+async function runGroup (group: Group): Promise<Result[]> {
+  const results: Result[] = []
+  const members: Member[] = []
+  let baseline: ServerProcess | null = null
+  const servers: ServerProcess[] = []
   try {
-    const problem = await verifySamples(server.url, scenario, 3)
-    if (problem) return { ...result, status: 'failed', reason: `wrong response before the load: ${problem}` }
-    if (options.warmupSec > 0) {
-      log(`    warm-up ${options.warmupSec} s`)
-      await round(server.url, scenario, options.warmupSec, 'warm-up')
+    baseline = await startProcess({ name: `baseline-${group.label}`, target: 'baseline', store: group.store })
+    servers.push(baseline)
+    for (const scenario of [group.limit, group.rest, ...group.scenarios]) {
+      const result = baseResult(scenario)
+      const unavailable = scenario.unavailable?.()
+      if (unavailable) {
+        results.push({ ...result, status: 'skipped', reason: unavailable })
+        continue
+      }
+      let server = baseline
+      try {
+        if (scenario.target === 'service') {
+          server = await startProcess(scenario)
+          servers.push(server)
+        }
+        const problem = await verifySamples(server.url, scenario, 3)
+        if (problem) {
+          results.push({ ...result, status: 'failed', reason: `wrong response before the load: ${problem}` })
+          continue
+        }
+      } catch (err) {
+        results.push({ ...result, status: 'failed', reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') })
+        continue
+      }
+      members.push({ scenario, server, rounds: [], warmup: null, result })
     }
-    log(`    measuring ${options.durationSec} s × ${options.connections} connections`)
-    const measured = await round(server.url, scenario, options.durationSec, 'measured')
-    const after = await verifySamples(server.url, scenario, 1)
-    Object.assign(result, {
-      connections: options.connections,
-      durationSec: options.durationSec,
-      requests: measured.requests,
-      rps: measured.rps,
-      latencyMs: { p50: measured.p50, p99: measured.p99 },
-      non2xx: measured.non2xx,
-      errors: measured.errors + measured.mismatches,
-      peakRssBytes: server.peakRssBytes()
-    })
-    const failures: string[] = []
-    if (measured.non2xx > 0) failures.push(`${measured.non2xx} non-2xx responses`)
-    if (measured.errors > 0) failures.push(`${measured.errors} connection errors or timeouts`)
-    if (measured.mismatches > 0) failures.push(`${measured.mismatches} responses with errors or without data`)
-    if (measured.requests === 0) failures.push('no response at all')
-    if (after) failures.push(`wrong response after the load: ${after}`)
-    if (failures.length > 0) Object.assign(result, { status: 'failed', reason: failures.join('; ') })
-    return result
+    if (options.warmupSec > 0) {
+      log(`    warm-up ${options.warmupSec} s each: ${members.map((m) => m.scenario.name).join(', ')}`)
+      for (const m of members) m.warmup = await round(m.server.url, m.scenario, options.warmupSec)
+    }
+    const slice = options.durationSec / options.rounds
+    log(`    measuring ${options.rounds} interleaved rounds of ${slice.toFixed(1)} s × ${options.connections} connections`)
+    for (let i = 0; i < options.rounds; i++) {
+      for (const m of members) m.rounds.push(await round(m.server.url, m.scenario, slice))
+      log(`    round ${i + 1}/${options.rounds} (${elapsed()}): ${members.map((m) => `${m.scenario.name} ${Math.round(m.rounds[i]!.requests / m.rounds[i]!.seconds)}`).join(', ')} req/s`)
+    }
+    const limit = members.find((m) => m.scenario === group.limit)
+    const rest = members.find((m) => m.scenario === group.rest)
+    for (const m of members) {
+      const after = await verifySamples(m.server.url, m.scenario, 1)
+      const all = m.warmup ? [...m.rounds, m.warmup] : m.rounds
+      const sum = (key: 'non2xx' | 'errors' | 'mismatches') => all.reduce((n, r) => n + r[key], 0)
+      const requests = m.rounds.reduce((n, r) => n + r.requests, 0)
+      const seconds = m.rounds.reduce((n, r) => n + r.seconds, 0)
+      const rpsOf = (r: Round) => r.requests / r.seconds
+      const ratioTo = (other: Member | undefined) => other && other.rounds.every((r) => r.requests > 0)
+        ? median(m.rounds.map((r, i) => rpsOf(r) / rpsOf(other.rounds[i]!)))
+        : null
+      Object.assign(m.result, {
+        connections: options.connections,
+        durationSec: seconds,
+        requests,
+        rps: requests / seconds,
+        latencyMs: { p50: median(m.rounds.map((r) => r.p50)), p99: median(m.rounds.map((r) => r.p99)) },
+        non2xx: sum('non2xx'),
+        errors: sum('errors') + sum('mismatches'),
+        peakRssBytes: m.server.peakRssBytes(),
+        ratioToLimit: ratioTo(limit),
+        ...(m.scenario.target === 'service' ? { ratioToRest: ratioTo(rest) } : {}),
+        rounds: m.rounds.map(rpsOf)
+      })
+      const failures: string[] = []
+      if (sum('non2xx') > 0) failures.push(`${sum('non2xx')} non-2xx responses`)
+      if (sum('errors') > 0) failures.push(`${sum('errors')} connection errors or timeouts`)
+      if (sum('mismatches') > 0) failures.push(`${sum('mismatches')} responses with errors or without data`)
+      if (requests === 0) failures.push('no response at all')
+      if (after) failures.push(`wrong response after the load: ${after}`)
+      const firstBad = all.find((r) => r.firstBad)?.firstBad
+      if (firstBad) failures.push(`first: ${firstBad}`)
+      if (failures.length > 0) {
+        // The server's own warnings and errors say why (kept in the JSON result, the log file is temporary).
+        const logged = m.server.logTail(2000).split('\n').filter((line) => /"level":[4-6]\d/.test(line)).slice(-5)
+        Object.assign(m.result, { status: 'failed', reason: failures.join('; '), details: { ...m.result.details, serverLog: logged } })
+      }
+      results.push(m.result)
+    }
   } finally {
-    await server.stop()
+    for (const server of servers) await server.stop()
+  }
+  const order = [group.limit, group.rest, ...group.scenarios].map((s) => s.name)
+  return results.sort((a, b) => order.indexOf(a.name) - order.indexOf(b.name))
+}
+
+/** `limit` is measured in every group; its row sums them up. */
+function mergeLimit (rows: Result[]): Result | null {
+  const ok = rows.filter((r) => r.status === 'ok')
+  if (rows.length === 0) return null
+  if (ok.length < rows.length) return rows.find((r) => r.status !== 'ok')!
+  const requests = ok.reduce((n, r) => n + r.requests!, 0)
+  const seconds = ok.reduce((n, r) => n + r.durationSec!, 0)
+  return {
+    ...ok[0]!,
+    requests,
+    durationSec: seconds,
+    rps: requests / seconds,
+    latencyMs: { p50: median(ok.map((r) => r.latencyMs!.p50)), p99: median(ok.map((r) => r.latencyMs!.p99)) },
+    non2xx: ok.reduce((n, r) => n + r.non2xx!, 0),
+    errors: ok.reduce((n, r) => n + r.errors!, 0),
+    peakRssBytes: Math.max(...ok.map((r) => r.peakRssBytes ?? 0)) || null,
+    ratioToLimit: 1,
+    rounds: ok.flatMap((r) => r.rounds ?? [])
   }
 }
 
@@ -255,7 +364,8 @@ function selected (name: string): boolean {
 }
 
 async function main (): Promise<number> {
-  log(`bench: ${smoke ? 'SMOKE ' : ''}${options.durationSec} s measured + ${options.warmupSec} s warm-up per round, ${options.connections} connections; ${cpus().length} CPUs, Node ${process.versions.node}`)
+  log(`bench: ${smoke ? 'SMOKE ' : ''}${options.durationSec} s measured (${options.rounds} interleaved rounds) + ${options.warmupSec} s warm-up per row, ${options.connections} connections; ${cpus().length} CPUs, Node ${process.versions.node}, load average ${loadStart.map((n) => n.toFixed(2)).join(' ')}`)
+  if (loadStart[0]! > cpus().length * 0.5) log(`warning: this machine is busy (load average ${loadStart[0]!.toFixed(2)} on ${cpus().length} CPUs); absolute figures will be low and ratios noisier`)
   const seeded = await seedStore('sqlite')
   const jwt = { algorithms: ['HS256'], secret: jwtSecret, publicKey: null, privateKey: null, issuer: null, audience: null, clockToleranceSec: 5 }
   const data: BenchData = {
@@ -273,7 +383,7 @@ async function main (): Promise<number> {
     if (sample.status !== 200 || !sample.body.startsWith('{"data":')) throw new Error(`the service answered the users-list probe with HTTP ${sample.status}: ${sample.body.slice(0, 300)}`)
     data.listBody = sample.body
     writeFileSync(join(work, 'list-body.json'), sample.body)
-    data.persistedUserQueryId = await discoverPersisted(probe.url, data) ?? undefined
+    data.persistedUnavailable = await discoverPersisted(probe.url, data) ?? undefined
     soapUnavailable = await discoverSoap(probe.url, data, seeded.partner)
   } finally {
     await probe.stop()
@@ -281,69 +391,54 @@ async function main (): Promise<number> {
 
   const [limit, restList, restUser, restMessages, restCreate] = baselineScenarios(data, 'sqlite')
   const [usersList, userById, persistedGet, messagesAuthors, createUser] = serviceScenarios(data, 'sqlite')
-  const soapGetUser = soapScenario(data, soapUnavailable)
-  // Each scenario right after the `rest` route of its shape, so drift between them stays small.
-  const plan: (HttpScenario | 'subscription-fanout' | 'postgres')[] = [
-    limit!, restList!, usersList!,
-    restUser!, userById!, persistedGet!, soapGetUser,
-    restMessages!, messagesAuthors!,
-    restCreate!, createUser!,
-    'subscription-fanout',
-    'postgres'
+  const groups: (Group | 'subscription-fanout')[] = [
+    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, scenarios: [usersList!] },
+    { label: 'user', store: 'sqlite', limit: limit!, rest: restUser!, scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable)] },
+    { label: 'messages', store: 'sqlite', limit: limit!, rest: restMessages!, scenarios: [messagesAuthors!] },
+    { label: 'create', store: 'sqlite', limit: limit!, rest: restCreate!, scenarios: [createUser!] },
+    'subscription-fanout'
   ]
-  const wanted = new Set<string>()
-  const all = [...baselineScenarios(data, 'sqlite'), ...serviceScenarios(data, 'sqlite'), soapGetUser]
-  for (const s of all) {
-    if (s.target === 'service' && selected(s.name)) {
-      wanted.add(s.name)
-      wanted.add(restBaselineOf(s)!)
-      wanted.add('limit')
-    }
+  if (options.postgres) {
+    groups.push({ label: 'postgres', store: 'postgres', limit: limit!, rest: baselineScenarios(data, 'postgres')[0]!, scenarios: serviceScenarios(data, 'postgres') })
   }
-  if (selected('subscription-fanout')) wanted.add('subscription-fanout')
-  if (selected('users-list-postgres') && options.postgres) wanted.add('postgres').add('limit')
-  if (options.only.length > 0 && wanted.size === 0) {
+  const plan = groups.flatMap((g): (Group | 'subscription-fanout')[] => {
+    if (g === 'subscription-fanout') return selected(g) ? [g] : []
+    const scenarios = g.scenarios.filter((s) => selected(s.name))
+    return scenarios.length > 0 ? [{ ...g, scenarios }] : []
+  })
+  if (plan.length === 0 && !(selected('users-list-postgres') && !options.postgres)) {
     console.error(`bench: no scenario named ${options.only.join(', ')}`)
     return 2
   }
 
   const results: Result[] = []
-  const steps = plan.filter((p) => wanted.has(typeof p === 'string' ? p : p.name))
-  for (const [i, step] of steps.entries()) {
-    const name = typeof step === 'string' ? (step === 'postgres' ? 'users-list-postgres (with rest-list-postgres)' : step) : step.name
-    log(`[${i + 1}/${steps.length}] ${name} (${elapsed()})`)
-    try {
-      if (step === 'subscription-fanout') {
-        results.push(await fanoutStep(data))
-      } else if (step === 'postgres') {
-        await seedStore('postgres')
-        const [restListPg] = baselineScenarios(data, 'postgres')
-        const [usersListPg] = serviceScenarios(data, 'postgres')
-        for (const s of [restListPg!, usersListPg!]) {
-          log(`    ${s.name}`)
-          results.push(await guarded(s, () => runHttp(s, data)))
-        }
-      } else {
-        results.push(await guarded(step, () => runHttp(step, data)))
+  const limits: Result[] = []
+  for (const [i, step] of plan.entries()) {
+    if (step === 'subscription-fanout') {
+      log(`[${i + 1}/${plan.length}] subscription-fanout (${elapsed()})`)
+      results.push(await fanoutStep(data).catch((err: Error) => ({ name: 'subscription-fanout', kind: 'scenario' as const, store: 'sqlite' as const, description: '', status: 'failed' as const, reason: err.message.split('\n')[0]! })))
+    } else {
+      log(`[${i + 1}/${plan.length}] ${[step.rest, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`)
+      if (step.store === 'postgres') await seedStore('postgres')
+      let rows: Result[]
+      try {
+        rows = await runGroup(step)
+      } catch (err) {
+        rows = [step.rest, ...step.scenarios].map((s) => ({ ...baseResult(s), status: 'failed' as const, reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }))
       }
-    } catch (err) {
-      results.push({ name, kind: 'scenario', store: 'sqlite', description: '', status: 'failed', reason: (err as Error).message.split('\n')[0]! })
+      for (const row of rows) (row.name === 'limit' ? limits : results).push(row)
     }
-    const last = results.at(-1)!
-    log(`    → ${last.status}${last.rps !== undefined ? `: ${Math.round(last.rps)} ${last.name === 'subscription-fanout' ? 'deliveries' : 'req'}/s` : ''}${last.reason ? ` (${last.reason})` : ''}`)
+    for (const r of results.slice(-4)) {
+      if (r.logged) continue
+      r.logged = true
+      log(`    → ${r.name}: ${r.status}${r.rps !== undefined ? `, ${Math.round(r.rps)} ${r.name === 'subscription-fanout' ? 'deliveries' : 'req'}/s` : ''}${r.ratioToRest != null ? `, ${r.ratioToRest.toFixed(2)} × rest` : ''}${r.reason ? ` (${r.reason})` : ''}`)
+    }
   }
+  const mergedLimit = mergeLimit(limits)
+  if (mergedLimit) results.unshift(mergedLimit)
+  for (const r of results) delete r.logged
   if (!options.postgres && selected('users-list-postgres')) {
     results.push({ name: 'users-list-postgres', kind: 'scenario', store: 'postgres', description: 'users-list against PostgreSQL', status: 'skipped', reason: 'DATABASE_URL is not set' })
-  }
-
-  // Ratios, from figures measured in this run.
-  const byName = new Map(results.map((r) => [r.name, r]))
-  const limitRps = byName.get('limit')?.status === 'ok' ? byName.get('limit')!.rps! : null
-  for (const r of results) {
-    if (r.rps === undefined || r.name === 'subscription-fanout') continue
-    r.ratioToLimit = limitRps ? r.rps / limitRps : null
-    const rest = r.restBaseline ? byName.get(r.restBaseline) : undefined
-    if (r.kind === 'scenario') r.ratioToRest = rest?.status === 'ok' ? r.rps / rest.rps! : null
   }
 
   const report: RunReport = {
@@ -358,7 +453,9 @@ async function main (): Promise<number> {
       'Production profile (NODE_ENV=production) with PERSISTED_ONLY=false for the ad-hoc POST scenarios.',
       'Rate limiting runs on every request, with budgets set out of reach (RATE_LIMIT_REQUESTS=1e9, RATE_LIMIT_COST=1e12); so does load shedding (PRESSURE_MAX_EVENT_LOOP_DELAY_MS=600000).',
       'Service and baselines log at the same level (the production default unless --log-level), to a file.',
-      'Ratios: req/s of the scenario over req/s of its `rest` route (same store reads, no GraphQL) and of `limit` (prebuilt bytes), measured in this run.'
+      'Ratios: req/s of the scenario over req/s of its `rest` route (same store reads, no GraphQL) and of `limit` (prebuilt bytes), each the median over rounds measured back to back (limit, rest, scenario…, repeated), so drift on a shared machine moves them alike.',
+      'req/s: all measured rounds of a row; p50/p99: the median over its rounds. `limit` is measured with every group; its row sums them.',
+      `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg().map((n) => n.toFixed(2)).join(', ')}.`
     ],
     results
   }
@@ -389,14 +486,6 @@ async function main (): Promise<number> {
   }
   log(`done in ${elapsed()}`)
   return exitCode
-}
-
-async function guarded (scenario: HttpScenario, fn: () => Promise<Result>): Promise<Result> {
-  try {
-    return await fn()
-  } catch (err) {
-    return { name: scenario.name, kind: scenario.target === 'service' ? 'scenario' : 'baseline', store: scenario.store, description: scenario.description, status: 'failed', reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }
-  }
 }
 
 async function fanoutStep (data: BenchData): Promise<Result> {

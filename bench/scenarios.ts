@@ -17,6 +17,8 @@ export interface BenchData {
   listBody?: string
   /** queryId of a persisted `user(id)` operation, when the persisted-query transport exists. */
   persistedUserQueryId?: string
+  /** Why persisted-get is skipped, when it is. */
+  persistedUnavailable?: string
   /** A partner login for the SOAP scenario, when the SOAP transport exists. */
   soap?: { path: string; login: string; password: string }
 }
@@ -247,15 +249,21 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       target: 'service',
       store,
       shape: 'user',
-      description: 'GET /graphql?queryId=…&variables={"id":…} (persisted user(id)) with a USER token',
+      description: 'GET /graphql?queryId=…&variables={"id":…} (the persisted UserById query) with a USER token, as a mobile app sends it',
       next: () => {
         const { id, token } = persistedUser()
         const query = new URLSearchParams({ queryId: data.persistedUserQueryId ?? 'sha256:unavailable', variables: JSON.stringify({ id }) })
-        return { method: 'GET', path: `/graphql?${query}`, headers: { authorization: `Bearer ${token}` } }
+        // apollo-require-preflight: the CSRF rule for GET (app/graphql/require-preflight.ts), as Apollo's clients send it.
+        return { method: 'GET', path: `/graphql?${query}`, headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' } }
       },
-      verify: checked('user'),
+      verify: (request, response) => {
+        const body = parse(response)
+        if (typeof body === 'string') return body
+        const id = requestedUserId(request)
+        return body.data.user?.id === id && typeof body.data.user.name === 'string' ? null : `asked for user ${id}, got ${JSON.stringify(body.data.user)}`
+      },
       quickCheck: jsonOk,
-      unavailable: () => data.persistedUserQueryId ? null : 'transport not available yet (no persisted user(id) operation in the registry)'
+      unavailable: () => data.persistedUserQueryId ? null : data.persistedUnavailable ?? 'transport not available yet (no persisted user(id) operation in the registry)'
     },
     {
       name: 'messages-authors',

@@ -3,8 +3,11 @@
 // and the SOAP scenario itself. A missing transport makes its scenario skip with "transport not
 // available yet", never fail.
 import { createHash, randomBytes } from 'node:crypto'
+import { existsSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { Store } from '../app/store/types.ts'
-import type { BenchData, HttpScenario, RequestSpec, Sample } from './scenarios.ts'
+import { REPO_ROOT } from './processes.ts'
+import { serviceScenarios, type BenchData, type HttpScenario, type RequestSpec, type Sample } from './scenarios.ts'
 
 /** The SOAP namespace depends on the public URL; the benchmark fixes it so the envelopes do not depend on the port. */
 export const SOAP_PUBLIC_URL = 'https://api.example.com'
@@ -28,8 +31,27 @@ export async function createBenchPartner (store: Store, partnerSecretKey: string
   return partner
 }
 
-/** The queryId of a registered `user(id)` operation the service accepts by GET, or null. */
-export async function discoverPersisted (_url: string, _data: BenchData): Promise<string | null> {
+/** The deploy-time manifest of persisted operations (persisted/manifest.json), when the repository has one. */
+export const PERSISTED_MANIFEST = join(REPO_ROOT, 'persisted/manifest.json')
+
+/**
+ * Finds the registered `user(id)` query in the manifest and checks that the running service answers it
+ * by GET; sets data.persistedUserQueryId. Returns why the scenario is skipped, or null.
+ */
+export async function discoverPersisted (url: string, data: BenchData): Promise<string | null> {
+  if (!existsSync(PERSISTED_MANIFEST)) return 'transport not available yet (no persisted/manifest.json)'
+  const manifest = JSON.parse(readFileSync(PERSISTED_MANIFEST, 'utf8')) as { operations?: { id: string; type?: string; body: string }[] }
+  const operation = manifest.operations?.find((o) => o.type !== 'mutation' && /\buser\(id: \$id\)/.test(o.body))
+  if (!operation) return 'transport not available yet (no user(id) query in persisted/manifest.json)'
+  data.persistedUserQueryId = operation.id.startsWith('sha256:') ? operation.id : `sha256:${operation.id}`
+  const scenario = serviceScenarios(data, 'sqlite').find((s) => s.name === 'persisted-get')!
+  const request = scenario.next()
+  const response = await fetch(url + request.path, { headers: request.headers, signal: AbortSignal.timeout(10_000) })
+  const problem = scenario.verify(request, { status: response.status, contentType: response.headers.get('content-type') ?? '', body: await response.text() })
+  if (problem) {
+    delete data.persistedUserQueryId
+    return `transport not available yet (GET ${request.path.slice(0, 60)}…: ${problem})`
+  }
   return null
 }
 
