@@ -15,6 +15,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createHash, randomBytes } from 'node:crypto'
 import pg from 'pg'
+import { Redis } from 'ioredis'
 import { mintToken } from '../../app/auth/mint-token.ts'
 import { loadConfig } from '../../app/config.ts'
 import { openPostgresStore } from '../../app/store/postgres.ts'
@@ -420,6 +421,17 @@ export async function startCluster (t: TestLike, options: { size?: number; env?:
   const redisUrl = options.redisUrl ?? REDIS_URL
   if (!options.redisUrl) await requireRedis(redisUrl)
   const redisPrefix = `${db.schema}:`
+  if (!options.redisUrl) {
+    // The machine's Redis is shared with other tests: leave nothing under this cluster's prefix behind.
+    t.teardown(async () => {
+      const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
+      await redis.connect()
+      const keys: string[] = []
+      for await (const batch of redis.scanStream({ match: `${redisPrefix}*`, count: 500 })) keys.push(...(batch as string[]))
+      if (keys.length > 0) await redis.del(...keys)
+      await redis.quit()
+    })
+  }
   const applicationName = db.schema
   const env = {
     DATABASE_URL: db.url,
