@@ -6,9 +6,11 @@
 //   future (beyond a small clock skew); a Timestamp's Expires must not have passed.
 // - A Nonce is claimed once per login for as long as its message could still be fresh: in-process by
 //   default, in Redis (SET NX PX) when configured, so a replay to another instance is refused too.
-//   PasswordDigest requires Nonce and Created. A PasswordText token without a Nonce cannot be told from a
-//   repeated request, and replaying it gives nothing away that the message does not already show (the
-//   password itself): PasswordText relies on TLS, as the profile says.
+//   PasswordDigest requires Nonce and Created. A message without a Nonce (PasswordText) is claimed by its
+//   fingerprint (SHA-256 of the whole envelope) for the same time: a replay is refused. A message with a
+//   Timestamp or Created is unique per sending anyway; one with neither (zeep's plain PasswordText) is
+//   byte-identical when repeated, so such a client cannot repeat the very same call within the freshness
+//   window: it should add a Timestamp or a Nonce (both toolkits can). Refusing replays takes precedence.
 // Performance: checking a password must not cost a scrypt per request (a SOAP call would then be
 // CPU-bound on hashing). Credentials are cached per login for CREDENTIAL_CACHE_MS: the row and the
 // unsealed password (so both digest and text checks are a hash and a constant-time compare); accounts
@@ -192,7 +194,7 @@ export function createWsSecurity (options: WsSecurityOptions) {
    * The caller a message's wsse:Security header (one addressed to us) authenticates; null when the
    * message carries none (the domain then decides what an anonymous caller may do).
    */
-  async function authenticate (security: XmlElement | undefined): Promise<Caller | null> {
+  async function authenticate (security: XmlElement | undefined, envelope: string): Promise<Caller | null> {
     if (!security) return null
     const now = clock()
 
@@ -223,6 +225,9 @@ export function createWsSecurity (options: WsSecurityOptions) {
     if (token.nonceText !== null) {
       const fresh = await nonces.claim(`${token.username}:${token.nonceText}`, maxAgeMs + CLOCK_SKEW_MS, now)
       if (!fresh) throw SoapFault.failedAuthentication('The Nonce has already been used (replayed message)')
+    } else {
+      const fresh = await nonces.claim(`${token.username}:message:${sha256(envelope).toString('base64')}`, maxAgeMs + CLOCK_SKEW_MS, now)
+      if (!fresh) throw SoapFault.failedAuthentication('This message has already been received (replayed message without a Nonce)')
     }
     return entry.caller
   }

@@ -1,5 +1,5 @@
 // Requests captured from zeep and node-soap (../shared/fixtures/soap) are accepted as sent, with a clock
-// injected at the time they were captured; each replay is refused where the message can tell one.
+// injected at the time they were captured; each replay is refused.
 import { test } from 'tap'
 import type { TestLike } from '../helpers/app.ts'
 import { fixture, listenSoapApp, post, readFault } from './helpers.ts'
@@ -74,11 +74,26 @@ test('a digest fixture is refused with the wrong password on the account', async
   t.match(readFault(response.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason: 'The security token could not be authenticated or authorized' })
 })
 
-test('zeep-2 (PasswordText with no Nonce and no Created) cannot be told from a repeated call: accepted again, by design', async (t) => {
-  // Documented in routes/soap/ws-security.ts and README: such a message shows the password itself, so
-  // refusing its replay would protect nothing; it relies on TLS. Messages with a Nonce are refused above.
-  const { url } = await appWithUser007(t)
-  const { body, headers } = fixture('zeep-2')
+for (const name of ['zeep-2', 'node-soap-2']) {
+  test(`${name} (PasswordText, no Nonce) replayed is refused by its fingerprint`, async (t) => {
+    const { url } = await appWithUser007(t)
+    const { body, headers } = fixture(name)
+    t.equal((await post(`${url}/v1/UserService`, body, headers)).status, 200)
+    const replay = await post(`${url}/v1/UserService`, body, headers)
+    t.equal(replay.status, 500)
+    t.match(readFault(replay.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason: /already been received/ })
+  })
+}
+
+test('a PasswordText message without a Nonce but with a fresh Timestamp is accepted each time it is new', async (t) => {
+  let now = CAPTURED
+  const { url } = await appWithUser007(t, () => now)
+  const { body, headers } = fixture('node-soap-2')
   t.equal((await post(`${url}/v1/UserService`, body, headers)).status, 200)
-  t.equal((await post(`${url}/v1/UserService`, body, headers)).status, 200)
+  // The same call sent again later by the toolkit carries a new Timestamp: a new message, accepted.
+  now += 2000
+  const shift = (iso: string) => new Date(Date.parse(iso) + 2000).toISOString()
+  const resent = body.replace(/(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)/g, (m) => shift(m))
+  t.not(resent, body)
+  t.equal((await post(`${url}/v1/UserService`, resent, headers)).status, 200)
 })
