@@ -25,8 +25,10 @@ export default fp(async function events (app: FastifyInstance) {
     lastWarning = Date.now()
     app.log.warn({ err: (err as Error)?.message ?? String(err) }, msg)
   }
-  // The connection events are published on (mqemitter-redis's own ioredis client).
-  const publisher = redisUrl ? (emitter as unknown as { pubConn: { status: string } }).pubConn : null
+  // mqemitter-redis's own ioredis connections: events are published on the first.
+  interface Connection { status: string; disconnect (): void }
+  const connections = redisUrl ? [(emitter as unknown as { pubConn: Connection }).pubConn, (emitter as unknown as { subConn: Connection }).subConn] : []
+  const publisher = connections[0] ?? null
   if (redisUrl) {
     // mqemitter-redis re-emits its connections' errors on `state`; unheard, one Redis outage would crash
     // the process. The connections reconnect (and re-subscribe) by themselves; readiness reports the outage.
@@ -52,5 +54,14 @@ export default fp(async function events (app: FastifyInstance) {
       })
     }
   })
-  app.addHook('onClose', () => new Promise<void>((resolve) => emitter.close(() => resolve())))
+  app.addHook('onClose', () => new Promise<void>((resolve) => {
+    if (connections.some((c) => c.status !== 'ready')) {
+      // Redis is down: mqemitter-redis's quit() would wait for a reconnection, and ioredis cannot end a
+      // connection between two retries, so a graceful shutdown would hang until its deadline. Stop the
+      // retries instead; nothing is left to flush.
+      for (const c of connections) c.disconnect()
+      return resolve()
+    }
+    emitter.close(() => resolve())
+  }))
 }, { name: 'events', dependencies: ['config'] })

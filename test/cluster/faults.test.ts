@@ -125,8 +125,16 @@ test('faults during traffic: answered clearly, readiness reflects them, recovery
     t.same(Object.values(resent.json().data), [{ name: 'Ada Lovelace' }], 'and the resent query is served')
     await sleep(1500)
 
+    // A graceful shutdown does not wait for Redis to come back (nginx sends the traffic to a meanwhile).
+    const stopping = performance.now()
+    const exit = await b.stop()
+    const stopMs = Math.round(performance.now() - stopping)
+    t.equal(exit.code, 0, 'instance b shut down cleanly with Redis down')
+    t.ok(stopMs < 5000, `and promptly (${stopMs} ms)`)
+
     traffic.phase = 'redis-back'
     await redis.start()
+    await b.start()
     for (const instance of instances) {
       await eventually(`${instance.name} ready again once Redis is back`, async () => (await readiness(instance)).status === 200, 20_000)
     }
