@@ -62,3 +62,19 @@ test('SSE operations are validated and limited like WebSocket ones', async (t) =
   t.match(target.values, [{ errors: [{ message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } }] }])
   t.equal(app.subscriptionStats().eventStreams, 0)
 })
+
+test('event streams count against the per-client connection cap', async (t) => {
+  const { url, token, app } = await listenTestApp(t, { WS_MAX_CONNECTIONS_PER_CLIENT: '1' })
+  const first = collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 5) }')
+  await eventually(() => app.subscriptionStats().eventStreams === 1, 3000, 'the first stream')
+  const second = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${token('2')}` },
+    body: JSON.stringify({ query: 'subscription { count(target: 1) }' })
+  })
+  t.equal(second.status, 429)
+  t.match(await second.json(), { errors: [{ message: 'Too many connections for this client: at most 1', extensions: { code: 'RATE_LIMITED' } }] })
+  first.dispose()
+  await eventually(() => app.subscriptionStats().clients === 0, 3000, 'the slot released')
+  t.ok((await collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 1) }').done).completed, 'a new stream is accepted')
+})
