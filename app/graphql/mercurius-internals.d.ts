@@ -26,6 +26,7 @@ declare module 'mercurius/lib/subscription-connection.js' {
     handleConnectionInit (data: { type: string; payload?: unknown }): Promise<void>
     handleGQLStart (data: { id: string; payload?: any }): Promise<void>
     _executeSubscription (args: ExecuteSubscriptionArgs): Promise<void>
+    handleGQLStop (data: { id: string }): Promise<void>
     handleGQLComplete (id: string): void
     handleConnectionClose (): void
     sendMessage (type: string | undefined, id?: string, payload?: unknown): Promise<void>

@@ -72,6 +72,8 @@ export class GraphQLWsConnection extends SubscriptionConnection {
   private releaseCaller: (() => void) | null = null
   /** Operations of this connection by id, from their subscribe message until they end. */
   private readonly operations = new Map<string, Promise<void>>()
+  /** Operations the client completed while they were still being checked: they must not start. */
+  private readonly cancelled = new Set<string>()
 
   constructor (socket: WebSocket, options: WsConnectionOptions) {
     super(socket, {
@@ -149,7 +151,13 @@ export class GraphQLWsConnection extends SubscriptionConnection {
       await run
     } finally {
       this.operations.delete(id)
+      this.cancelled.delete(id)
     }
+  }
+
+  async handleGQLStop (data: { id: string }): Promise<void> {
+    if (this.operations.has(data.id)) this.cancelled.add(data.id)
+    return super.handleGQLStop(data)
   }
 
   private async start (id: string, payload: Record<string, unknown>): Promise<void> {
@@ -157,8 +165,8 @@ export class GraphQLWsConnection extends SubscriptionConnection {
       const source = await this.options.resolveSource(payload)
       const request = this.options.request
       const prepared = await this.options.prepare({ source, variables: payload.variables, operationName: payload.operationName }, this.caller, request.ip)
-      // The client left (or the server is closing) while this was being checked: start nothing.
-      if (this.closing || this.socket.readyState !== this.socket.OPEN) return
+      // The client left or completed the operation (or the server is closing) while it was being checked: start nothing.
+      if (this.closing || this.cancelled.has(id) || this.socket.readyState !== this.socket.OPEN) return
       const args: ExecuteSubscriptionArgs = {
         document: prepared.document,
         query: source,

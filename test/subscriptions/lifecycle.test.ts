@@ -80,6 +80,18 @@ test('a client that leaves while its subscription is being checked starts nothin
   await new Promise((resolve) => setTimeout(resolve, 400))
   t.equal(roomListeners(app, 'gone'), 0, 'no listener registered for a departed client')
   t.same(app.subscriptionStats(), { webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, clients: 0 })
+
+  // The same for an operation the client completes while it is being checked; the connection stays.
+  const stays = await rawSocket(url, 'graphql-transport-ws')
+  stays.send({ type: 'connection_init' })
+  await stays.next('connection_ack')
+  stays.send({ id: '1', type: 'subscribe', payload: { query: 'subscription { messageAdded(roomId: "gone") { id } }' } })
+  stays.send({ id: '1', type: 'complete' })
+  await new Promise((resolve) => setTimeout(resolve, 400))
+  t.equal(roomListeners(app, 'gone'), 0, 'a completed operation does not start')
+  t.equal(app.subscriptionStats().webSocketSubscriptions, 0)
+  t.equal(app.subscriptionStats().webSockets, 1)
+  stays.socket.close()
 })
 
 test('graceful shutdown completes subscriptions and closes sockets cleanly', async (t) => {
