@@ -10,6 +10,7 @@ import corsPlugin from '../plugins/cors.ts'
 import storePlugin from '../plugins/store.ts'
 import metricsPlugin from '../plugins/metrics.ts'
 import underPressurePlugin from '../plugins/under-pressure.ts'
+import gracefulDrainPlugin from '../plugins/graceful-drain.ts'
 import eventsPlugin from '../plugins/events.ts'
 import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
@@ -101,6 +102,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   // Metrics next, so every route's responses are counted; then load shedding, before any real work.
   await app.register(metricsPlugin)
   await app.register(underPressurePlugin)
+  await app.register(gracefulDrainPlugin)
   await app.register(storePlugin, { store: options.store })
   await app.register(redisPlugin)
   await app.register(eventsPlugin)

@@ -13,6 +13,8 @@ export interface Config {
   bodyLimitBytes: number
   /** Seconds a graceful shutdown may take before the process exits anyway. */
   shutdownGraceMs: number
+  /** On shutdown, idle keep-alive connections stay open this long (a request arriving on one is served), then close. */
+  shutdownIdleDrainMs: number
 
   databaseUrl: string | null
   databasePoolSize: number
@@ -99,6 +101,7 @@ const schema = {
     LOG_LEVEL: { type: 'string' },
     BODY_LIMIT_BYTES: { type: 'integer', minimum: 1024, default: 1048576 },
     SHUTDOWN_GRACE_MS: { type: 'integer', minimum: 0, default: 10000 },
+    SHUTDOWN_IDLE_DRAIN_MS: { type: 'integer', minimum: 0 },
     DATABASE_URL: { type: 'string' },
     DATABASE_POOL_SIZE: { type: 'integer', minimum: 1, default: 10 },
     DATABASE_SCHEMA: { type: 'string' },
@@ -193,6 +196,7 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     logLevel: (e.LOG_LEVEL as string | undefined) ?? (prod ? 'info' : 'debug'),
     bodyLimitBytes: e.BODY_LIMIT_BYTES as number,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
+    shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS as number | undefined, 0, 1000),
     databaseUrl: optional(e.DATABASE_URL),
     databasePoolSize: e.DATABASE_POOL_SIZE as number,
     databaseSchema: optional(e.DATABASE_SCHEMA),

@@ -10,7 +10,7 @@ import { gql, startCluster, token } from './harness.ts'
 const TOTAL = Number(process.env.CLUSTER_LOAD_TOTAL ?? 20_000)
 const CONCURRENCY = 64
 
-interface Outcome { kind: 'user' | 'message'; key: string; status: number; id?: string; code?: string; upstream?: string }
+interface Outcome { kind: 'user' | 'message'; key: string; status: number; id?: string; code?: string; upstream?: string; answeredAt?: number }
 
 test(`${TOTAL} mutations through the load balancer while an instance restarts gracefully: nothing acknowledged is lost`, async (t) => {
   const { lb, instances, db } = await startCluster(t, {
@@ -24,6 +24,7 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
   const outcomes: Outcome[] = new Array(TOTAL)
   let next = 0
   let restartedAt = -1
+  let sigtermAt = 0
   let restart: Promise<void> | undefined
   const started = performance.now()
 
@@ -46,6 +47,7 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
         // Graceful restart mid-run: SIGTERM (in-flight requests finish, new ones go to the other
         // instance), wait for the exit, start again; traffic keeps flowing meanwhile.
         restart = (async () => {
+          sigtermAt = performance.now()
           const exit = await a.stop()
           t.comment(`instance ${a.name} stopped after ${i} requests sent (exit code ${exit.code}, signal ${exit.signal})`)
           t.equal(exit.code, 0, 'graceful shutdown exits with 0')
@@ -54,7 +56,7 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
         })()
       }
       try {
-        outcomes[i] = await send(i)
+        outcomes[i] = { ...await send(i), answeredAt: performance.now() }
       } catch (err) {
         outcomes[i] = { kind: i % 2 === 0 ? 'user' : 'message', key: `${run}-${i}`, status: 0, code: (err as Error).message }
       }
@@ -122,11 +124,20 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
     failedButWritten: failedButWritten.length,
     failures,
     restartAfterSent: restartedAt,
+    /** When the failures were answered, in ms after the SIGTERM. */
+    failedAtMsAfterSigterm: failed.map((o) => Math.round((o.answeredAt ?? 0) - sigtermAt)),
     elapsedMs,
     throughputPerSec: Math.round(TOTAL / (elapsedMs / 1000)),
     acknowledgedByUpstream: byUpstream
   }
   t.comment(`load figures: ${JSON.stringify(figures)}`)
+  // What nginx saw go wrong upstream (connection refused: retried elsewhere; reset or closed after sending: answered 502).
+  const upstreamErrors: Record<string, number> = {}
+  for (const line of lb.errorLog().split('\n')) {
+    const what = /\] \d+#\d+: \*\d+ (.+?) while /.exec(line)?.[1]?.trim()
+    if (what) upstreamErrors[what] = (upstreamErrors[what] ?? 0) + 1
+  }
+  t.comment(`load nginx upstream errors: ${JSON.stringify(upstreamErrors)}`)
   t.equal(figures.lost, 0, 'lost = 0: every acknowledged write is in PostgreSQL')
   t.equal(figures.found, figures.acknowledged, 'each acknowledged write found once, with the id the client was given')
   t.equal(figures.duplicated, 0, 'no write applied twice')
