@@ -138,6 +138,9 @@ export class GraphQLWsConnection extends SubscriptionConnection {
     return super.handleConnectionInit({ type: data.type })
   }
 
+  // Replaces Mercurius's start (which parses and runs without validation). The checks run here rather
+  // than in a preSubscriptionExecution hook because that hook receives neither the variables (caps,
+  // cost) nor the operation name (operation selection).
   async handleGQLStart ({ id, payload }: { id: string; payload?: any }): Promise<void> {
     if (typeof id !== 'string' || id === '') return this.closeWith(CloseCode.BadRequest, 'Invalid message: id must be a non-empty string')
     if (this.operations.has(id)) return this.closeWith(CloseCode.SubscriberAlreadyExists, `Subscriber for ${id} already exists`)
