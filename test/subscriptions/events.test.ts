@@ -16,7 +16,8 @@ test('count emits 0 … target-1 about every second, then completes', async (t) 
   t.same(outcome.values.map((v: any) => v.data.count), [0, 1, 2, 3])
   t.ok(outcome.completed, 'the stream completes')
   const gaps = arrivals.map((at, i) => at - (i === 0 ? started : arrivals[i - 1]!))
-  for (const gap of gaps.slice(1)) t.ok(gap >= 900 && gap <= 1600, `about a second between values (${gap} ms)`)
+  // Wide bounds: tests run in parallel on a loaded machine; the point is "about a second", not a burst.
+  for (const gap of gaps.slice(1)) t.ok(gap >= 900 && gap <= 2000, `about a second between values (${gap} ms)`)
   t.ok(finished - arrivals[3]! < 500, 'completes right after the last value')
 
   const byDefault = await collect(client, 'subscription { count(target: 0) }').done
