@@ -12,6 +12,8 @@ export interface ServerProcess {
   readonly name: string
   readonly pid: number
   readonly url: string
+  /** CPU time used so far (user + system), in microseconds; null where /proc is not available. */
+  cpuMicros (): number | null
   /** Peak resident set size so far (VmHWM), in bytes; null where /proc is not available. */
   peakRssBytes (): number | null
   /** SIGTERM (graceful: close-with-grace, so --cpu-prof profiles are written), SIGKILL after 15 s. */
@@ -49,6 +51,20 @@ export function readPeakRss (pid: number): number | null {
   return match ? Number(match[1]) * 1024 : null
 }
 
+const CLOCK_TICKS_PER_SEC = 100 // USER_HZ: 100 on Linux for every architecture Node supports
+
+/** CPU time (user + system) the process has used so far, in microseconds; null where /proc is not available. */
+export function readCpuMicros (pid: number): number | null {
+  try {
+    // Fields after the command name (which may hold spaces, hence the last ')'): utime is the 12th, stime the 13th.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return ((Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SEC) * 1e6
+  } catch {
+    return null
+  }
+}
+
 function tail (path: string, lines: number): string {
   try {
     return readFileSync(path, 'utf8').trimEnd().split('\n').slice(-lines).join('\n')
@@ -82,6 +98,7 @@ export async function startServer (options: StartOptions): Promise<ServerProcess
     name: options.name,
     pid: child.pid!,
     url,
+    cpuMicros: () => exited === null ? readCpuMicros(child.pid!) : null,
     peakRssBytes: () => {
       if (exited === null) peak = readPeakRss(child.pid!) ?? peak
       return peak

@@ -23,6 +23,11 @@ export interface Result {
   /** Connection errors, timeouts and responses failing the body check. */
   errors?: number
   peakRssBytes?: number | null
+  /**
+   * CPU time (user + system) of the server process per request served, in µs. Not a guard: it is how
+   * much work a request costs, which other load on a shared machine changes far less than req/s.
+   */
+  cpuMicrosPerRequest?: number | null
   restBaseline?: string | null
   ratioToRest?: number | null
   ratioToLimit?: number | null
@@ -59,13 +64,14 @@ function rowOf (r: Result): string[] {
     fixed(r.ratioToLimit, 2),
     fixed(r.latencyMs?.p50, 1),
     fixed(r.latencyMs?.p99, 1),
+    fixed(r.cpuMicrosPerRequest, 0),
     r.non2xx === undefined ? '–' : `${r.non2xx}/${r.errors ?? 0}`,
     mb(r.peakRssBytes),
     outcome
   ]
 }
 
-const HEADER = ['scenario', 'req/s', '× rest', '× limit', 'p50 ms', 'p99 ms', 'non2xx/err', 'peak RSS MB', 'result']
+const HEADER = ['scenario', 'req/s', '× rest', '× limit', 'p50 ms', 'p99 ms', 'CPU µs/req', 'non2xx/err', 'peak RSS MB', 'result']
 
 export function textTable (report: RunReport): string {
   const rows = [HEADER, ...report.results.map(rowOf)]

@@ -169,9 +169,13 @@ interface Round {
   mismatches: number
   /** The first non-2xx or failing response, for the report. */
   firstBad: string | null
+  /** CPU time the server process used during the round (null without /proc). */
+  cpuMicros: number | null
 }
 
-function round (url: string, scenario: HttpScenario, durationSec: number): Promise<Round> {
+function round (server: ServerProcess, scenario: HttpScenario, durationSec: number): Promise<Round> {
+  const url = server.url
+  const cpuBefore = server.cpuMicros()
   return new Promise((resolve, reject) => {
     const first = scenario.next()
     let firstBad: string | null = null
@@ -192,7 +196,9 @@ function round (url: string, scenario: HttpScenario, durationSec: number): Promi
       }
     }, (err, result) => {
       if (err) return reject(err)
+      const cpuAfter = server.cpuMicros()
       resolve({
+        cpuMicros: cpuBefore !== null && cpuAfter !== null ? cpuAfter - cpuBefore : null,
         requests: result.requests.total,
         seconds: result.duration || durationSec,
         p50: result.latency.p50,
@@ -285,12 +291,12 @@ async function runGroup (group: Group): Promise<Result[]> {
     }
     if (options.warmupSec > 0) {
       log(`    warm-up ${options.warmupSec} s each: ${members.map((m) => m.scenario.name).join(', ')}`)
-      for (const m of members) m.warmup = await round(m.server.url, m.scenario, options.warmupSec)
+      for (const m of members) m.warmup = await round(m.server, m.scenario, options.warmupSec)
     }
     const slice = options.durationSec / options.rounds
     log(`    measuring ${options.rounds} interleaved rounds of ${slice.toFixed(1)} s × ${options.connections} connections`)
     for (let i = 0; i < options.rounds; i++) {
-      for (const m of members) m.rounds.push(await round(m.server.url, m.scenario, slice))
+      for (const m of members) m.rounds.push(await round(m.server, m.scenario, slice))
       log(`    round ${i + 1}/${options.rounds} (${elapsed()}): ${members.map((m) => `${m.scenario.name} ${Math.round(m.rounds[i]!.requests / m.rounds[i]!.seconds)}`).join(', ')} req/s`)
     }
     const limit = members.find((m) => m.scenario === group.limit)
@@ -314,6 +320,9 @@ async function runGroup (group: Group): Promise<Result[]> {
         non2xx: sum('non2xx'),
         errors: sum('errors') + sum('mismatches'),
         peakRssBytes: m.server.peakRssBytes(),
+        cpuMicrosPerRequest: m.rounds.every((r) => r.cpuMicros !== null) && requests > 0
+          ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / requests
+          : null,
         ratioToLimit: ratioTo(limit),
         ...(m.scenario.target === 'service' ? { ratioToRest: ratioTo(rest) } : {}),
         rounds: m.rounds.map(rpsOf)
@@ -356,6 +365,7 @@ function mergeLimit (rows: Result[]): Result | null {
     non2xx: ok.reduce((n, r) => n + r.non2xx!, 0),
     errors: ok.reduce((n, r) => n + r.errors!, 0),
     peakRssBytes: Math.max(...ok.map((r) => r.peakRssBytes ?? 0)) || null,
+    cpuMicrosPerRequest: ok.every((r) => r.cpuMicrosPerRequest != null) ? ok.reduce((n, r) => n + r.cpuMicrosPerRequest! * r.requests!, 0) / requests : null,
     ratioToLimit: 1,
     rounds: ok.flatMap((r) => r.rounds ?? [])
   }
@@ -457,6 +467,7 @@ async function main (): Promise<number> {
       'Service and baselines log at the same level (the production default unless --log-level), to a file.',
       'Ratios: req/s of the scenario over req/s of its `rest` route (same store reads, no GraphQL) and of `limit` (prebuilt bytes), each the median over rounds measured back to back (limit, rest, scenario…, repeated), so drift on a shared machine moves them alike.',
       'req/s: all measured rounds of a row; p50/p99: the median over its rounds. `limit` is measured with every group; its row sums them.',
+      'CPU µs/req: user + system CPU time of the server process over its measured rounds, per request (what a request costs; other load on the machine moves it far less than req/s).',
       `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg().map((n) => n.toFixed(2)).join(', ')}.`
     ],
     results
