@@ -9,14 +9,12 @@ import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import type { ArgumentNode, DirectiveNode, ListValueNode } from 'graphql'
 import { meets, type AccessRequirement } from '../app/domain/authorization.ts'
-import { assertWithinCaps } from '../app/domain/input.ts'
 import { AppError, Messages, forbidden, unauthenticated } from '../app/errors.ts'
 import type { GraphQLContext } from '../app/graphql/context.ts'
-import { selectOperation, factsOf } from '../app/graphql/document.ts'
+import { selectOperation } from '../app/graphql/document.ts'
 import { formatError, type FormatOptions } from '../app/graphql/error-format.ts'
-import { depthLimitRule, literalCapsRule, operationCost } from '../app/graphql/limits.ts'
+import { depthLimitRule, literalCapsRule, priceOperation, type SpendCostUnits } from '../app/graphql/limits.ts'
 import { loaders, resolvers } from '../app/graphql/resolvers.ts'
-import type { Caller } from '../app/domain/context.ts'
 
 // mercurius-auth is CommonJS whose typings declare `export default`: at run time the import is the plugin itself.
 const mercuriusAuth = mercuriusAuthModule as unknown as FastifyPluginAsync<MercuriusAuthOptions>
@@ -27,17 +25,13 @@ declare module 'fastify' {
   interface FastifyInstance {
     graphqlErrorOptions: FormatOptions
     /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. Set by the rate-limit plugin. */
-    spendCostUnits (caller: Caller | null, ip: string, cost: number): Promise<{ remaining: number; resetMs: number }>
+    spendCostUnits: SpendCostUnits
   }
 }
 
 /** Our validation rules beyond graphql-js's; subscriptions (plugins/subscriptions.ts) apply the same ones. */
 export function graphqlValidationRules (config: FastifyInstance['config']) {
   return [depthLimitRule(config.limits.maxDepth), literalCapsRule(config.limits)]
-}
-
-export function budgetFor (caller: Caller | null, budgets: FastifyInstance['config']['limits']['budgets']): number {
-  return caller ? budgets[caller.role] : budgets.anonymous
 }
 
 function requirementsOf (directive: DirectiveNode): AccessRequirement[] {
@@ -92,19 +86,7 @@ export default fp(async function graphql (app: FastifyInstance) {
     if (context.request.method === 'GET' && operation.operation !== 'query') {
       throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
     }
-    if (variables) assertWithinCaps(variables, config.limits, 'variables')
-
-    const requested = operationCost(schema, operation, factsOf(document).fragments, variables ?? {}, config.limits)
-    const budget = budgetFor(caller, config.limits.budgets)
-    if (requested > budget) {
-      throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${requested} exceeds the budget of ${budget} for this caller`, { cost: requested, budget })
-    }
-    const { remaining, resetMs } = await app.spendCostUnits(caller, context.request.ip, requested)
-    context.cost = { requested, budget, remaining: Math.max(0, remaining) }
-    if (remaining < 0) {
-      const retryAfter = Math.ceil(resetMs / 1000)
-      throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${config.limits.rateCostUnits} cost units per ${Math.round(config.limits.rateWindowMs / 1000)} s; retry in ${retryAfter} s`, { cost: requested, retryAfter })
-    }
+    context.cost = await priceOperation(schema, document, operation, variables, caller, context.request.ip, config.limits, app.spendCostUnits)
     return singleOperationDocument ? { document: singleOperationDocument } : undefined
   })
 }, { name: 'graphql', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit'] })

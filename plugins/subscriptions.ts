@@ -21,7 +21,7 @@ import { formatError, formatThrown } from '../app/graphql/error-format.ts'
 import { createSseHandler } from '../app/graphql/sse-handler.ts'
 import { subscriptionContext, subscriptionPreparer, subscriptionResolvers, type PreparedSubscription } from '../app/graphql/subscriptions.ts'
 import { GraphQLWsConnection } from '../app/graphql/ws-connection.ts'
-import { budgetFor, graphqlValidationRules } from './graphql.ts'
+import { graphqlValidationRules } from './graphql.ts'
 
 export interface SubscriptionStats {
   webSockets: number
@@ -112,11 +112,8 @@ export default fp(async function subscriptions (app: FastifyInstance) {
     schema: () => app.graphql.schema,
     rules: graphqlValidationRules(config),
     limits,
-    budgetFor: (caller) => budgetFor(caller, limits.budgets),
     // Looked up per call: the persisted-query warm-up swaps it for a while.
-    spendCostUnits: (caller, ip, cost) => app.spendCostUnits(caller, ip, cost),
-    rateCostUnits: limits.rateCostUnits,
-    rateWindowMs: limits.rateWindowMs
+    spendCostUnits: (caller, ip, cost) => app.spendCostUnits(caller, ip, cost)
   })
   const domainDeps = { store: app.store, events: app.events, caps: limits }
   const contextFor = (caller: Caller | null, prepared: PreparedSubscription, request: FastifyRequest) =>

@@ -7,6 +7,11 @@ import {
 } from 'graphql'
 import { AppError } from '../errors.ts'
 import { assertPageSize, assertWithinCaps, type InputCaps } from '../domain/input.ts'
+import type { Caller } from '../domain/context.ts'
+import type { Config } from '../config.ts'
+import type { CostReport } from './context.ts'
+import { factsOf } from './document.ts'
+import type { DocumentNode } from 'graphql'
 
 /** Depth of an operation: nested field levels, counting through named and inline fragments. */
 export function operationDepth (selectionSet: SelectionSetNode, fragments: Map<string, FragmentDefinitionNode>, visiting = new Set<string>()): number {
@@ -151,4 +156,40 @@ export function operationCost (
     return total
   }
   return selectionCost(root, operation.selectionSet, new Set())
+}
+
+export function budgetFor (caller: Caller | null, budgets: Config['limits']['budgets']): number {
+  return caller ? budgets[caller.role] : budgets.anonymous
+}
+
+/** Spends cost units from the caller's rate window: what is left (negative when over) and when the window resets. */
+export type SpendCostUnits = (caller: Caller | null, ip: string, cost: number) => Promise<{ remaining: number; resetMs: number }>
+
+/**
+ * The checks every operation passes before it runs, whatever carries it (HTTP, WebSocket, SSE): the
+ * variables obey the input caps, the cost fits the caller's budget, and the caller's cost-rate window
+ * can pay for it (whichever budget is exhausted first blocks). Throws before anything has run.
+ */
+export async function priceOperation (
+  schema: GraphQLSchema,
+  document: DocumentNode,
+  operation: OperationDefinitionNode,
+  variables: Record<string, unknown> | undefined,
+  caller: Caller | null,
+  ip: string,
+  limits: Config['limits'],
+  spend: SpendCostUnits
+): Promise<CostReport> {
+  if (variables) assertWithinCaps(variables, limits, 'variables')
+  const requested = operationCost(schema, operation, factsOf(document).fragments, variables ?? {}, limits)
+  const budget = budgetFor(caller, limits.budgets)
+  if (requested > budget) {
+    throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${requested} exceeds the budget of ${budget} for this caller`, { cost: requested, budget })
+  }
+  const { remaining, resetMs } = await spend(caller, ip, requested)
+  if (remaining < 0) {
+    const retryAfter = Math.ceil(resetMs / 1000)
+    throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${limits.rateCostUnits} cost units per ${Math.round(limits.rateWindowMs / 1000)} s; retry in ${retryAfter} s`, { cost: requested, retryAfter })
+  }
+  return { requested, budget, remaining }
 }

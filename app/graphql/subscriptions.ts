@@ -11,11 +11,12 @@ import type { FastifyRequest } from 'fastify'
 import type { Caller, DomainDeps, DomainEvent } from '../domain/context.ts'
 import { createDomainContext } from '../domain/context.ts'
 import { createLoaders } from '../domain/loaders.ts'
-import { assertWithinCaps, normalizeRoomId, type InputCaps } from '../domain/input.ts'
+import { normalizeRoomId } from '../domain/input.ts'
 import { AppError, badInput } from '../errors.ts'
 import type { CostReport, GraphQLContext } from './context.ts'
-import { factsOf, selectOperation } from './document.ts'
-import { operationCost } from './limits.ts'
+import { selectOperation } from './document.ts'
+import { priceOperation, type SpendCostUnits } from './limits.ts'
+import type { Config } from '../config.ts'
 
 /** How often `count` emits. The interface says "one value about every second". */
 export const COUNT_INTERVAL_MS = 1000
@@ -138,12 +139,9 @@ export interface PrepareOptions {
   schema (): GraphQLSchema
   /** Our rules beyond graphql-js's specifiedRules (depth, literal caps), the same ones HTTP operations use. */
   rules: readonly ValidationRule[]
-  limits: InputCaps & { budgets: Record<'anonymous' | 'USER' | 'ADMIN' | 'SERVICE', number> }
-  budgetFor (caller: Caller | null): number
-  /** The cost-unit rate budget (the rate-limit plugin's): what is left after spending, and when the window resets. */
-  spendCostUnits (caller: Caller | null, ip: string, cost: number): Promise<{ remaining: number; resetMs: number }>
-  rateCostUnits: number
-  rateWindowMs: number
+  limits: Config['limits']
+  /** The cost-unit rate budget (the rate-limit plugin's). */
+  spendCostUnits: SpendCostUnits
 }
 
 /**
@@ -167,23 +165,12 @@ export function subscriptionPreparer (options: PrepareOptions) {
       throw new AppError('BAD_REQUEST', `Only subscriptions are served here: send ${operation.operation === 'query' ? 'queries' : 'mutations'} by HTTP POST`)
     }
     const vars = (variables ?? undefined) as Record<string, unknown> | undefined
-    if (vars) assertWithinCaps(vars, options.limits, 'variables')
-
-    const requested = operationCost(schema, operation, factsOf(document).fragments, vars ?? {}, options.limits)
-    const budget = options.budgetFor(caller)
-    if (requested > budget) {
-      throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${requested} exceeds the budget of ${budget} for this caller`, { cost: requested, budget })
-    }
-    const { remaining, resetMs } = await options.spendCostUnits(caller, ip, requested)
-    if (remaining < 0) {
-      const retryAfter = Math.ceil(resetMs / 1000)
-      throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${options.rateCostUnits} cost units per ${Math.round(options.rateWindowMs / 1000)} s; retry in ${retryAfter} s`, { cost: requested, retryAfter })
-    }
+    const cost = await priceOperation(schema, document, operation, vars, caller, ip, options.limits, options.spendCostUnits)
     return {
       document: singleOperationDocument ?? document,
       variables: vars,
       operationName: (operationName as string | null | undefined) ?? null,
-      cost: { requested, budget, remaining: Math.max(0, remaining) }
+      cost
     }
   }
 }
