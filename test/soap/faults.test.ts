@@ -141,12 +141,12 @@ test('envelope rules: version, body, content type, method', async (t) => {
 
 test('SOAPAction: quoted, unquoted, empty or absent are accepted; a contradicting one is a fault', async (t) => {
   const { url } = await listenSoapApp(t, ENV)
-  const body = envelope('1.1', getUser('2'), PARTNER)
+  const body = () => envelope('1.1', getUser('2'), PARTNER)
   for (const action of [`"${NS}/GetUser"`, `${NS}/GetUser`, '""', undefined]) {
     const headers: Record<string, string> = action === undefined ? H11 : { ...H11, soapaction: action }
-    t.equal((await post(`${url}/v1/UserService`, body, headers)).status, 200, `SOAPAction ${action}`)
+    t.equal((await post(`${url}/v1/UserService`, body(), headers)).status, 200, `SOAPAction ${action}`)
   }
-  const wrong = await post(`${url}/v1/UserService`, body, { ...H11, soapaction: `"${NS}/DeleteUser"` })
+  const wrong = await post(`${url}/v1/UserService`, body(), { ...H11, soapaction: `"${NS}/DeleteUser"` })
   t.equal(wrong.status, 500)
   t.match(readFault(wrong.text), { code: 'soap:Client', errorCode: 'BAD_REQUEST', reason: /does not match the Body's operation GetUser/ })
 
@@ -270,10 +270,10 @@ test('unexpected errors are Server/Receiver faults without internals', async (t)
 
 test('the request rate limit covers the SOAP endpoint, answered as a fault', async (t) => {
   const { url } = await listenSoapApp(t, { ...ENV, RATE_LIMIT_REQUESTS: '2' })
-  const body = envelope('1.1', getUser('2'), PARTNER)
-  t.equal((await post(`${url}/v1/UserService`, body, H11)).status, 200)
-  t.equal((await post(`${url}/v1/UserService`, body, H11)).status, 200)
-  const limited = await post(`${url}/v1/UserService`, body, H11)
+  const body = () => envelope('1.1', getUser('2'), PARTNER)
+  t.equal((await post(`${url}/v1/UserService`, body(), H11)).status, 200)
+  t.equal((await post(`${url}/v1/UserService`, body(), H11)).status, 200)
+  const limited = await post(`${url}/v1/UserService`, body(), H11)
   t.equal(limited.status, 500)
   t.match(readFault(limited.text), { code: 'soap:Client', errorCode: 'RATE_LIMITED' })
   t.ok(limited.headers.get('retry-after'), 'the rate limiter\'s Retry-After is kept')

@@ -1,4 +1,5 @@
 // Shared by the SOAP tests: a listening app with a partner account, raw envelope posting, fault reading.
+import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../../app/app.ts'
@@ -89,15 +90,24 @@ export function readFault (xml: string): FaultInfo {
   }
 }
 
-/** Builds a request envelope around a body element and optional header blocks. */
+const NONCE_SLOT = '<!--fresh-nonce-->'
+
+/**
+ * Builds a request envelope around a body element and optional header blocks. Every envelope is a new
+ * message: a token made by textToken gets a fresh Nonce here (the service refuses replayed messages).
+ */
 export function envelope (version: '1.1' | '1.2', body: string, headers = ''): string {
   const ns = version === '1.1' ? SOAP11 : SOAP12
-  return `<?xml version="1.0" encoding="utf-8"?><s:Envelope xmlns:s="${ns}">${headers ? `<s:Header>${headers}</s:Header>` : ''}<s:Body>${body}</s:Body></s:Envelope>`
+  const fresh = headers.replaceAll(NONCE_SLOT, () => `<wsse:Nonce EncodingType="${BASE64_BINARY}">${randomBytes(16).toString('base64')}</wsse:Nonce>`)
+  return `<?xml version="1.0" encoding="utf-8"?><s:Envelope xmlns:s="${ns}">${fresh ? `<s:Header>${fresh}</s:Header>` : ''}<s:Body>${body}</s:Body></s:Envelope>`
 }
 
+const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'
+
+/** A PasswordText UsernameToken; `envelope` gives it a fresh Nonce per message. */
 export function textToken (username: string, password: string, extra = ''): string {
   return `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}"${extra}><wsse:UsernameToken><wsse:Username>${username}</wsse:Username>` +
-    `<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordText">${password}</wsse:Password></wsse:UsernameToken></wsse:Security>`
+    `<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordText">${password}</wsse:Password>${NONCE_SLOT}</wsse:UsernameToken></wsse:Security>`
 }
 
 export { parseXml as parseXmlText }
