@@ -103,3 +103,28 @@ test('sqlite store persists in its file across reopening', async (t) => {
   t.teardown(() => second.close())
   t.match(await second.usersByIds(['u1']), [{ name: 'Kept' }])
 })
+
+test('postgres: an unreachable database is SERVICE_UNAVAILABLE, and the store recovers when it returns', async (t) => {
+  const { createServer, connect } = await import('node:net')
+  // A relay between the store and PostgreSQL that the test can cut and restore.
+  const sockets = new Set<import('node:net').Socket>()
+  const relay = createServer((client) => {
+    const upstream = connect(5432, '127.0.0.1')
+    for (const s of [client, upstream]) { sockets.add(s); s.on('close', () => sockets.delete(s)); s.on('error', () => {}) }
+    client.pipe(upstream).pipe(client)
+  })
+  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve))
+  const port = (relay.address() as import('node:net').AddressInfo).port
+  const url = TEST_DATABASE_URL.replace(/@[^/]+\//, `@127.0.0.1:${port}/`)
+  const store = await openPostgresStore({ url, poolSize: 2, schema: await freshSchema(t, 'outage') })
+  t.teardown(async () => { await store.close(); relay.close() })
+  await store.createUser({ id: 'u1', name: 'Before', email: 'before@example.com' })
+
+  relay.close()
+  for (const s of sockets) s.destroy()
+  await t.rejects(store.usersByIds(['u1']), { code: 'SERVICE_UNAVAILABLE', message: 'The database is unavailable; retry shortly' })
+  await t.rejects(store.ping(), { code: 'SERVICE_UNAVAILABLE' })
+
+  await new Promise<void>((resolve) => relay.listen(port, '127.0.0.1', resolve))
+  t.match(await store.usersByIds(['u1']), [{ name: 'Before' }], 'recovered by itself')
+})

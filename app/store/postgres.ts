@@ -104,7 +104,7 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
     }
   }
 
-  return {
+  return reportingOutages({
     kind: 'postgres',
     async usersByIds (ids) {
       return (await pool.query<UserRow>(q.usersByIds([ids]))).rows
@@ -176,7 +176,38 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
     async close () {
       await pool.end()
     }
+  })
+}
+
+// Connection-level failures (server down or restarting, connection killed, pool exhausted past its
+// timeout): SQLSTATE classes 08 (connection exception) and 57P (operator intervention), 53300 (too many
+// connections), socket errors, and pg's own messages for a lost or unobtainable connection.
+const OUTAGE_CODES = /^(08...|57P0[1-3]|53300|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH)$/
+const OUTAGE_MESSAGES = /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Cannot use a pool after calling end/
+
+function isOutage (err: unknown): boolean {
+  const { code, message } = (err ?? {}) as { code?: unknown; message?: unknown }
+  return (typeof code === 'string' && OUTAGE_CODES.test(code)) || (typeof message === 'string' && OUTAGE_MESSAGES.test(message))
+}
+
+/**
+ * The database being unreachable is not a bug: callers get SERVICE_UNAVAILABLE ("retry shortly") from
+ * both transports instead of an internal error; the pool reconnects by itself when the server returns.
+ */
+function reportingOutages (store: Store): Store {
+  const wrapped = { ...store }
+  for (const [name, value] of Object.entries(store)) {
+    if (typeof value !== 'function' || name === 'close') continue
+    ;(wrapped as Record<string, unknown>)[name] = async (...args: unknown[]) => {
+      try {
+        return await value.apply(store, args)
+      } catch (err) {
+        if (err instanceof AppError || !isOutage(err)) throw err
+        throw new AppError('SERVICE_UNAVAILABLE', 'The database is unavailable; retry shortly')
+      }
+    }
   }
+  return wrapped
 }
 
 async function migrate (pool: pg.Pool, schema: string | null): Promise<void> {
