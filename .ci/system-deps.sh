@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Debian packages some tests drive for real: chromium (the query UI browser test) and nginx (the load
+# balancer of the cluster test, and `nginx -t` in the compose check). Installed when missing, if this
+# user can (root with apt-get); otherwise says what to install. Used by `npm test` (pretest) and .ci/run.
+set -u
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing Debian packages for the tests: ${missing[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null && exit 0
+fi
+echo "warning: ${missing[*]} missing and not installable here (apt-get install ${missing[*]}); the tests that drive them will fail" >&2
+exit 0
