@@ -89,7 +89,7 @@ export function markdownTable (report: RunReport): string {
   ].join('\n')
 }
 
-/** The newest earlier full (non-smoke) result in `dir`, to compare with. */
+/** The newest earlier full result in `dir` (not a smoke, not an --only subset), to compare with. */
 export function previousReport (dir: string, before: string): RunReport | null {
   let names: string[]
   try {
@@ -100,7 +100,7 @@ export function previousReport (dir: string, before: string): RunReport | null {
   for (const name of names) {
     try {
       const report = JSON.parse(readFileSync(join(dir, name), 'utf8')) as RunReport
-      if (!report.smoke) return report
+      if (!report.smoke && !((report.options.only as string[] | undefined)?.length)) return report
     } catch {
       // an unreadable file is not a baseline
     }
@@ -179,7 +179,7 @@ export function svgChart (report: RunReport, previous: RunReport | null, thresho
     if (floor !== undefined) out.push(`<line x1="${x(floor)}" y1="${y}" x2="${x(floor)}" y2="${y + 36}" stroke="#d33" stroke-width="3"/>`)
     if (prev != null) out.push(`<line x1="${x(prev)}" y1="${y + 2}" x2="${x(prev)}" y2="${y + 22}" stroke="#000" stroke-width="2"/>`)
     const delta = prev != null ? ` (${rest - prev >= 0 ? '+' : ''}${(rest - prev).toFixed(2)})` : ''
-    out.push(`<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${limit.toFixed(2)}</text>`)
+    out.push(`<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0, floor !== undefined ? x(floor) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${limit.toFixed(2)}</text>`)
   })
   out.push('</svg>')
   return out.join('\n') + '\n'

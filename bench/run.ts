@@ -55,7 +55,7 @@ const num = (value: string | undefined, fallback: number) => value === undefined
 const options = {
   durationSec: num(args.duration, smoke ? 1 : 10),
   warmupSec: num(args.warmup, smoke ? 0 : 2),
-  rounds: Math.max(1, Math.round(num(args.rounds, smoke ? 1 : 5))),
+  rounds: Math.max(1, Math.round(num(args.rounds, smoke ? 1 : 10))),
   connections: num(args.connections, smoke ? 4 : 50),
   users: num(args.users, smoke ? 1000 : 10000),
   messages: num(args.messages, smoke ? 5000 : 50000),
@@ -484,8 +484,11 @@ async function main (): Promise<number> {
     const previous = previousReport(resultsDir, `${stamp}.json`)
     writeFileSync(join(resultsDir, `${stamp}.json`), JSON.stringify(report, null, 2) + '\n')
     writeFileSync(join(resultsDir, `${stamp}.svg`), svgChart(report, previous, thresholds))
-    copyFileSync(join(resultsDir, `${stamp}.svg`), join(resultsDir, 'latest.svg'))
-    writeFileSync(join(resultsDir, 'latest.md'), `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node})\n\n${markdownTable(report)}\n`)
+    // latest.* (shown in the README) follow full runs only, not --only subsets.
+    if (options.only.length === 0) {
+      copyFileSync(join(resultsDir, `${stamp}.svg`), join(resultsDir, 'latest.svg'))
+      writeFileSync(join(resultsDir, 'latest.md'), `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${markdownTable(report)}\n`)
+    }
     log(`written: ${join(resultsDir, `${stamp}.json`)}, .svg (compared with ${previous ? previous.startedAt : 'no previous result'})`)
   }
 
