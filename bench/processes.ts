@@ -73,7 +73,18 @@ function tail (path: string, lines: number): string {
   }
 }
 
+/** Starts the server; a port taken between freePort() and the server's listen (other tests use port 0 too) is retried. */
 export async function startServer (options: StartOptions): Promise<ServerProcess> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(options)
+    } catch (err) {
+      if (attempt >= 3 || !/EADDRINUSE/.test((err as Error).message)) throw err
+    }
+  }
+}
+
+async function startOnce (options: StartOptions): Promise<ServerProcess> {
   const port = await freePort()
   const url = `http://127.0.0.1:${port}`
   const logPath = join(options.logDir, `${options.name.replace(/[^a-z0-9-]+/gi, '_')}-${port}.log`)
