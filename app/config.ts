@@ -171,7 +171,8 @@ function optional (value: unknown): string | null {
 
 /** Reads the configuration from `env` (process.env by default); throws a clear error when it is unusable. */
 export function loadConfig (env: Record<string, string | undefined> = process.env): Config {
-  const e = envSchema<Env>({ schema, data: env, dotenv: false })
+  // env: false: only `env` is read (env-schema would otherwise merge process.env under it).
+  const e = envSchema<Env>({ schema, data: env, dotenv: false, env: false })
   const profile: Profile = e.NODE_ENV === 'production' ? 'production' : 'development'
   const prod = profile === 'production'
   const pick = <T>(value: T | undefined, dev: T, production: T): T => value ?? (prod ? production : dev)

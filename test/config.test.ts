@@ -41,3 +41,10 @@ test('every value is configurable and typed; bad values are refused clearly', as
   t.throws(() => loadConfig({ MAX_DEPTH: 'deep' }), /MAX_DEPTH/)
   t.throws(() => loadConfig({ PORT: '70000' }), /PORT/)
 })
+
+test('only the given environment is read (nothing leaks in from process.env)', async (t) => {
+  process.env.DATABASE_URL = 'postgres://leaked@127.0.0.1:5432/test'
+  t.teardown(() => { delete process.env.DATABASE_URL })
+  t.equal(loadConfig({}).databaseUrl, null)
+  t.equal(loadConfig().databaseUrl, 'postgres://leaked@127.0.0.1:5432/test', 'the default is process.env itself')
+})
