@@ -2,6 +2,7 @@
 // Tests build it with inject or listen on port 0; app/server.ts runs it.
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify'
 import type { Config } from './config.ts'
+import { accessLog, serverLogging, type LoggingOptions } from './logging.ts'
 import { AppError, type ErrorCode } from './errors.ts'
 import { formatError } from './graphql/error-format.ts'
 import type { Store } from './store/types.ts'
@@ -23,11 +24,9 @@ import healthRoutes from '../routes/health.ts'
 import queryUiRoutes from '../routes/query-ui.ts'
 import soapRoutes from '../routes/soap/index.ts'
 
-export interface BuildOptions {
+export interface BuildOptions extends LoggingOptions {
   /** A store owned by the caller (tests); otherwise the configured one is opened and closed with the app. */
   store?: Store
-  /** false silences logging (tests); a stream receives the service's own log lines (tests read them). */
-  logger?: false | { stream: NodeJS.WritableStream; level?: string }
   /** Epoch-milliseconds clock for WS-Security freshness (tests replaying captured SOAP requests inject one). */
   clock?: () => number
 }
@@ -51,15 +50,7 @@ function toAppError (err: FastifyError): AppError {
 export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
   const production = config.profile === 'production'
   const app = Fastify({
-    logger: options.logger === false ? false : {
-      level: (options.logger && options.logger.level) || config.logLevel,
-      redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-api-key"]'], censor: '[redacted]' },
-      serializers: {
-        // Requests are logged with their headers so that redaction above has something to protect.
-        req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string; id?: string }) => ({ method: req.method, url: req.url, headers: req.headers, remoteAddress: req.ip })
-      },
-      ...(options.logger?.stream ? { stream: options.logger.stream } : {})
-    },
+    ...serverLogging(config, options),
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
     requestIdHeader: 'x-request-id',
@@ -70,15 +61,14 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     routerOptions: { maxParamLength: 200 }
   })
 
-  app.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id)
-    done()
-  })
-  // During a graceful shutdown, responses to requests already in flight close their keep-alive
-  // connection; otherwise the server would wait for idle sockets until their keep-alive timeout.
+  accessLog(app)
+  // Every response carries its request id. During a graceful shutdown, responses to requests already in
+  // flight close their keep-alive connection; otherwise the server would wait for idle sockets until
+  // their keep-alive timeout.
   let closing = false
   app.addHook('preClose', async () => { closing = true })
-  app.addHook('onSend', (_request, reply, payload, done) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
+    reply.header('x-request-id', request.id)
     if (closing) reply.header('connection', 'close')
     done(null, payload)
   })

@@ -6,6 +6,7 @@
 //   same `data` JSON: what the work costs without GraphQL (no JWT, no cost analysis, no execution).
 import { readFileSync } from 'node:fs'
 import Fastify from 'fastify'
+import { accessLog, serverLogging } from '../app/logging.ts'
 import { loadConfig } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
 
@@ -15,9 +16,10 @@ const limitBody = process.env.LIMIT_BODY_FILE ? readFileSync(process.env.LIMIT_B
 const JSON_TYPE = 'application/json; charset=utf-8'
 
 const app = Fastify({
-  logger: { level: config.logLevel, redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' } },
+  ...serverLogging(config),
   bodyLimit: config.bodyLimitBytes
 })
+accessLog(app)
 app.addHook('onClose', () => store.close())
 
 app.get('/health/ready', async () => {

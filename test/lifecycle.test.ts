@@ -5,7 +5,7 @@ import { spawn } from 'node:child_process'
 import { buildApp } from '../app/app.ts'
 import { openSqliteStore } from '../app/store/sqlite.ts'
 import { loadDemoData } from '../app/store/sample-data.ts'
-import { gql, listenTestApp, testConfig, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from './helpers/app.ts'
+import { gql, listenTestApp, testConfig, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY, type TestLike } from './helpers/app.ts'
 import { mintToken } from '../app/auth/mint-token.ts'
 
 test('liveness and readiness; readiness reflects a failing store', async (t) => {
@@ -20,22 +20,36 @@ test('liveness and readiness; readiness reflects a failing store', async (t) => 
   t.match(await notReady.json(), { status: 'not ready', checks: { store: 'failing: database is down' } })
 })
 
-test('logs carry request ids and never the Authorization header', async (t) => {
+async function appLoggingTo (t: TestLike, level: string) {
   const lines: string[] = []
   const stream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
-  const config = testConfig({ LOG_LEVEL: 'info' })
+  const config = testConfig({ LOG_LEVEL: level })
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)
   const app = await buildApp(config, { store, logger: { stream } })
   t.teardown(async () => { await app.close(); await store.close() })
   const url = await app.listen({ host: '127.0.0.1', port: 0 })
-  const token = mintToken(config.jwt, '2', 'USER')
+  return { url, lines, token: mintToken(config.jwt, '2', 'USER') }
+}
+
+test('production logging: one access line per request with its request id, no headers', async (t) => {
+  const { url, lines, token } = await appLoggingTo(t, 'info')
   const { headers } = await gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${token}`, 'x-request-id': 'req-abc' })
   t.equal(headers.get('x-request-id'), 'req-abc')
+  const access = lines.map((l) => JSON.parse(l)).filter((l) => l.reqId === 'req-abc')
+  t.match(access, [{ msg: 'request completed', method: 'POST', url: '/graphql', statusCode: 200, ms: Number }])
+  t.notMatch(lines.join(''), new RegExp(token.split('.')[2]!), 'the token never reaches the logs')
+})
+
+test('debug logging: requests with their headers, the Authorization header redacted', async (t) => {
+  const { url, lines, token } = await appLoggingTo(t, 'debug')
+  await gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${token}`, cookie: 'session=secret-cookie', 'x-request-id': 'req-def' })
   const log = lines.join('')
-  t.match(log, /"reqId":"req-abc"/)
+  t.match(log, /"reqId":"req-def"/)
   t.match(log, /"authorization":"\[redacted\]"/)
+  t.match(log, /"cookie":"\[redacted\]"/)
   t.notMatch(log, new RegExp(token.split('.')[2]!), 'the token never reaches the logs')
+  t.notMatch(log, /secret-cookie/)
 })
 
 test('closing finishes in-flight requests', async (t) => {

@@ -95,7 +95,7 @@ test('every response carries a request id; a caller-supplied x-request-id is kep
 
   const logged = lines.map((l) => JSON.parse(l) as { reqId?: string; msg?: string })
   t.ok(logged.some((l) => l.reqId === generated && l.msg === 'request completed'), 'the generated id is in the log')
-  t.ok(logged.some((l) => l.reqId === 'lb-0123456789abcdef' && l.msg === 'incoming request'), 'the supplied id is in the log')
+  t.ok(logged.some((l) => l.reqId === 'lb-0123456789abcdef' && l.msg === 'request completed'), 'the supplied id is in the log')
 })
 
 test('open subscriptions are a gauge by transport, back to 0 when they end', async (t) => {
