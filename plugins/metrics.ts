@@ -39,6 +39,20 @@ function leadingOperation (source: unknown): OperationSeen | null {
   return match ? { name: match[2]!, type: match[1]! } : null
 }
 
+/**
+ * A labelled child per label combination, made once: prom-client hashes a labels object on every
+ * inc/observe, which on the hot path costs more than the counting itself.
+ */
+function childrenOf<T> (make: (...labels: string[]) => T): (...labels: string[]) => T {
+  const children = new Map<string, T>()
+  return (...labels) => {
+    const key = labels.join('\u0000')
+    let child = children.get(key)
+    if (!child) children.set(key, child = make(...labels))
+    return child
+  }
+}
+
 export default fp(async function metrics (app: FastifyInstance) {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
@@ -110,40 +124,48 @@ export default fp(async function metrics (app: FastifyInstance) {
     return name
   }
 
+  const operationsBy = childrenOf((name, type, outcome) => graphqlOperations.labels(name!, type!, outcome!))
+  const errorsBy = childrenOf((code) => graphqlErrors.labels(code!))
+  const requestsBy = childrenOf((method, route, status) => httpRequests.labels(method!, route!, status!))
+  const durationBy = childrenOf((method, route) => httpDuration.labels(method!, route!))
+
   // The executed operation as seen by Mercurius (persisted queries carry no operationName in the request).
+  // Hooks here are synchronous (callback style): no promise per request for bookkeeping.
   const seen = new WeakMap<FastifyRequest, OperationSeen>()
   app.addHook('onReady', async () => {
-    app.graphql.addHook('preExecution', async (_schema, document, context: GraphQLContext) => {
+    app.graphql.addHook('preExecution', (_schema, document, context: GraphQLContext) => {
       const operation = operationOf(document, context.operationName)
       if (operation && context.request) seen.set(context.request, operation)
     })
   })
 
   // GraphQL outcomes are read from the response object before it is serialised.
-  app.addHook('preSerialization', async (request: FastifyRequest, _reply: FastifyReply, payload: unknown) => {
-    if (request.routeOptions.url !== GRAPHQL_ROUTE || payload === null || typeof payload !== 'object') return payload
-    const body = payload as { data?: unknown; errors?: { extensions?: { code?: unknown } }[] }
-    const errors = Array.isArray(body.errors) ? body.errors : []
-    const outcome = errors.length === 0 ? 'success' : body.data != null ? 'partial' : 'error'
-    const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
-    const operation = seen.get(request) ?? leadingOperation(params?.query)
-    const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
-    graphqlOperations.inc({ operation_name: nameLabel(operation?.name ?? requestedName), operation_type: operation?.type ?? 'unknown', outcome })
-    for (const error of errors) {
-      const code = error.extensions?.code
-      graphqlErrors.inc({ code: typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : 'UNKNOWN' })
+  app.addHook('preSerialization', (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void) => {
+    if (request.routeOptions.url === GRAPHQL_ROUTE && payload !== null && typeof payload === 'object') {
+      const body = payload as { data?: unknown; errors?: { extensions?: { code?: unknown } }[] }
+      const errors = Array.isArray(body.errors) ? body.errors : []
+      const outcome = errors.length === 0 ? 'success' : body.data != null ? 'partial' : 'error'
+      const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
+      const operation = seen.get(request) ?? leadingOperation(params?.query)
+      const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
+      operationsBy(nameLabel(operation?.name ?? requestedName), operation?.type ?? 'unknown', outcome).inc()
+      for (const error of errors) {
+        const code = error.extensions?.code
+        errorsBy(typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : 'UNKNOWN').inc()
+      }
     }
-    return payload
+    done(null, payload)
   })
 
-  app.addHook('onResponse', async (request: FastifyRequest, reply: FastifyReply) => {
+  app.addHook('onResponse', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
     // Unmatched URLs share one label: raw URLs would make the label set unbounded.
     const route = request.routeOptions.url ?? '(unmatched)'
     const status = reply.statusCode
-    httpRequests.inc({ method: request.method, route, status_code: String(status) })
-    httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000)
+    requestsBy(request.method, route, String(status)).inc()
+    durationBy(request.method, route).observe(reply.elapsedTime / 1000)
     if (status === 429) rateLimited.inc({ route })
     if (status >= 400 && SOAP_ROUTE.test(route)) soapFaults.inc({ route, status_code: String(status) })
+    done()
   })
 
   app.decorate('metricsRegistry', registry)

@@ -92,24 +92,27 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
       request
     } as unknown as GraphQLContext
 
-    let timer: NodeJS.Timeout | undefined
-    const timeout = new Promise<'timeout'>((resolve) => { timer = setTimeout(resolve, config.limits.timeoutMs, 'timeout') })
+    const respond = (body: GraphQLResponseBody) => {
+      if (context.cost) body.extensions = { ...body.extensions, cost: context.cost }
+      return send(request, reply, body)
+    }
+    // The deadline answers for an execution still running (no promise race on every request); the
+    // domain refuses writes after it, so nothing keeps writing once the caller was told "Query timeout".
+    let timedOut = false
+    const timer = setTimeout(() => {
+      timedOut = true
+      respond({ data: null, errors: [{ message: Messages.queryTimeout, code: 'TIMEOUT', extensions: { code: 'TIMEOUT' } }] })
+    }, config.limits.timeoutMs)
     let body: GraphQLResponseBody
     try {
-      const result = await Promise.race([reply.graphql(source, context, (variables ?? undefined) as Record<string, unknown> | undefined, operationName ?? undefined), timeout])
-      if (result === 'timeout') {
-        body = { data: null, errors: [{ message: Messages.queryTimeout, code: 'TIMEOUT', extensions: { code: 'TIMEOUT' } }] }
-      } else {
-        const { data, errors } = result as GraphQLResponseBody
-        body = errors && errors.length > 0 ? { data, errors } : { data }
-      }
+      const { data, errors } = await reply.graphql(source, context, (variables ?? undefined) as Record<string, unknown> | undefined, operationName ?? undefined) as GraphQLResponseBody
+      body = errors && errors.length > 0 ? { data, errors } : { data }
     } catch (err) {
       body = { errors: formatThrown(err, app.graphqlErrorOptions) }
     } finally {
       clearTimeout(timer)
     }
-    if (context.cost) body.extensions = { ...body.extensions, cost: context.cost }
-    return send(request, reply, body)
+    return timedOut ? reply : respond(body)
   }
 
   const requireJson = async (request: FastifyRequest) => {
