@@ -62,13 +62,16 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   })
 
   accessLog(app)
-  // Every response carries its request id. During a graceful shutdown, responses to requests already in
-  // flight close their keep-alive connection; otherwise the server would wait for idle sockets until
-  // their keep-alive timeout.
+  // Every response carries its request id (set on arrival: streamed responses such as SSE skip onSend).
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.header('x-request-id', request.id)
+    done()
+  })
+  // During a graceful shutdown, responses to requests already in flight close their keep-alive
+  // connection; otherwise the server would wait for idle sockets until their keep-alive timeout.
   let closing = false
   app.addHook('preClose', async () => { closing = true })
-  app.addHook('onSend', (request, reply, payload, done) => {
-    reply.header('x-request-id', request.id)
+  app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close')
     done(null, payload)
   })

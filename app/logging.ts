@@ -1,6 +1,6 @@
 // How the service logs (pino through Fastify), shared with the benchmark's baseline server so both pay
 // the same for it. At info and above (production): one access line per request, after the response
-// (request id, method, URL, status, time), without headers. At debug and trace (the development
+// (request id, method, URL, client IP as trusted, status, time), without headers. At debug and trace (the development
 // default): Fastify's request logging too, with request headers, credentials redacted.
 import type { FastifyInstance, FastifyServerOptions } from 'fastify'
 import type { Config } from './config.ts'
@@ -35,7 +35,7 @@ export function accessLog (app: FastifyInstance): void {
   const level = app.log.level
   if (verbose(level) || level === 'silent' || level === 'warn' || level === 'error' || level === 'fatal') return
   app.addHook('onResponse', (request, reply, done) => {
-    request.log.info({ method: request.method, url: request.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
+    request.log.info({ method: request.method, url: request.url, ip: request.ip, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
     done()
   })
 }
