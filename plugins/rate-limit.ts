@@ -40,6 +40,10 @@ export default fp(async function rateLimits (app: FastifyInstance) {
   // @fastify/rate-limit drives the request budget through our counters (one store abstraction for both budgets).
   class CounterStore {
     incr (key: string, cb: (err: Error | null, res?: { current: number; ttl: number }) => void, timeWindow: number) {
+      if (counters.incrNow) {
+        const c = counters.incrNow(`req:${key}`, 1, timeWindow)
+        return cb(null, { current: c.total, ttl: c.resetMs })
+      }
       counters.incr(`req:${key}`, 1, timeWindow).then((c) => cb(null, { current: c.total, ttl: c.resetMs }), (err) => cb(err))
     }
 

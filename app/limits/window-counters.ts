@@ -13,27 +13,28 @@ export interface WindowCount {
 
 export interface WindowCounters {
   incr (key: string, amount: number, windowMs: number): Promise<WindowCount>
+  /** In-process counters answer at once: the hot path need not wait a promise for a Map update. */
+  incrNow?: (key: string, amount: number, windowMs: number) => WindowCount
 }
 
 export function localCounters (maxKeys = 100_000): WindowCounters {
   const windows = new Map<string, { total: number; endsAt: number }>()
-  return {
-    async incr (key, amount, windowMs) {
-      const now = Date.now()
-      let entry = windows.get(key)
-      if (!entry || entry.endsAt <= now) {
-        // Bounded: when full, drop the oldest keys (Map keeps insertion order).
-        if (!entry && windows.size >= maxKeys) {
-          for (const k of windows.keys()) { windows.delete(k); if (windows.size < maxKeys * 0.9) break }
-        }
-        entry = { total: 0, endsAt: now + windowMs }
-        windows.delete(key)
-        windows.set(key, entry)
+  const incrNow = (key: string, amount: number, windowMs: number): WindowCount => {
+    const now = Date.now()
+    let entry = windows.get(key)
+    if (!entry || entry.endsAt <= now) {
+      // Bounded: when full, drop the oldest keys (Map keeps insertion order).
+      if (!entry && windows.size >= maxKeys) {
+        for (const k of windows.keys()) { windows.delete(k); if (windows.size < maxKeys * 0.9) break }
       }
-      entry.total += amount
-      return { total: entry.total, resetMs: entry.endsAt - now }
+      entry = { total: 0, endsAt: now + windowMs }
+      windows.delete(key)
+      windows.set(key, entry)
     }
+    entry.total += amount
+    return { total: entry.total, resetMs: entry.endsAt - now }
   }
+  return { incrNow, incr: async (key, amount, windowMs) => incrNow(key, amount, windowMs) }
 }
 
 const INCR_SCRIPT = `
