@@ -5,6 +5,7 @@ import mqemitter, { type MQEmitter } from 'mqemitter'
 import mqemitterRedis from 'mqemitter-redis'
 import type { FastifyInstance } from 'fastify'
 import type { DomainEvent, Events } from '../app/domain/context.ts'
+import { CLOSE_WAIT_MS } from './redis.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -62,6 +63,8 @@ export default fp(async function events (app: FastifyInstance) {
       for (const c of connections) c.disconnect()
       return resolve()
     }
-    emitter.close(() => resolve())
+    // Bounded too: Redis may vanish between the check above and the end of QUIT.
+    const timer = setTimeout(() => { for (const c of connections) c.disconnect(); resolve() }, CLOSE_WAIT_MS).unref()
+    emitter.close(() => { clearTimeout(timer); resolve() })
   }))
 }, { name: 'events', dependencies: ['config'] })

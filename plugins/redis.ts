@@ -14,6 +14,9 @@ declare module 'fastify' {
   }
 }
 
+/** How long a graceful shutdown waits for Redis connections to close politely. */
+export const CLOSE_WAIT_MS = 1000
+
 export default fp(async function redis (app: FastifyInstance) {
   const { redisUrl, redisPrefix } = app.config
   app.decorate('redisKey', (name: string) => `${redisPrefix}${name}`)
@@ -43,5 +46,9 @@ export default fp(async function redis (app: FastifyInstance) {
   app.addHook('onReady', async () => {
     app.readinessChecks?.set('redis', async () => { await client.ping() })
   })
-  app.addHook('onClose', async () => { await client.quit().catch(() => client.disconnect()) })
+  // QUIT lets pending replies arrive; bounded, so a Redis that vanishes mid-shutdown cannot hold it up.
+  app.addHook('onClose', async () => {
+    await Promise.race([client.quit().catch(() => {}), new Promise((resolve) => setTimeout(resolve, CLOSE_WAIT_MS).unref())])
+    client.disconnect()
+  })
 }, { name: 'redis', dependencies: ['config'] })

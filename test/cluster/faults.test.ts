@@ -129,7 +129,7 @@ test('faults during traffic: answered clearly, readiness reflects them, recovery
     const stopping = performance.now()
     const exit = await b.stop()
     const stopMs = Math.round(performance.now() - stopping)
-    t.equal(exit.code, 0, 'instance b shut down cleanly with Redis down')
+    t.equal(exit.code, 0, 'instance b shut down cleanly with Redis down', { output: b.output().slice(-4000) })
     t.ok(stopMs < 5000, `and promptly (${stopMs} ms)`)
 
     traffic.phase = 'redis-back'
