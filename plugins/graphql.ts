@@ -7,7 +7,7 @@ import fp from 'fastify-plugin'
 import mercurius from 'mercurius'
 import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
-import type { ArgumentNode, DirectiveNode, ListValueNode } from 'graphql'
+import type { ArgumentNode, DirectiveNode, ListValueNode, OperationDefinitionNode } from 'graphql'
 import { meets, type AccessRequirement } from '../app/domain/authorization.ts'
 import { AppError, Messages, forbidden, unauthenticated } from '../app/errors.ts'
 import type { GraphQLContext } from '../app/graphql/context.ts'
@@ -26,6 +26,10 @@ declare module 'fastify' {
     graphqlErrorOptions: FormatOptions
     /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. Set by the rate-limit plugin. */
     spendCostUnits: SpendCostUnits
+  }
+  interface FastifyRequest {
+    /** The operation this request executes, once selected (read by metrics). */
+    graphqlOperation: OperationDefinitionNode | null
   }
 }
 
@@ -77,8 +81,10 @@ export default fp(async function graphql (app: FastifyInstance) {
     }
   })
 
+  app.decorateRequest('graphqlOperation', null)
   app.graphql.addHook('preExecution', async (schema, document, context: GraphQLContext, variables) => {
     const { operation, introspects, singleOperationDocument } = selectOperation(document, context.operationName)
+    context.request.graphqlOperation = operation
     const caller = context.domain.caller
     if (introspects && !config.introspection && caller?.role !== 'ADMIN') {
       throw new AppError('INTROSPECTION_DISABLED', Messages.introspectionDisabled)

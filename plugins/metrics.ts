@@ -5,8 +5,6 @@
 import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { Kind, type DocumentNode, type OperationDefinitionNode } from 'graphql'
-import type { GraphQLContext } from '../app/graphql/context.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -21,12 +19,6 @@ const MAX_OPERATION_NAMES = 200
 const OPERATION_NAME = /^[_A-Za-z][_0-9A-Za-z]{0,63}$/
 
 interface OperationSeen { name: string | null; type: string }
-
-function operationOf (document: DocumentNode, operationName: string | null): OperationSeen | null {
-  const operations = document.definitions.filter((d): d is OperationDefinitionNode => d.kind === Kind.OPERATION_DEFINITION)
-  const operation = operationName ? operations.find((o) => o.name?.value === operationName) : operations.length === 1 ? operations[0] : undefined
-  return operation ? { name: operation.name?.value ?? null, type: operation.operation } : null
-}
 
 /**
  * For documents that never reached execution (parse or validation failures): the name of a leading
@@ -129,15 +121,8 @@ export default fp(async function metrics (app: FastifyInstance) {
   const requestsBy = childrenOf((method, route, status) => httpRequests.labels(method!, route!, status!))
   const durationBy = childrenOf((method, route) => httpDuration.labels(method!, route!))
 
-  // The executed operation as seen by Mercurius (persisted queries carry no operationName in the request).
-  // Hooks here are synchronous (callback style): no promise per request for bookkeeping.
-  const seen = new WeakMap<FastifyRequest, OperationSeen>()
-  app.addHook('onReady', async () => {
-    app.graphql.addHook('preExecution', (_schema, document, context: GraphQLContext) => {
-      const operation = operationOf(document, context.operationName)
-      if (operation && context.request) seen.set(context.request, operation)
-    })
-  })
+  // Hooks here are synchronous (callback style): no promise per request for bookkeeping. The executed
+  // operation is the one plugins/graphql.ts selected (persisted queries carry no operationName).
 
   // GraphQL outcomes are read from the response object before it is serialised.
   app.addHook('preSerialization', (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void) => {
@@ -146,7 +131,8 @@ export default fp(async function metrics (app: FastifyInstance) {
       const errors = Array.isArray(body.errors) ? body.errors : []
       const outcome = errors.length === 0 ? 'success' : body.data != null ? 'partial' : 'error'
       const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
-      const operation = seen.get(request) ?? leadingOperation(params?.query)
+      const executed = request.graphqlOperation
+      const operation: OperationSeen | null = executed ? { name: executed.name?.value ?? null, type: executed.operation } : leadingOperation(params?.query)
       const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
       operationsBy(nameLabel(operation?.name ?? requestedName), operation?.type ?? 'unknown', outcome).inc()
       for (const error of errors) {

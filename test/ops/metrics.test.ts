@@ -123,3 +123,12 @@ test('SOAP faults are counted by route and status', async (t) => {
   t.equal(sample(samples, 'soap_faults_total', { route: '/v1/UserService', status_code: String(fault.status) }), 1)
   t.equal(sample(samples, 'soap_faults_total', { route: '/v2/UserService' }), 0)
 })
+
+test('operations are counted by the operation that executed, even when the request does not name it up front', async (t) => {
+  const { url } = await listenTestApp(t)
+  // The document opens with a fragment: only the executed operation tells its name.
+  const { status } = await gql(url, 'fragment F on User { id } query LateName { users(limit: 1) { ...F } }')
+  t.equal(status, 200)
+  const { samples } = await scrape(url)
+  t.equal(sample(samples, 'graphql_operations_total', { operation_name: 'LateName', operation_type: 'query', outcome: 'success' }), 1)
+})
