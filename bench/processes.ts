@@ -1,9 +1,10 @@
 // Server processes for the benchmark: each one started the way `npm start` starts the service
 // (`node <script>` with the project's Node and an environment), its output sent to a log file so a
 // failure can show its tail, its peak RSS read from /proc when it is stopped.
-import { spawn, type ChildProcess } from 'node:child_process'
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
+import { cpus } from 'node:os'
 import { join } from 'node:path'
 
 export const REPO_ROOT = new URL('..', import.meta.url).pathname
@@ -31,6 +32,23 @@ export interface StartOptions {
   readyPath?: string
   timeoutMs?: number
 }
+
+/**
+ * On a machine with two or more CPUs (and Linux's taskset), every measured server runs on the last CPU
+ * and the runner (autocannon) on the others: a server, its GC threads and the load generator would
+ * otherwise be moved between CPUs of unequal speed (a shared VM's CPUs are) from one round to the next,
+ * and compete for the same CPU at random. Null where pinning is not possible (the processes then float).
+ */
+export const serverCpu: number | null = (() => {
+  const count = cpus().length
+  if (process.platform !== 'linux' || count < 2) return null
+  try {
+    execFileSync('taskset', ['-cp', `0-${count - 2}`, String(process.pid)], { stdio: 'ignore' })
+    return count - 1
+  } catch {
+    return null
+  }
+})()
 
 /** A port the kernel just handed out and released; the server is started on it right after. */
 export function freePort (): Promise<number> {
@@ -89,7 +107,9 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
   const url = `http://127.0.0.1:${port}`
   const logPath = join(options.logDir, `${options.name.replace(/[^a-z0-9-]+/gi, '_')}-${port}.log`)
   const logFd = openSync(logPath, 'w')
-  const child: ChildProcess = spawn(process.execPath, [...(options.nodeArgs ?? []), options.script], {
+  const command = [process.execPath, ...(options.nodeArgs ?? []), options.script]
+  const pinned = serverCpu === null ? command : ['taskset', '-c', String(serverCpu), ...command]
+  const child: ChildProcess = spawn(pinned[0]!, pinned.slice(1), {
     cwd: REPO_ROOT,
     // Only what we pass: nothing from the shell running the benchmark leaks into a measured process.
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...options.env, HOST: '127.0.0.1', PORT: String(port) },

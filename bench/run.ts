@@ -1,4 +1,4 @@
-// npm run bench [-- --duration 10 --connections 50 --warmup 3 --only users-list --smoke --check --profile]
+// npm run bench [-- --duration 10 --connections 50 --warmup 3 --warmup-requests 25000 --only users-list --smoke --check --profile]
 //
 // Starts the real service (production profile, a seeded store) in its own process for each scenario,
 // exactly as `npm start` does, and drives it with autocannon from this process: a warm-up round, then a
@@ -15,7 +15,7 @@ import { mintToken } from '../app/auth/mint-token.ts'
 import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
 import { runFanout, fanoutUnavailable } from './fanout.ts'
-import { REPO_ROOT, startServer, type ServerProcess } from './processes.ts'
+import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
 import { checkThresholds, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
 import { baselineScenarios, restBaselineOf, serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
 import { createBenchPartner, discoverPersisted, PERSISTED_MANIFEST, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
@@ -30,6 +30,7 @@ const { values: args } = parseArgs({
     duration: { type: 'string' },
     connections: { type: 'string' },
     warmup: { type: 'string' },
+    'warmup-requests': { type: 'string' },
     rounds: { type: 'string' },
     only: { type: 'string', multiple: true },
     smoke: { type: 'boolean', default: false },
@@ -55,6 +56,10 @@ const num = (value: string | undefined, fallback: number) => value === undefined
 const options = {
   durationSec: num(args.duration, smoke ? 1 : 10),
   warmupSec: num(args.warmup, smoke ? 0 : 2),
+  // V8 optimises a request path after it has run it many times, not after some seconds: a slow machine
+  // needs longer to get there (measured here: about 25000 requests before the service's cost per request
+  // stops falling), so warm-up lasts until a row has served this many requests (or WARMUP_MAX_SEC).
+  warmupRequests: num(args['warmup-requests'], smoke ? 0 : 25000),
   rounds: Math.max(1, Math.round(num(args.rounds, smoke ? 1 : 10))),
   connections: num(args.connections, smoke ? 4 : 50),
   users: num(args.users, smoke ? 1000 : 10000),
@@ -212,6 +217,27 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
   })
 }
 
+const WARMUP_MAX_SEC = 30
+
+/** Rounds of --warmup seconds until the row has served --warmup-requests requests; counted as one round. */
+async function warmUp (server: ServerProcess, scenario: HttpScenario): Promise<Round> {
+  const started = Date.now()
+  let total = await round(server, scenario, options.warmupSec)
+  while (total.requests < options.warmupRequests && Date.now() - started < WARMUP_MAX_SEC * 1000 && total.non2xx + total.errors + total.mismatches === 0) {
+    const r = await round(server, scenario, options.warmupSec)
+    total = {
+      ...total,
+      requests: total.requests + r.requests,
+      seconds: total.seconds + r.seconds,
+      non2xx: total.non2xx + r.non2xx,
+      errors: total.errors + r.errors,
+      mismatches: total.mismatches + r.mismatches,
+      firstBad: total.firstBad ?? r.firstBad
+    }
+  }
+  return total
+}
+
 function startProcess (scenario: { name: string; target: 'service' | 'baseline'; store: StoreKind; env?: Record<string, string> }): Promise<ServerProcess> {
   const profileArgs = options.profile
     ? ['--cpu-prof', `--cpu-prof-dir=${join(REPO_ROOT, 'bench/profiles')}`, `--cpu-prof-name=${scenario.name}-${startedAt.toISOString().replace(/[:.]/g, '-')}.cpuprofile`]
@@ -290,8 +316,8 @@ async function runGroup (group: Group): Promise<Result[]> {
       members.push({ scenario, server, rounds: [], warmup: null, result })
     }
     if (options.warmupSec > 0) {
-      log(`    warm-up ${options.warmupSec} s each: ${members.map((m) => m.scenario.name).join(', ')}`)
-      for (const m of members) m.warmup = await round(m.server, m.scenario, options.warmupSec)
+      log(`    warm-up each: at least ${options.warmupSec} s and ${options.warmupRequests} requests (at most ${WARMUP_MAX_SEC} s): ${members.map((m) => m.scenario.name).join(', ')}`)
+      for (const m of members) m.warmup = await warmUp(m.server, m.scenario)
     }
     const slice = options.durationSec / options.rounds
     log(`    measuring ${options.rounds} interleaved rounds of ${slice.toFixed(1)} s × ${options.connections} connections`)
@@ -376,7 +402,7 @@ function selected (name: string): boolean {
 }
 
 async function main (): Promise<number> {
-  log(`bench: ${smoke ? 'SMOKE ' : ''}${options.durationSec} s measured (${options.rounds} interleaved rounds) + ${options.warmupSec} s warm-up per row, ${options.connections} connections; ${cpus().length} CPUs, Node ${process.versions.node}, load average ${loadStart.map((n) => n.toFixed(2)).join(' ')}`)
+  log(`bench: ${smoke ? 'SMOKE ' : ''}${options.durationSec} s measured (${options.rounds} interleaved rounds) + warm-up per row (at least ${options.warmupSec} s and ${options.warmupRequests} requests), ${options.connections} connections; ${cpus().length} CPUs (${serverCpu === null ? 'processes not pinned' : `servers on CPU ${serverCpu}, load generator on the others`}), Node ${process.versions.node}, load average ${loadStart.map((n) => n.toFixed(2)).join(' ')}`)
   if (loadStart[0]! > cpus().length * 0.5) log(`warning: this machine is busy (load average ${loadStart[0]!.toFixed(2)} on ${cpus().length} CPUs); absolute figures will be low and ratios noisier`)
   const seeded = await seedStore('sqlite')
   const jwt = { algorithms: ['HS256'], secret: jwtSecret, publicKey: null, privateKey: null, issuer: null, audience: null, clockToleranceSec: 5 }
@@ -467,6 +493,7 @@ async function main (): Promise<number> {
       'Service and baselines log at the same level (the production default unless --log-level), to a file.',
       'Ratios: req/s of the scenario over req/s of its `rest` route (same store reads, no GraphQL) and of `limit` (prebuilt bytes), each the median over rounds measured back to back (limit, rest, scenario…, repeated), so drift on a shared machine moves them alike.',
       'req/s: all measured rounds of a row; p50/p99: the median over its rounds. `limit` is measured with every group; its row sums them.',
+      serverCpu === null ? 'Processes were not pinned to CPUs (no taskset, or one CPU).' : `Every server ran on CPU ${serverCpu} and the load generator on the others (taskset), so rounds compare like with like.`,
       'CPU µs/req: user + system CPU time of the server process over its measured rounds, per request (what a request costs; other load on the machine moves it far less than req/s).',
       `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg().map((n) => n.toFixed(2)).join(', ')}.`
     ],
