@@ -19,16 +19,22 @@ declare module 'fastify' {
   }
 }
 
+/** Verified tokens kept at most; beyond it the oldest is forgotten (and verified again if it comes back). */
+const VERIFIED_TOKENS_MAX = 10_000
+
 export default fp(async function auth (app: FastifyInstance) {
   await app.register(fastifyJwt, jwtOptions(app.config.jwt))
 
-  app.decorate('authenticate', function authenticate (authorization: string | undefined): Caller | null {
-    if (authorization === undefined || authorization === '') return null
-    const match = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/.exec(authorization)
-    if (!match) throw new AppError('UNAUTHENTICATED', 'Invalid Authorization header: expected "Bearer <token>"')
-    let claims: { sub?: unknown; role?: unknown }
+  // Verified tokens by their exact text, until their `exp`: a client sends the same token with every
+  // request. (fast-jwt's own cache keys entries by a sha256 of the token, which costs more per request
+  // than the signature check it saves; a Map keyed by the string itself costs a lookup.) Only tokens
+  // that passed every check are kept, and a kept caller is frozen, so no request can alter another's.
+  const verified = new Map<string, { caller: Caller; expiresAt: number }>()
+
+  function verify (token: string): Caller {
+    let claims: { sub?: unknown; role?: unknown; exp?: unknown }
     try {
-      claims = app.jwt.verify(match[1]!)
+      claims = app.jwt.verify(token)
     } catch (err) {
       const code = (err as { code?: string }).code
       throw new AppError('UNAUTHENTICATED', code === 'FAST_JWT_EXPIRED' ? 'Token expired' : 'Invalid token')
@@ -37,7 +43,25 @@ export default fp(async function auth (app: FastifyInstance) {
     if (typeof claims.sub !== 'string' || claims.sub === '' || !ROLES.includes(role as Role)) {
       throw new AppError('UNAUTHENTICATED', 'Invalid token claims')
     }
-    return { id: claims.sub, role: role as Role }
+    const caller: Caller = Object.freeze({ id: claims.sub, role: role as Role })
+    if (typeof claims.exp === 'number') {
+      if (verified.size >= VERIFIED_TOKENS_MAX) verified.delete(verified.keys().next().value!)
+      verified.set(token, { caller, expiresAt: claims.exp * 1000 })
+    }
+    return caller
+  }
+
+  app.decorate('authenticate', function authenticate (authorization: string | undefined): Caller | null {
+    if (authorization === undefined || authorization === '') return null
+    const match = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/.exec(authorization)
+    if (!match) throw new AppError('UNAUTHENTICATED', 'Invalid Authorization header: expected "Bearer <token>"')
+    const token = match[1]!
+    const known = verified.get(token)
+    if (known !== undefined) {
+      if (known.expiresAt > Date.now()) return known.caller
+      verified.delete(token)
+    }
+    return verify(token)
   })
   app.decorateRequest('caller', null)
 }, { name: 'auth', dependencies: ['config'] })

@@ -52,6 +52,28 @@ test('the token boundary refuses bad tokens before execution (401, UNAUTHENTICAT
   t.same(cookie.body.data, { user: { email: null } })
 })
 
+test('a verified token is remembered only until it expires, and only by its exact text', async (t) => {
+  const { app, url } = await listenTestApp(t, { JWT_CLOCK_TOLERANCE_SEC: '0' })
+  const token = hs256({ sub: '2', role: 'USER', exp: now() + 2 })
+  const send = (value: string) => gql(url, '{ user(id: "2") { email } }', undefined, { authorization: `Bearer ${value}` })
+  t.same((await send(token)).body.data, { user: { email: 'ada@example.com' } }, 'verified and remembered')
+  t.same((await send(token)).body.data, { user: { email: 'ada@example.com' } }, 'answered from memory')
+  // The same claims under another signature: not the remembered text, so verified, and refused.
+  const [head, payload] = token.split('.')
+  const forged = await send(`${head}.${payload}.${hs256({ other: 1 }).split('.')[2]}`)
+  t.equal(forged.status, 401, 'a twin with a wrong signature is refused')
+  // A remembered caller cannot be altered by whoever receives it.
+  const caller = app.authenticate(`Bearer ${token}`)!
+  t.ok(Object.isFrozen(caller), 'remembered callers are frozen')
+  t.throws(() => { (caller as { role: string }).role = 'ADMIN' })
+  t.equal(app.authenticate(`Bearer ${token}`)!.role, 'USER')
+  // Past exp the remembered entry is dropped: the token is checked again, and refused.
+  await new Promise((resolve) => setTimeout(resolve, (now() + 1) * 1000 - Date.now() + 1100))
+  const late = await send(token)
+  t.equal(late.status, 401, 'refused once expired, although it was remembered')
+  t.equal(late.body.errors[0].message, 'Token expired')
+})
+
 test('clock tolerance, issuer and audience are enforced when configured', async (t) => {
   const { url } = await listenTestApp(t, { JWT_ISSUER: 'https://issuer.example', JWT_AUDIENCE: 'graphql-api', JWT_CLOCK_TOLERANCE_SEC: '10' })
   const send = (claims: object) => gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${hs256({ sub: '2', role: 'USER', ...claims })}` })

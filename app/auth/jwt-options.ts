@@ -20,8 +20,8 @@ export function jwtOptions (jwt: Config['jwt']): FastifyJWTOptions {
       clockTolerance: jwt.clockToleranceSec * 1000,
       ...(jwt.issuer ? { allowedIss: jwt.issuer } : {}),
       ...(jwt.audience ? { allowedAud: jwt.audience } : {}),
-      // Verified tokens are cached (bounded, until exp): a client repeats its token on every request.
-      cache: 10_000
+      // No cache here: plugins/auth.ts keeps verified tokens itself, keyed by the token text.
+      cache: false
     }
   }
 }
