@@ -2,7 +2,7 @@
 // Request → identity → document (persisted or ad-hoc) → Mercurius (cached parse/validate, limits,
 // JIT execution) under a hard deadline → the interface's response shape.
 import fp from 'fastify-plugin'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { createDomainContext } from '../app/domain/context.ts'
 import { AppError, Messages } from '../app/errors.ts'
 import type { GraphQLContext } from '../app/graphql/context.ts'
@@ -18,6 +18,7 @@ declare module 'fastify' {
 }
 
 const GRAPHQL_RESPONSE = 'application/graphql-response+json'
+const JSON_TYPE = /^application\/json\s*(;|$)/i
 
 interface GraphQLResponseBody {
   data?: unknown
@@ -115,18 +116,23 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     return timedOut ? reply : respond(body)
   }
 
-  const requireJson = async (request: FastifyRequest) => {
+  // Route hooks are synchronous (callback style): no promise per request for checks that never wait.
+  const requireJson: onRequestHookHandler = (request, _reply, done) => {
     // Only JSON bodies: a form, multipart or text/plain POST can be sent cross-site without a preflight (CSRF).
     const type = request.headers['content-type']
-    if (!type || !/^application\/json\s*(;|$)/i.test(type)) {
-      throw new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json')
-    }
+    if (!type || !JSON_TYPE.test(type)) return done(new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json'))
+    done()
   }
 
-  const identify = async (request: FastifyRequest) => {
+  const identify: onRequestHookHandler = (request, _reply, done) => {
     // A WebSocket's identity comes from its connection_init message, not from the upgrade request.
-    if (request.ws) return
-    request.caller = app.authenticate(request.headers.authorization)
+    if (request.ws) return done()
+    try {
+      request.caller = app.authenticate(request.headers.authorization)
+    } catch (err) {
+      return done(err as AppError)
+    }
+    done()
   }
 
   app.post('/graphql', { onRequest: [requireJson, identify] }, async (request, reply) => {

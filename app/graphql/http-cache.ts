@@ -59,41 +59,42 @@ export function createHttpCache (options: HttpCacheOptions): Hooks {
     reply.header('vary', vary ? `${String(vary)}, Accept, Authorization` : 'Accept, Authorization')
   }
 
+  // Callback-style hooks: persisted GETs are the hottest path, and none of these steps waits for anything.
   return {
     // After identification (the caller is part of the key), before anything executes.
-    async preHandler (request, reply) {
+    preHandler (request, reply, done) {
       const ifNoneMatch = request.headers['if-none-match']
-      if (!ifNoneMatch || isUpgrade(request)) return
+      if (!ifNoneMatch || isUpgrade(request)) return done()
       const known = remembered.get(keyOf(request))
-      if (!known || known.expires <= Date.now() || !ifNoneMatchHits(ifNoneMatch, known.etag)) return
+      if (!known || known.expires <= Date.now() || !ifNoneMatchHits(ifNoneMatch, known.etag)) return done()
       setCacheHeaders(request, reply, known.etag)
-      return reply.code(304).send()
+      reply.code(304).send() // answered here: the handler does not run
     },
 
-    async preSerialization (request, reply, payload: unknown) {
+    preSerialization (request, reply, payload: unknown, done) {
       const body = payload as { errors?: unknown[]; extensions?: { cost?: Record<string, unknown> } } | null
-      if (reply.statusCode !== 200 || body === null || typeof body !== 'object' || body.errors !== undefined) return payload
+      if (reply.statusCode !== 200 || body === null || typeof body !== 'object' || body.errors !== undefined) return done(null, payload)
       cacheable.add(request)
       const cost = body.extensions?.cost
-      if (!cost || !('remaining' in cost)) return payload
+      if (!cost || !('remaining' in cost)) return done(null, payload)
       const { remaining: _, ...stable } = cost
-      return { ...body, extensions: { ...body.extensions, cost: stable } }
+      done(null, { ...body, extensions: { ...body.extensions, cost: stable } })
     },
 
-    async onSend (request, reply, payload) {
-      if (reply.statusCode === 304 || isUpgrade(request)) return payload
+    onSend (request, reply, payload, done) {
+      if (reply.statusCode === 304 || isUpgrade(request)) return done(null, payload)
       if (!cacheable.has(request) || typeof payload !== 'string') {
         reply.header('cache-control', 'no-store')
-        return payload
+        return done(null, payload)
       }
       const etag = `"${hash('sha256', `${String(reply.getHeader('content-type'))}\n${payload}`, 'base64url')}"`
       setCacheHeaders(request, reply, etag)
       if (maxAgeSec > 0) remembered.set(keyOf(request), { etag, expires: Date.now() + maxAgeSec * 1000 })
       if (ifNoneMatchHits(request.headers['if-none-match'], etag)) {
         reply.code(304)
-        return ''
+        return done(null, '')
       }
-      return payload
+      done(null, payload)
     }
   }
 }

@@ -7,7 +7,7 @@
 //   prevention accepts; easy to add for mobile apps and curl).
 // The same rule as Apollo Server's csrfPrevention, so clients configured for it work here.
 // WebSocket handshakes (GET with Upgrade, which a page cannot forge) are checked by their own Origin rule.
-import type { FastifyRequest } from 'fastify'
+import type { FastifyRequest, onRequestHookHandler } from 'fastify'
 import { AppError } from '../errors.ts'
 
 const SIMPLE_CONTENT_TYPES = new Set(['application/x-www-form-urlencoded', 'multipart/form-data', 'text/plain'])
@@ -21,7 +21,7 @@ export function forcesPreflight (headers: FastifyRequest['headers']): boolean {
   return base !== '' && !SIMPLE_CONTENT_TYPES.has(base)
 }
 
-export async function requirePreflightHeader (request: FastifyRequest): Promise<void> {
-  if (request.headers.upgrade !== undefined || forcesPreflight(request.headers)) return
-  throw new AppError('BAD_REQUEST', 'GET requests must carry a header that forces a CORS preflight (CSRF protection): Content-Type: application/json, or apollo-require-preflight: true')
+export const requirePreflightHeader: onRequestHookHandler = (request, _reply, done) => {
+  if (request.headers.upgrade !== undefined || forcesPreflight(request.headers)) return done()
+  done(new AppError('BAD_REQUEST', 'GET requests must carry a header that forces a CORS preflight (CSRF protection): Content-Type: application/json, or apollo-require-preflight: true'))
 }
