@@ -32,28 +32,63 @@ function leadingOperation (source: unknown): OperationSeen | null {
 }
 
 /**
- * A labelled child per label combination, made once: prom-client hashes a labels object on every
- * inc/observe, which on the hot path costs more than the counting itself.
+ * Counts for one counter, kept in plain records on the hot path and added to the prom-client counter
+ * when it is scraped: prom-client validates and hashes a label set on every inc (its labelled children
+ * only bind the values), which cost more per request than all the rest of this bookkeeping. Records
+ * are found through nested Maps by label value, so counting builds no string.
  */
-function childrenOf<T> (make: (...labels: string[]) => T): (...labels: string[]) => T {
-  const children = new Map<string, T>()
-  return (...labels) => {
-    const key = labels.join('\u0000')
-    let child = children.get(key)
-    if (!child) children.set(key, child = make(...labels))
-    return child
+class Tally {
+  readonly #labelNames: readonly string[]
+  readonly #index = new Map<unknown, unknown>()
+  readonly #records: { labels: Record<string, string>; count: number }[] = []
+
+  constructor (labelNames: readonly string[]) {
+    this.#labelNames = labelNames
   }
+
+  /** The record of one label combination (values in labelNames order); callers add to its count. */
+  of (...values: (string | number)[]): { count: number } {
+    let node = this.#index
+    for (let i = 0; i < values.length - 1; i++) {
+      let next = node.get(values[i]) as Map<unknown, unknown> | undefined
+      if (!next) node.set(values[i], next = new Map())
+      node = next
+    }
+    const last = values[values.length - 1]
+    let record = node.get(last) as { labels: Record<string, string>; count: number } | undefined
+    if (!record) {
+      record = { labels: Object.fromEntries(this.#labelNames.map((name, i) => [name, String(values[i])])), count: 0 }
+      node.set(last, record)
+      this.#records.push(record)
+    }
+    return record
+  }
+
+  /** Adds what was counted since the last scrape to `counter` (its collect function). */
+  flushInto (counter: Counter<string>): void {
+    for (const record of this.#records) {
+      if (record.count === 0) continue
+      counter.inc(record.labels, record.count)
+      record.count = 0
+    }
+  }
+}
+
+function appended<T> (existing: T | T[] | undefined, hook: T): T[] {
+  return existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook]
 }
 
 export default fp(async function metrics (app: FastifyInstance) {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
 
-  const httpRequests = new Counter({
+  const requests = new Tally(['method', 'route', 'status_code'])
+  new Counter({
     name: 'http_requests_total',
     help: 'HTTP requests answered, by method, route (the route pattern, not the URL) and status code',
     labelNames: ['method', 'route', 'status_code'] as const,
-    registers: [registry]
+    registers: [registry],
+    collect () { requests.flushInto(this) }
   })
   const httpDuration = new Histogram({
     name: 'http_request_duration_seconds',
@@ -62,29 +97,37 @@ export default fp(async function metrics (app: FastifyInstance) {
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [registry]
   })
-  const graphqlOperations = new Counter({
+  const operations = new Tally(['operation_name', 'operation_type', 'outcome'])
+  new Counter({
     name: 'graphql_operations_total',
     help: 'GraphQL operations over HTTP by operation name, type and outcome (success, partial: data with errors, error: no data)',
     labelNames: ['operation_name', 'operation_type', 'outcome'] as const,
-    registers: [registry]
+    registers: [registry],
+    collect () { operations.flushInto(this) }
   })
-  const graphqlErrors = new Counter({
+  const errorCodes = new Tally(['code'])
+  new Counter({
     name: 'graphql_errors_total',
     help: 'Errors in GraphQL responses, by extensions.code',
     labelNames: ['code'] as const,
-    registers: [registry]
+    registers: [registry],
+    collect () { errorCodes.flushInto(this) }
   })
-  const rateLimited = new Counter({
+  const rejections = new Tally(['route'])
+  new Counter({
     name: 'rate_limit_rejections_total',
     help: 'Requests refused with HTTP 429 (request or cost-unit budget exhausted), by route',
     labelNames: ['route'] as const,
-    registers: [registry]
+    registers: [registry],
+    collect () { rejections.flushInto(this) }
   })
-  const soapFaults = new Counter({
+  const faults = new Tally(['route', 'status_code'])
+  new Counter({
     name: 'soap_faults_total',
     help: 'SOAP responses carrying a fault (HTTP status >= 400), by route and status code',
     labelNames: ['route', 'status_code'] as const,
-    registers: [registry]
+    registers: [registry],
+    collect () { faults.flushInto(this) }
   })
   // Read at scrape time from the subscriptions plugin (registered after this one).
   const subscriptionStats = () => (app.hasDecorator('subscriptionStats') ? app.subscriptionStats() : null)
@@ -109,48 +152,64 @@ export default fp(async function metrics (app: FastifyInstance) {
   const knownNames = new Set<string>()
   const nameLabel = (name: string | null | undefined): string => {
     if (!name) return '(anonymous)'
-    if (!OPERATION_NAME.test(name)) return '(invalid)'
     if (knownNames.has(name)) return name
+    if (!OPERATION_NAME.test(name)) return '(invalid)'
     if (knownNames.size >= MAX_OPERATION_NAMES) return '(other)'
     knownNames.add(name)
     return name
   }
 
-  const operationsBy = childrenOf((name, type, outcome) => graphqlOperations.labels(name!, type!, outcome!))
-  const errorsBy = childrenOf((code) => graphqlErrors.labels(code!))
-  const requestsBy = childrenOf((method, route, status) => httpRequests.labels(method!, route!, status!))
-  const durationBy = childrenOf((method, route) => httpDuration.labels(method!, route!))
-
-  // Hooks here are synchronous (callback style): no promise per request for bookkeeping. The executed
-  // operation is the one plugins/graphql.ts selected (persisted queries carry no operationName).
+  // Hooks here are synchronous (callback style): no promise per request for bookkeeping. They are
+  // added to each route as it is declared, with the route's pattern in hand: Fastify's
+  // request.routeOptions builds a new object on every read. The executed operation is the one
+  // plugins/graphql.ts selected (persisted queries carry no operationName).
 
   // GraphQL outcomes are read from the response object before it is serialised.
-  app.addHook('preSerialization', (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void) => {
-    if (request.routeOptions.url === GRAPHQL_ROUTE && payload !== null && typeof payload === 'object') {
+  const graphqlOutcome = (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void) => {
+    if (payload !== null && typeof payload === 'object') {
       const body = payload as { data?: unknown; errors?: { extensions?: { code?: unknown } }[] }
       const errors = Array.isArray(body.errors) ? body.errors : []
       const outcome = errors.length === 0 ? 'success' : body.data != null ? 'partial' : 'error'
-      const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
       const executed = request.graphqlOperation
-      const operation: OperationSeen | null = executed ? { name: executed.name?.value ?? null, type: executed.operation } : leadingOperation(params?.query)
-      const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
-      operationsBy(nameLabel(operation?.name ?? requestedName), operation?.type ?? 'unknown', outcome).inc()
+      if (executed) {
+        operations.of(nameLabel(executed.name?.value), executed.operation, outcome).count++
+      } else {
+        const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
+        const operation = leadingOperation(params?.query)
+        const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
+        operations.of(nameLabel(operation?.name ?? requestedName), operation?.type ?? 'unknown', outcome).count++
+      }
       for (const error of errors) {
         const code = error.extensions?.code
-        errorsBy(typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : 'UNKNOWN').inc()
+        errorCodes.of(typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : 'UNKNOWN').count++
       }
     }
     done(null, payload)
-  })
+  }
 
-  app.addHook('onResponse', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
-    // Unmatched URLs share one label: raw URLs would make the label set unbounded.
-    const route = request.routeOptions.url ?? '(unmatched)'
+  /** Counts one answered request of `route` (a route pattern, or '(unmatched)'). */
+  const answered = (route: string, durations: Map<string, { observe (seconds: number): void }>, request: FastifyRequest, reply: FastifyReply) => {
     const status = reply.statusCode
-    requestsBy(request.method, route, String(status)).inc()
-    durationBy(request.method, route).observe(reply.elapsedTime / 1000)
-    if (status === 429) rateLimited.inc({ route })
-    if (status >= 400 && SOAP_ROUTE.test(route)) soapFaults.inc({ route, status_code: String(status) })
+    requests.of(request.method, route, status).count++
+    let duration = durations.get(request.method)
+    if (!duration) durations.set(request.method, duration = httpDuration.labels(request.method, route))
+    duration.observe(reply.elapsedTime / 1000)
+    if (status === 429) rejections.of(route).count++
+    if (status >= 400 && SOAP_ROUTE.test(route)) faults.of(route, status).count++
+  }
+
+  app.addHook('onRoute', (route) => {
+    const durations = new Map<string, { observe (seconds: number): void }>()
+    route.onResponse = appended(route.onResponse, (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+      answered(route.url, durations, request, reply)
+      done()
+    })
+    if (route.url === GRAPHQL_ROUTE) route.preSerialization = appended(route.preSerialization, graphqlOutcome)
+  })
+  // Unmatched URLs (no route, so none of the hooks above) share one label: raw URLs would make the label set unbounded.
+  const unmatchedDurations = new Map<string, { observe (seconds: number): void }>()
+  app.addHook('onResponse', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+    if (request.is404) answered('(unmatched)', unmatchedDurations, request, reply)
     done()
   })
 
