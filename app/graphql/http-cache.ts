@@ -14,6 +14,7 @@
 import { hash } from 'node:crypto'
 import type { FastifyReply, FastifyRequest, RouteShorthandOptions } from 'fastify'
 import { LruMap } from './persisted.ts'
+import type { CostReport } from './context.ts'
 
 export interface HttpCacheOptions {
   maxAgeSec: number
@@ -72,13 +73,13 @@ export function createHttpCache (options: HttpCacheOptions): Hooks {
     },
 
     preSerialization (request, reply, payload: unknown, done) {
-      const body = payload as { errors?: unknown[]; extensions?: { cost?: Record<string, unknown> } } | null
+      const body = payload as { errors?: unknown[]; extensions?: { cost?: CostReport | Omit<CostReport, 'remaining'> } } | null
       if (reply.statusCode !== 200 || body === null || typeof body !== 'object' || body.errors !== undefined) return done(null, payload)
       cacheable.add(request)
+      // The body is this request's own object (routes/graphql.ts builds it per response): replaced in place.
       const cost = body.extensions?.cost
-      if (!cost || !('remaining' in cost)) return done(null, payload)
-      const { remaining: _, ...stable } = cost
-      done(null, { ...body, extensions: { ...body.extensions, cost: stable } })
+      if (cost !== undefined && 'remaining' in cost) body.extensions!.cost = { requested: cost.requested, budget: cost.budget }
+      done(null, body)
     },
 
     onSend (request, reply, payload, done) {
