@@ -131,7 +131,9 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds): Che
       const ratio = r.ratioToRest ?? 0
       const pass = ratio >= floor
       if (!pass) ok = false
-      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${ratio.toFixed(2)} × rest ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+      // Truncated, not rounded, when under: a failing ratio never reads as its floor ("0.45 < 0.45").
+      const shown = pass ? ratio.toFixed(3) : (Math.floor(ratio * 1000) / 1000).toFixed(3)
+      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × rest ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
     }
   }
   return { ok, lines }

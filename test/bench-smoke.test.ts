@@ -40,7 +40,11 @@ test('bench:check fails under a floor or on a failed scenario, and passes at the
   t.ok(checkThresholds(report([{ name: 'users-list', ratioToRest: 0.5 }, { name: 'user-by-id', ratioToRest: 0.9 }]), floors).ok)
   const under = checkThresholds(report([{ name: 'users-list', ratioToRest: 0.49 }, { name: 'user-by-id', ratioToRest: 0.9 }]), floors)
   t.notOk(under.ok)
-  t.match(under.lines.join('\n'), /FAIL users-list: 0\.49 × rest < floor 0\.50/)
+  t.match(under.lines.join('\n'), /FAIL users-list: 0\.490 × rest < floor 0\.50/)
+  // A ratio just under its floor must not read as equal to it.
+  const justUnder = checkThresholds(report([{ name: 'users-list', ratioToRest: 0.4996 }, { name: 'user-by-id', ratioToRest: 0.9 }]), floors)
+  t.notOk(justUnder.ok)
+  t.match(justUnder.lines.join('\n'), /FAIL users-list: 0\.499 × rest < floor 0\.50/, 'shown truncated: 0.499, not 0.500')
   const failed = checkThresholds(report([{ name: 'users-list', ratioToRest: 2 }, { name: 'create-user', status: 'failed', reason: '3 non-2xx responses' }]), floors)
   t.notOk(failed.ok, 'a fast error is never throughput')
   t.match(failed.lines.join('\n'), /skip user-by-id: not measured/)
