@@ -159,7 +159,15 @@ test('execution timeout: "Query timeout" with code TIMEOUT, prompt answer, no wr
 
 test('request rate limit: per IP when anonymous, per user when authenticated, 429 with Retry-After', async (t) => {
   const { url, token } = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '3' })
-  for (let i = 0; i < 3; i++) t.equal((await gql(url, '{ users(limit: 1) { id } }')).status, 200)
+  const remaining: (string | null)[] = []
+  for (let i = 0; i < 3; i++) {
+    const ok = await gql(url, '{ users(limit: 1) { id } }')
+    t.equal(ok.status, 200)
+    t.equal(ok.headers.get('x-ratelimit-limit'), '3')
+    t.ok(Number(ok.headers.get('x-ratelimit-reset')) > 0 && Number(ok.headers.get('x-ratelimit-reset')) <= 60, 'X-RateLimit-Reset in seconds')
+    remaining.push(ok.headers.get('x-ratelimit-remaining'))
+  }
+  t.same(remaining, ['2', '1', '0'], 'X-RateLimit-Remaining counts down')
   const limited = await gql(url, '{ users(limit: 1) { id } }')
   t.equal(limited.status, 429)
   t.match(limited.body, { errors: [{ message: /Rate limit exceeded: at most 3 requests per 60 s/, extensions: { code: 'RATE_LIMITED' } }] })

@@ -64,6 +64,17 @@ test('GET /metrics exposes requests, latency, GraphQL operations by name and out
   const again = await scrape(url)
   t.equal(again.response.status, 200)
   t.equal(sample(again.samples, 'http_requests_total', { route: '(unmatched)', status_code: '404' }), 1)
+  // Counts are handed to prom-client when scraped: a scrape adds what happened since the last one, once.
+  for (const [name, labels] of [
+    ['graphql_operations_total', { operation_name: 'ListUsers', operation_type: 'query', outcome: 'success' }],
+    ['http_requests_total', { method: 'POST', route: '/graphql', status_code: '429' }],
+    ['rate_limit_rejections_total', { route: '/graphql' }]
+  ] as const) {
+    t.equal(sample(again.samples, name, labels), sample(samples, name, labels), `${name} unchanged by a second scrape`)
+  }
+  t.equal((await gql(url, 'query ListUsers { users(limit: 1) { id } }', undefined, { authorization: `Bearer ${token('2')}` })).status, 200)
+  const third = await scrape(url)
+  t.equal(sample(third.samples, 'graphql_operations_total', { operation_name: 'ListUsers', operation_type: 'query', outcome: 'success' }), 3, 'and counts what came after it')
 })
 
 test('operation names are bounded: a client cannot grow the label set without limit', async (t) => {
