@@ -5,6 +5,7 @@
 import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { appendRouteHook } from '../app/route-hooks.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -72,10 +73,6 @@ class Tally {
       record.count = 0
     }
   }
-}
-
-function appended<T> (existing: T | T[] | undefined, hook: T): T[] {
-  return existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook]
 }
 
 export default fp(async function metrics (app: FastifyInstance) {
@@ -200,11 +197,11 @@ export default fp(async function metrics (app: FastifyInstance) {
 
   app.addHook('onRoute', (route) => {
     const durations = new Map<string, { observe (seconds: number): void }>()
-    route.onResponse = appended(route.onResponse, (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+    route.onResponse = appendRouteHook(route.onResponse, (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
       answered(route.url, durations, request, reply)
       done()
     })
-    if (route.url === GRAPHQL_ROUTE) route.preSerialization = appended(route.preSerialization, graphqlOutcome)
+    if (route.url === GRAPHQL_ROUTE) route.preSerialization = appendRouteHook(route.preSerialization, graphqlOutcome)
   })
   // Unmatched URLs (no route, so none of the hooks above) share one label: raw URLs would make the label set unbounded.
   const unmatchedDurations = new Map<string, { observe (seconds: number): void }>()

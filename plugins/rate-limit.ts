@@ -12,6 +12,7 @@ import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastify'
 import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
+import { appendRouteHook } from '../app/route-hooks.ts'
 import { localCounters, redisCounters, sharedCounters, type WindowCount, type WindowCounters } from '../app/limits/window-counters.ts'
 
 declare module 'fastify' {
@@ -24,20 +25,21 @@ declare module 'fastify' {
   }
 }
 
-export function rateKey (caller: Caller | null, ip: string): string {
-  return caller ? `user:${caller.id}` : `ip:${ip}`
-}
-
 /** Routes that are not API calls: probes and scraping must keep working while a client is limited. */
 const EXEMPT = /^\/(health\/|metrics$)/
 
-/** The counter keys of a caller, made once per remembered caller object (no new string to hash per request). */
-const keysOfCaller = new WeakMap<Caller, { requests: string; cost: string }>()
-function counterKeys (caller: Caller | null, ip: string): { requests: string; cost: string } {
-  if (!caller) return { requests: `req:ip:${ip}`, cost: `cost:ip:${ip}` }
-  let keys = keysOfCaller.get(caller)
-  if (!keys) keysOfCaller.set(caller, keys = { requests: `req:${rateKey(caller, ip)}`, cost: `cost:${rateKey(caller, ip)}` })
-  return keys
+type Budget = 'req' | 'cost'
+
+/**
+ * The counter of one budget for a caller: the user when authenticated, the client IP otherwise. A
+ * user's keys are made once per remembered caller object (plugins/auth.ts), so a request hashes no new string.
+ */
+const userKeys = new WeakMap<Caller, Record<Budget, string>>()
+function counterKey (budget: Budget, caller: Caller | null, ip: string): string {
+  if (!caller) return `${budget}:ip:${ip}`
+  let keys = userKeys.get(caller)
+  if (!keys) userKeys.set(caller, keys = { req: `req:user:${caller.id}`, cost: `cost:user:${caller.id}` })
+  return keys[budget]
 }
 
 export default fp(async function rateLimits (app: FastifyInstance) {
@@ -67,19 +69,18 @@ export default fp(async function rateLimits (app: FastifyInstance) {
     return new AppError('RATE_LIMITED', `Rate limit exceeded: at most ${max} requests per ${windowSec} s; retry in ${resetSec} s`, { retryAfter: resetSec })
   }
   const requestBudget: onRequestHookHandler = (request, reply, done) => {
-    const key = counterKeys(request.caller, request.ip).requests
+    const key = counterKey('req', request.caller, request.ip)
     if (counters.incrNow) return done(judge(reply, counters.incrNow(key, 1, limits.rateWindowMs)))
     counters.incr(key, 1, limits.rateWindowMs).then((count) => done(judge(reply, count)), (err: Error) => done(err))
   }
   // Appended to each route's own onRequest hooks, so it runs after the route has identified the caller.
   app.addHook('onRoute', (route) => {
     if (route.config?.rateLimit === false || EXEMPT.test(route.url)) return
-    const own = route.onRequest === undefined ? [] : Array.isArray(route.onRequest) ? route.onRequest : [route.onRequest]
-    route.onRequest = [...own, requestBudget]
+    route.onRequest = appendRouteHook(route.onRequest, requestBudget)
   })
 
   app.decorate('spendCostUnits', async (caller: Caller | null, ip: string, cost: number) => {
-    const key = counterKeys(caller, ip).cost
+    const key = counterKey('cost', caller, ip)
     const { total, resetMs } = counters.incrNow ? counters.incrNow(key, cost, limits.rateWindowMs) : await counters.incr(key, cost, limits.rateWindowMs)
     return { remaining: limits.rateCostUnits - total, resetMs }
   })
