@@ -5,7 +5,7 @@ import mqemitter, { type MQEmitter } from 'mqemitter'
 import mqemitterRedis from 'mqemitter-redis'
 import type { FastifyInstance } from 'fastify'
 import type { DomainEvent, Events } from '../app/domain/context.ts'
-import { CLOSE_WAIT_MS } from './redis.ts'
+import { CLOSE_WAIT_MS, COMMAND_TIMEOUT_MS } from './redis.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -27,7 +27,7 @@ export default fp(async function events (app: FastifyInstance) {
     app.log.warn({ err: (err as Error)?.message ?? String(err) }, msg)
   }
   // mqemitter-redis's own ioredis connections: events are published on the first.
-  interface Connection { status: string; disconnect (): void }
+  interface Connection { status: string; disconnect (): void; quit (): Promise<unknown> }
   const connections = redisUrl ? [(emitter as unknown as { pubConn: Connection }).pubConn, (emitter as unknown as { subConn: Connection }).subConn] : []
   const publisher = connections[0] ?? null
   if (redisUrl) {
@@ -48,7 +48,14 @@ export default fp(async function events (app: FastifyInstance) {
         return Promise.resolve()
       }
       return new Promise<void>((resolve) => {
+        // Bounded as well: Redis may stop answering after the check above (ioredis then holds the
+        // publish until it reconnects), and the write must not wait for that.
+        const timer = publisher && setTimeout(() => {
+          warn(new Error(`no answer within ${COMMAND_TIMEOUT_MS} ms`), 'event not published')
+          resolve()
+        }, COMMAND_TIMEOUT_MS)
         emitter.emit({ topic: roomTopic(event.message.roomId), payload: event }, (err?: Error) => {
+          if (timer) clearTimeout(timer)
           if (err) warn(err, 'event not published')
           resolve()
         })
@@ -63,7 +70,13 @@ export default fp(async function events (app: FastifyInstance) {
       for (const c of connections) c.disconnect()
       return resolve()
     }
-    // Bounded too: Redis may vanish between the check above and the end of QUIT.
+    // Bounded too: Redis may vanish, or stop answering, between the check above and the end of QUIT.
+    // mqemitter-redis's close() drops the promises of its QUIT commands; one still unanswered when the
+    // connections are cut below would reject unhandled, so they are given a handler here.
+    for (const c of connections) {
+      const quit = c.quit.bind(c)
+      c.quit = () => quit().catch(() => undefined)
+    }
     const timer = setTimeout(() => { for (const c of connections) c.disconnect(); resolve() }, CLOSE_WAIT_MS).unref()
     emitter.close(() => { clearTimeout(timer); resolve() })
   }))

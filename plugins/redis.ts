@@ -16,6 +16,12 @@ declare module 'fastify' {
 
 /** How long a graceful shutdown waits for Redis connections to close politely. */
 export const CLOSE_WAIT_MS = 1000
+/**
+ * The longest a command may wait for Redis's answer (it normally takes well under a millisecond). Past
+ * it the command fails, and the caller degrades as it does when Redis is down: a Redis that stops
+ * answering while its connection stays open (a network partition) would otherwise hold requests forever.
+ */
+export const COMMAND_TIMEOUT_MS = 500
 
 export default fp(async function redis (app: FastifyInstance) {
   const { redisUrl, redisPrefix } = app.config
@@ -28,6 +34,7 @@ export default fp(async function redis (app: FastifyInstance) {
     maxRetriesPerRequest: 1,
     enableOfflineQueue: false,
     connectTimeout: 2000,
+    commandTimeout: COMMAND_TIMEOUT_MS,
     retryStrategy: (attempt) => Math.min(attempt * 200, 2000)
   })
   // Connection errors are reported through readiness and per-command failures, not as crashes.

@@ -65,3 +65,46 @@ test('a message posted on instance A reaches subscribers on instance B through R
   await eventually(() => aRoom.outcome.values.length === 6, 5000, 'the event on A')
   t.equal((aRoom.outcome.values[5] as any).data.messageAdded.content, 'from B')
 })
+
+/** A TCP relay to Redis that can stop forwarding while every connection stays open: a network partition. */
+async function partitionableRelay (t: { teardown (fn: () => unknown): void }) {
+  const { createServer, connect } = await import('node:net')
+  const target = new URL(REDIS_URL)
+  let partitioned = false
+  const sockets = new Set<import('node:net').Socket>()
+  const relay = createServer((client) => {
+    const upstream = connect(Number(target.port || 6379), target.hostname)
+    for (const s of [client, upstream]) { sockets.add(s); s.on('error', () => {}); s.on('close', () => sockets.delete(s)) }
+    client.on('data', (chunk) => { if (!partitioned) upstream.write(chunk) })
+    upstream.on('data', (chunk) => { if (!partitioned) client.write(chunk) })
+    client.on('close', () => upstream.destroy())
+    upstream.on('close', () => client.destroy())
+  })
+  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { for (const s of sockets) s.destroy(); relay.close() })
+  return {
+    url: `redis://127.0.0.1:${(relay.address() as import('node:net').AddressInfo).port}`,
+    partition (on: boolean) { partitioned = on }
+  }
+}
+
+test('a Redis that stops answering (connections open) stalls neither requests nor the shutdown', async (t) => {
+  await requireRedis()
+  const relay = await partitionableRelay(t)
+  const { app, url, token } = await listenTestApp(t, { REDIS_URL: relay.url, REDIS_PREFIX: `test:partition:${process.pid}:${Date.now()}:` })
+  const post = (text: string) => gql(url, 'mutation ($text: String!) { postMessage(roomId: "lobby", content: $text) { id content } }', { text }, { authorization: `Bearer ${token('2')}` })
+  t.equal((await post('before')).status, 200)
+
+  relay.partition(true)
+  const started = Date.now()
+  const during = await post('during the partition')
+  const ms = Date.now() - started
+  t.equal(during.status, 200)
+  t.same(during.body.data, { postMessage: { id: during.body.data?.postMessage?.id, content: 'during the partition' } }, 'the write is answered with its data')
+  t.notOk(during.body.errors, 'no error: counters fall back to this instance, delivery is best-effort')
+  t.ok(ms < 4000, `promptly (${ms} ms), not at the execution deadline`)
+
+  const closing = Date.now()
+  await app.close()
+  t.ok(Date.now() - closing < 4000, `the instance closes promptly (${Date.now() - closing} ms)`)
+})
