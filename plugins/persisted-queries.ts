@@ -45,20 +45,20 @@ function sealedDomain (): GraphQLContext['domain'] {
 }
 
 /**
- * Primes Mercurius for every query and mutation of the manifest, so the first real request finds
+ * Primes the service for every query and mutation of the manifest, so the first real request finds
  * its document parsed and validated and its graphql-jit compilation done.
  *
- * Mercurius keeps both in an LRU keyed by the query text that is closed over in its plugin: it
- * parses and validates on a text's first use and (with `jit: 1`) compiles on its second, after the
- * preExecution hooks. The only way in is therefore to call `app.graphql(text)` twice, with the same
- * string the resolver hands out later. Each call runs the real pipeline (validation rules, our
+ * Mercurius keeps parsed and validated documents in an LRU keyed by the query text, closed over in
+ * its plugin, filled on a text's first use; app/graphql/compiled-queries.ts compiles a text on its
+ * second use. The only way in is therefore to run the text twice through `app.runGraphQL`, with the
+ * same string the resolver hands out later. Each call runs the real pipeline (validation rules, our
  * preExecution checks: operation selection, pricing with default variables) and then executes
  * against a sealed domain context, so resolvers fail before touching any data; operations with
  * required variables don't even reach a resolver. The cost spent by these two calls is not charged
  * to any rate-limit window: `spendCostUnits` is bypassed while the warm-up runs (before listening,
  * so no request can observe it). If the first call is refused by a per-request check (e.g. a default
- * page priced over every budget) the second is not made, so Mercurius still compiles the operation
- * on its first real request. Measured (test/persisted/measure-warm-up.ts, medians over 60 fresh apps, UserById by POST, shared
+ * page priced over every budget) the second is not made, so the operation is compiled on its first
+ * real request. Measured (test/persisted/measure-warm-up.ts, medians over 60 fresh apps, UserById by POST, shared
  * machine): first request 1.3 ms warmed up vs 1.9-2.0 ms cold (parse + validate), second 0.6 vs
  * 1.0-1.1 ms (the cold one compiles), equal from the third; the warm-up of the 5 example operations
  * takes 5-7 ms at start.
@@ -77,7 +77,7 @@ async function warmUp (app: FastifyInstance, operations: PersistedOperation[]): 
       try {
         for (let use = 0; use < 2; use++) {
           const context = { domain, operationName: null, cost: null, request } as unknown as GraphQLContext
-          await app.graphql(operation.text, context)
+          await app.runGraphQL(null, operation.text, context)
         }
         report.compiled++
       } catch (err) {

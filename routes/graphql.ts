@@ -1,6 +1,7 @@
 // The GraphQL endpoint over HTTP: POST (JSON) for every operation, GET for persisted queries only.
-// Request → identity → document (persisted or ad-hoc) → Mercurius (cached parse/validate, limits,
-// JIT execution) under a hard deadline → the interface's response shape.
+// Request → identity → document (persisted or ad-hoc) → app.runGraphQL (Mercurius's cached
+// parse/validate on a text's first uses, our limits, graphql-jit execution) under a hard deadline →
+// the interface's response shape.
 import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { createDomainContext } from '../app/domain/context.ts'
@@ -106,7 +107,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     }, config.limits.timeoutMs)
     let body: GraphQLResponseBody
     try {
-      const { data, errors } = await reply.graphql(source, context, (variables ?? undefined) as Record<string, unknown> | undefined, operationName ?? undefined) as GraphQLResponseBody
+      const { data, errors } = await app.runGraphQL(reply, source, context, (variables ?? undefined) as Record<string, unknown> | undefined, operationName ?? undefined)
       body = errors && errors.length > 0 ? { data, errors } : { data }
     } catch (err) {
       body = { errors: formatThrown(err, app.graphqlErrorOptions) }

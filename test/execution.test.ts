@@ -58,7 +58,8 @@ test('a multi-operation document runs the operation named by operationName, ever
     })
     return (await response.json() as any).data.user.name
   }
-  // Enough repeats for the JIT to compile the document (jit: 1 compiles on the second use).
+  // Repeated past the uses after which a text runs compiled: a document compiled by text alone would
+  // answer every operationName with the same operation.
   for (let i = 0; i < 4; i++) {
     t.equal(await run('Admin'), 'Admin')
     t.equal(await run('Ada'), 'Ada Lovelace')
@@ -79,4 +80,64 @@ test('a single-operation document compiled by the JIT refuses another operationN
   const body = await response.json() as any
   t.notOk(body.data)
   t.match(body.errors, [{ message: 'Unknown operation named "Other"', extensions: { code: 'OPERATION_NOT_FOUND' } }])
+})
+
+test('a compiled text answers exactly as it did through Mercurius, failures included', async (t) => {
+  const { app, url, token } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '50' })
+  // Mercurius's hooks run on its own path only: this counter tells which path a request took.
+  let throughMercurius = 0
+  app.graphql.addHook('preExecution', async () => { throughMercurius++ })
+  const ada = { authorization: `Bearer ${token('2')}` }
+  const post = async (query: string, variables: Record<string, unknown> | undefined, headers: Record<string, string>, operationName?: string) => {
+    const response = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json', ...headers },
+      body: JSON.stringify({ query, variables, operationName })
+    })
+    const body = await response.json() as { extensions?: { cost?: { remaining?: number } } }
+    delete body.extensions?.cost?.remaining // the caller's rate window moves from one request to the next
+    return `${response.status} ${JSON.stringify(body)}`
+  }
+  const byId = 'query ById($id: ID!) { user(id: $id) { id name email } }'
+  const page = 'query Page($limit: Int) { users(limit: $limit) { id name } }'
+  // [what, text, a valid request's variables and headers, then the request under test]
+  const cases: Array<[string, string, [Record<string, unknown>, Record<string, string>], [Record<string, unknown> | undefined, Record<string, string>, string?]]> = [
+    ['a caller reading their own e-mail', byId, [{ id: '2' }, ada], [{ id: '2' }, ada]],
+    ['a field the caller may not read (partial answer)', byId, [{ id: '2' }, ada], [{ id: '3' }, ada]],
+    ['an anonymous caller and a protected field', byId, [{ id: '2' }, ada], [{ id: '2' }, {}]],
+    ['a variable of the wrong type', page, [{ limit: 2 }, {}], [{ limit: 'ten' }, {}]],
+    ['a required variable missing from the variables sent', byId, [{ id: '2' }, ada], [{}, ada]],
+    ['a required variable and no variables at all', byId, [{ id: '2' }, ada], [undefined, ada]],
+    ['an operation over the caller\'s budget', page, [{ limit: 2 }, {}], [{ limit: 100 }, {}]],
+    ['another operationName', byId, [{ id: '2' }, ada], [{ id: '2' }, ada, 'Other']]
+  ]
+  let variant = 0
+  for (const [what, text, [validVariables, validHeaders], [variables, headers, operationName]] of cases) {
+    // Each case gets texts of its own (a trailing comment changes the text, not the answer).
+    const fresh = `${text} # ${++variant}`
+    const before = throughMercurius
+    const uncompiled = await post(fresh, variables, headers, operationName)
+    t.equal(throughMercurius - before <= 1, true)
+
+    const compiledText = `${text} # ${++variant}`
+    for (let use = 0; use < 2; use++) await post(compiledText, validVariables, validHeaders)
+    const counted = throughMercurius
+    const compiled = await post(compiledText, variables, headers, operationName)
+    t.equal(throughMercurius, counted, `${what}: the third use ran compiled`)
+    t.equal(compiled, uncompiled, `${what}: the same answer on both paths`)
+  }
+})
+
+test('variables refused on the compiled path spend no cost units, as on the first uses', async (t) => {
+  const { url } = await listenTestApp(t, { RATE_LIMIT_COST: '1000' })
+  const query = 'query Page($limit: Int) { users(limit: $limit) { id } }'
+  const remaining = async () => (await gql(url, query, { limit: 2 })).body.extensions.cost.remaining as number
+  await remaining()
+  const compiled = await remaining() // the second use compiles the text
+  for (let i = 0; i < 4; i++) {
+    const { body } = await gql(url, query, { limit: 'two' })
+    t.match(body, { errors: [{ extensions: { code: 'BAD_USER_INPUT' } }] })
+    t.notOk('data' in body, 'refused before execution: no data')
+  }
+  t.equal(await remaining(), compiled - 2, 'only the valid request was charged')
 })

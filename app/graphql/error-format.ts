@@ -39,6 +39,13 @@ function classify (err: unknown, options: FormatOptions): { code: ErrorCode; mes
     // graphql-js gives up on documents too large or repetitive to validate, without locations.
     if (/Validation aborted/.test(err.message)) return { code: 'GRAPHQL_VALIDATION_FAILED', message: 'Validation aborted: the document is too large or too repetitive to validate' }
     if (err.message.startsWith('Variable "$')) return { code: 'BAD_USER_INPUT', message: err.message }
+    // graphql-js's variable check (Mercurius runs it before our preExecution checks) names a missing
+    // operation first: in the words of selectOperation (app/graphql/document.ts), which does otherwise.
+    const unknown = /^Unknown operation named "(.*)"\.$/.exec(err.message)
+    if (unknown) return { code: 'OPERATION_NOT_FOUND', message: `Unknown operation named "${unknown[1]}"` }
+    if (err.message === 'Must provide operation name if query contains multiple operations.') {
+      return { code: 'OPERATION_NOT_FOUND', message: 'Must provide operationName when the document contains several operations' }
+    }
     if (err.nodes || err.locations) return { code: 'GRAPHQL_VALIDATION_FAILED', message: err.message }
     return internal(err, options)
   }

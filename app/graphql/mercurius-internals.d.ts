@@ -53,6 +53,6 @@ declare module 'mercurius/lib/hooks.js' {
 }
 
 declare module 'mercurius/lib/symbols.js' {
-  const symbols: { kLoaders: symbol; kSubscriptionFactory: symbol; kHooks: symbol }
+  const symbols: { kHooks: symbol }
   export default symbols
 }

@@ -1,5 +1,5 @@
 // Thin adapters from GraphQL fields to domain functions. No rule lives here.
-import type { IResolvers, MercuriusLoaders } from 'mercurius'
+import type { IResolvers } from 'mercurius'
 import * as messages from '../domain/messages.ts'
 import * as users from '../domain/users.ts'
 import type { MessageRow } from '../store/types.ts'
@@ -14,18 +14,15 @@ export const resolvers: IResolvers = {
     usersByIds: (_: unknown, { ids }: Args, ctx: GraphQLContext) => users.getUsers(ctx.domain, ids),
     messages: (_: unknown, { roomId, limit }: Args, ctx: GraphQLContext) => messages.listMessages(ctx.domain, roomId, limit)
   },
+  // A message's author comes from the request's user loader: the authors of a page of messages are
+  // requested in the same tick and read in one batch.
+  Message: {
+    author: (message: MessageRow, _: Args, ctx: GraphQLContext) => ctx.domain.loaders.userById.load(message.authorId)
+  },
   Mutation: {
     createUser: (_: unknown, { input }: Args, ctx: GraphQLContext) => users.createUser(ctx.domain, input),
     updateUser: (_: unknown, { id, input }: Args, ctx: GraphQLContext) => users.updateUser(ctx.domain, id, input),
     deleteUser: (_: unknown, { id }: Args, ctx: GraphQLContext) => users.deleteUser(ctx.domain, id),
     postMessage: (_: unknown, { roomId, content }: Args, ctx: GraphQLContext) => messages.postMessage(ctx.domain, roomId, content)
-  }
-}
-
-/** Type fields resolved in batches through Mercurius loaders, backed by the per-request domain loaders. */
-export const loaders: MercuriusLoaders = {
-  Message: {
-    author: (queries: { obj: MessageRow }[], ctx: GraphQLContext) =>
-      ctx.domain.loaders.userById.loadMany(queries.map((q) => q.obj.authorId)) as Promise<unknown[]>
   }
 }

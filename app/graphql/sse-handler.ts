@@ -7,7 +7,6 @@
 import { createHandler, type ExecutionResult, type RequestParams } from 'graphql-sse'
 import type { OutgoingHttpHeaders } from 'node:http'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import symbols from 'mercurius/lib/symbols.js'
 import { SubscriptionContext } from 'mercurius/lib/subscriber.js'
 import type { Caller } from '../domain/context.ts'
 import type { PreparedSubscription, SubscriptionRequest } from './subscriptions.ts'
@@ -39,8 +38,6 @@ function isAsyncIterator (value: unknown): value is AsyncIterator<unknown> {
 
 export function createSseHandler (options: SseOptions) {
   const { app } = options
-  const { kLoaders, kSubscriptionFactory } = symbols
-
   const handler = createHandler<FastifyRequest, StreamState, Record<PropertyKey, unknown>>({
     // Each operation is validated in onSubscribe, with our rules, before graphql-sse sees it.
     validate: () => [],
@@ -56,9 +53,6 @@ export function createSseHandler (options: SseOptions) {
           app,
           pubsub: req.context.subscription
         }
-        // What Mercurius's type-field loaders (Message.author) read from a subscription's context.
-        const factory = (app as unknown as Record<symbol, { create (ctx: unknown): unknown } | undefined>)[kSubscriptionFactory]
-        contextValue.reply = { request, [kLoaders]: factory?.create(contextValue) }
         return {
           schema: app.graphql.schema,
           document: prepared.document,
