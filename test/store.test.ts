@@ -27,6 +27,8 @@ for (const [kind, open] of Object.entries(implementations)) {
       t.same(b, { id: '007', name: 'Bond', email: 'bond@example.com', role: 'SERVICE', adminNotes: 'licence', createdAt: '2025-01-02T00:00:00.000Z' })
       const found = await store.usersByIds(['007', a.id, 'missing'])
       t.same(found.map((u) => u.id).sort(), ['007', a.id].sort())
+      t.same(await store.usersByIds(['007']), [b], 'one id (the common batch): the same row')
+      t.same(await store.usersByIds(['missing']), [], 'one unknown id: no row')
       t.same((await store.listUsers(10)).map((u) => u.id), [a.id, '007'])
       t.same((await store.listUsers(1)).map((u) => u.id), [a.id])
       t.equal(await store.countUsers(), 2)
