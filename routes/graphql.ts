@@ -11,6 +11,7 @@ import { formatThrown, statusOf, type ErrorJson } from '../app/graphql/error-for
 import { noPersistedQueries, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
 import { createHttpCache } from '../app/graphql/http-cache.ts'
 import { requirePreflightHeader } from '../app/graphql/require-preflight.ts'
+import type { GraphQLAnswer } from '../plugins/graphql.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -21,9 +22,8 @@ declare module 'fastify' {
 const GRAPHQL_RESPONSE = 'application/graphql-response+json'
 const JSON_TYPE = /^application\/json\s*(;|$)/i
 
-interface GraphQLResponseBody {
-  data?: unknown
-  errors?: ErrorJson[]
+/** An answer as sent: the execution's outcome plus our extensions (cost). */
+interface GraphQLResponseBody extends GraphQLAnswer {
   extensions?: Record<string, unknown>
 }
 
