@@ -40,6 +40,14 @@ export interface Config {
 
   limits: {
     maxDepth: number
+    /** Longest document text accepted (characters), checked before anything is parsed. */
+    maxQueryLength: number
+    /** Most tokens a document may have (graphql-js stops parsing past it). */
+    maxQueryTokens: number
+    /** Estimated bytes of parsed, validated and compiled documents kept for reuse (ad-hoc and APQ texts). */
+    planCacheBytes: number
+    /** Largest answer (bytes of JSON) an operation may produce; larger ones are refused with RESPONSE_TOO_LARGE. */
+    maxResponseBytes: number
     budgets: { anonymous: number; USER: number; ADMIN: number; SERVICE: number }
     timeoutMs: number
     maxStringLength: number
@@ -118,6 +126,10 @@ const schema = {
     JWT_AUDIENCE: { type: 'string' },
     JWT_CLOCK_TOLERANCE_SEC: { type: 'integer', minimum: 0, maximum: 300, default: 5 },
     MAX_DEPTH: { type: 'integer', minimum: 1, default: 10 },
+    MAX_QUERY_LENGTH: { type: 'integer', minimum: 100, default: 65536 },
+    MAX_QUERY_TOKENS: { type: 'integer', minimum: 100, default: 10000 },
+    PLAN_CACHE_BYTES: { type: 'integer', minimum: 0, default: 67108864 },
+    MAX_RESPONSE_BYTES: { type: 'integer', minimum: 1024, default: 8388608 },
     COST_BUDGET_ANONYMOUS: { type: 'integer', minimum: 1, default: 1000 },
     COST_BUDGET_USER: { type: 'integer', minimum: 1, default: 10000 },
     COST_BUDGET_ADMIN: { type: 'integer', minimum: 1, default: 100000 },
@@ -217,6 +229,10 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     },
     limits: {
       maxDepth: e.MAX_DEPTH as number,
+      maxQueryLength: e.MAX_QUERY_LENGTH as number,
+      maxQueryTokens: e.MAX_QUERY_TOKENS as number,
+      planCacheBytes: e.PLAN_CACHE_BYTES as number,
+      maxResponseBytes: e.MAX_RESPONSE_BYTES as number,
       budgets: {
         anonymous: e.COST_BUDGET_ANONYMOUS as number,
         USER: e.COST_BUDGET_USER as number,

@@ -23,6 +23,8 @@ export const ErrorCodes = {
   PAYLOAD_TOO_LARGE: { status: 413, sender: true },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, sender: true },
   RATE_LIMITED: { status: 429, sender: true },
+  QUERY_TOO_LARGE: { status: 413, sender: true },
+  RESPONSE_TOO_LARGE: { status: 400, sender: true },
   INTERNAL_SERVER_ERROR: { status: 500, sender: false },
   SERVICE_UNAVAILABLE: { status: 503, sender: false },
   TIMEOUT: { status: 504, sender: false }

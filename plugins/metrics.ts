@@ -169,7 +169,7 @@ export default fp(async function metrics (app: FastifyInstance) {
       const outcome = errors.length === 0 ? 'success' : body.data != null ? 'partial' : 'error'
       const executed = request.graphqlOperation
       if (executed) {
-        operations.of(nameLabel(executed.name?.value), executed.operation, outcome).count++
+        operations.of(nameLabel(executed.name), executed.type, outcome).count++
       } else {
         const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
         const operation = leadingOperation(params?.query)

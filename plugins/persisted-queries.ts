@@ -1,22 +1,17 @@
 // Persisted queries: loads the deploy-time manifests (PERSISTED_MANIFEST, comma-separated files),
 // sets up automatic registration (APQ: in memory, or in Redis when REDIS_URL is set; off in
 // persisted-only mode), decorates `app.persistedQueries` for routes/graphql.ts, and warms every
-// manifest operation up before the server takes requests.
+// manifest operation's plan (parsed, validated, analysed, compiled) before the server takes requests.
 import fp from 'fastify-plugin'
 import type { FastifyInstance } from 'fastify'
-import { AppError } from '../app/errors.ts'
-import type { Caller } from '../app/domain/context.ts'
-import type { GraphQLContext } from '../app/graphql/context.ts'
 import {
   createPersistedQueries, emptyManifest, loadManifests, memoryApqStore, redisApqStore,
-  type Manifest, type PersistedOperation
+  type Manifest
 } from '../app/graphql/persisted.ts'
 
 export interface WarmUpReport {
-  /** Operations parsed, validated, priced and JIT-compiled into Mercurius's cache. */
+  /** Operations planned (parsed, validated, analysed) and compiled at start. */
   compiled: number
-  /** Operations whose pre-execution checks refused the warm-up (e.g. over every budget), with why. */
-  skipped: { id: string; name: string | null; reason: string }[]
   ms: number
 }
 
@@ -27,81 +22,11 @@ declare module 'fastify' {
   }
 }
 
-// The warm-up runs as an administrator (largest budget, introspection allowed) whose domain context
-// opens nothing: any resolver that reaches for the store, loaders or events gets this error, so the
-// warm-up can neither read nor write data, whatever the operation (mutations included).
-const WARM_UP_CALLER: Caller = { id: 'persisted-query-warm-up', role: 'ADMIN' }
-const noDataAccess = () => new AppError('SERVICE_UNAVAILABLE', 'No data access during the persisted-query warm-up')
-
-function sealedDomain (): GraphQLContext['domain'] {
-  const allowed: Record<string, unknown> = { caller: WARM_UP_CALLER, deadline: 0 }
-  return new Proxy(allowed, {
-    get (target, property) {
-      if (typeof property === 'symbol') return undefined
-      if (property in target) return target[property]
-      throw noDataAccess()
-    }
-  }) as unknown as GraphQLContext['domain']
-}
-
-/**
- * Primes the service for every query and mutation of the manifest, so the first real request finds
- * its document parsed and validated and its graphql-jit compilation done.
- *
- * Mercurius keeps parsed and validated documents in an LRU keyed by the query text, closed over in
- * its plugin, filled on a text's first use; app/graphql/compiled-queries.ts compiles a text on its
- * second use. The only way in is therefore to run the text twice through `app.runGraphQL`, with the
- * same string the resolver hands out later. Each call runs the real pipeline (validation rules, our
- * preExecution checks: operation selection, pricing with default variables) and then executes
- * against a sealed domain context, so resolvers fail before touching any data; operations with
- * required variables don't even reach a resolver. The cost spent by these two calls is not charged
- * to any rate-limit window: `spendCostUnits` is bypassed while the warm-up runs (before listening,
- * so no request can observe it). If the first call is refused by a per-request check (e.g. a default
- * page priced over every budget) the second is not made, so the operation is compiled on its first
- * real request. Measured (test/persisted/measure-warm-up.ts, medians over 60 fresh apps, UserById by POST, shared
- * machine): first request 1.3 ms warmed up vs 1.9-2.0 ms cold (parse + validate), second 0.6 vs
- * 1.0-1.1 ms (the cold one compiles), equal from the third; the warm-up of the 5 example operations
- * takes 5-7 ms at start.
- * Subscriptions are left to the subscription transports.
- */
-async function warmUp (app: FastifyInstance, operations: PersistedOperation[]): Promise<WarmUpReport> {
-  const started = performance.now()
-  const report: WarmUpReport = { compiled: 0, skipped: [], ms: 0 }
-  const domain = sealedDomain()
-  const request = { method: 'POST', ip: '127.0.0.1', headers: {}, id: 'persisted-query-warm-up', log: app.log }
-  const spend = app.spendCostUnits
-  app.spendCostUnits = async () => ({ remaining: Infinity, resetMs: 0 })
-  try {
-    for (const operation of operations) {
-      if (operation.type === 'subscription') continue
-      try {
-        for (let use = 0; use < 2; use++) {
-          const context = { domain, operationName: null, cost: null, request } as unknown as GraphQLContext
-          await app.runGraphQL(null, operation.text, context)
-        }
-        report.compiled++
-      } catch (err) {
-        const nested = (err as { errors?: { message: string }[] }).errors
-        const reason = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
-        // A document the schema or the validation rules (depth, literal caps) refuse can never run:
-        // that is a broken deploy, refused at start. A refusal by a per-request check is reported.
-        if (!(err instanceof AppError)) {
-          throw new Error(`Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`)
-        }
-        report.skipped.push({ id: operation.id, name: operation.name, reason })
-      }
-    }
-  } finally {
-    app.spendCostUnits = spend
-  }
-  report.ms = Math.round((performance.now() - started) * 10) / 10
-  return report
-}
-
 export default fp(async function persistedQueries (app: FastifyInstance) {
   const { config } = app
   const files = (config.persistedManifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
-  const manifest = files.length > 0 ? loadManifests(files, app.graphql.schema) : emptyManifest()
+  // Hashes and single operations are checked here; validity for this service when the plans are pinned.
+  const manifest = files.length > 0 ? loadManifests(files) : emptyManifest()
   if (config.persistedOnly && manifest.operations.length === 0) {
     app.log.warn('persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused')
   }
@@ -119,14 +44,25 @@ export default fp(async function persistedQueries (app: FastifyInstance) {
     apq,
     apqMaxEntries: config.apqMaxEntries,
     apqMaxDocumentBytes: config.apqMaxDocumentBytes,
-    schema: () => app.graphql.schema
+    plan: (text) => app.graphqlPipeline.plan(text)
   }))
 
-  // onReady: every plugin (and every preExecution hook) is in place, and nothing listens yet.
+  // onReady: every resolver is in place (and wrapped by @auth), and nothing listens yet. Each manifest
+  // operation gets its plan and compilation now, kept for the life of the process; a text the service
+  // cannot run (schema drift, a limit such as MAX_DEPTH) is a broken deploy, refused at start.
   app.addHook('onReady', async () => {
-    const report = await warmUp(app, manifest.operations)
+    const started = performance.now()
+    for (const operation of manifest.operations) {
+      try {
+        app.graphqlPipeline.pin(operation.text)
+      } catch (err) {
+        const nested = (err as { errors?: { message: string }[] }).errors
+        const reason = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
+        throw new Error(`Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`)
+      }
+    }
+    const report = { compiled: manifest.operations.length, ms: Math.round((performance.now() - started) * 10) / 10 }
     app.persistedWarmUp = report
-    for (const s of report.skipped) app.log.warn({ operation: s.name, id: s.id, reason: s.reason }, 'persisted operation not pre-compiled')
-    app.log.info({ operations: manifest.operations.length, compiled: report.compiled, ms: report.ms, apq: apq ? (app.redis ? 'redis' : 'memory') : 'off', persistedOnly: config.persistedOnly }, 'persisted queries ready')
+    app.log.info({ operations: manifest.operations.length, ms: report.ms, apq: apq ? (app.redis ? 'redis' : 'memory') : 'off', persistedOnly: config.persistedOnly }, 'persisted queries ready')
   })
 }, { name: 'persisted-queries', dependencies: ['config', 'redis', 'graphql'] })

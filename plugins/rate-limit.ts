@@ -18,6 +18,10 @@ import { localCounters, redisCounters, sharedCounters, type WindowCount, type Wi
 declare module 'fastify' {
   interface FastifyInstance {
     rateCounters: WindowCounters
+    /** Spends one request of the caller's request budget; throws RATE_LIMITED when it is exhausted. */
+    spendRequest (caller: Caller | null, ip: string): Promise<void>
+    /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. */
+    spendCostUnits (caller: Caller | null, ip: string, cost: number): Promise<{ remaining: number; resetMs: number }>
   }
   interface FastifyContextConfig {
     /** false: the route spends no request budget. */
@@ -58,21 +62,36 @@ export default fp(async function rateLimits (app: FastifyInstance) {
 
   const max = limits.rateRequests
   const windowSec = Math.round(limits.rateWindowMs / 1000)
-  /** Sets the budget headers; the error to answer with when the request is over the budget. */
-  const judge = (reply: FastifyReply, { total, resetMs }: WindowCount): AppError | undefined => {
-    const resetSec = Math.ceil(resetMs / 1000)
-    reply.header('x-ratelimit-limit', max)
-    reply.header('x-ratelimit-remaining', Math.max(0, max - total))
-    reply.header('x-ratelimit-reset', resetSec)
+  /** Counts one request of the caller: at once from in-process counters, after a round trip from Redis. */
+  const countRequest = (caller: Caller | null, ip: string): WindowCount | Promise<WindowCount> => {
+    const key = counterKey('req', caller, ip)
+    return counters.incrNow ? counters.incrNow(key, 1, limits.rateWindowMs) : counters.incr(key, 1, limits.rateWindowMs)
+  }
+  const overBudget = ({ total, resetMs }: WindowCount): AppError | undefined => {
     if (total <= max) return undefined
-    reply.header('retry-after', resetSec)
+    const resetSec = Math.ceil(resetMs / 1000)
     return new AppError('RATE_LIMITED', `Rate limit exceeded: at most ${max} requests per ${windowSec} s; retry in ${resetSec} s`, { retryAfter: resetSec })
   }
-  const requestBudget: onRequestHookHandler = (request, reply, done) => {
-    const key = counterKey('req', request.caller, request.ip)
-    if (counters.incrNow) return done(judge(reply, counters.incrNow(key, 1, limits.rateWindowMs)))
-    counters.incr(key, 1, limits.rateWindowMs).then((count) => done(judge(reply, count)), (err: Error) => done(err))
+  /** Sets the budget headers; the error to answer with when the request is over the budget. */
+  const judge = (reply: FastifyReply, count: WindowCount): AppError | undefined => {
+    const resetSec = Math.ceil(count.resetMs / 1000)
+    reply.header('x-ratelimit-limit', max)
+    reply.header('x-ratelimit-remaining', Math.max(0, max - count.total))
+    reply.header('x-ratelimit-reset', resetSec)
+    const refused = overBudget(count)
+    if (refused) reply.header('retry-after', resetSec)
+    return refused
   }
+  const requestBudget: onRequestHookHandler = (request, reply, done) => {
+    const count = countRequest(request.caller, request.ip)
+    if (!(count instanceof Promise)) return done(judge(reply, count))
+    count.then((c) => done(judge(reply, c)), (err: Error) => done(err))
+  }
+  // The same budget for what arrives without a request of its own (each WebSocket operation).
+  app.decorate('spendRequest', async (caller: Caller | null, ip: string) => {
+    const refused = overBudget(await countRequest(caller, ip))
+    if (refused) throw refused
+  })
   // Appended to each route's own onRequest hooks, so it runs after the route has identified the caller.
   app.addHook('onRoute', (route) => {
     if (route.config?.rateLimit === false || EXEMPT.test(route.url)) return

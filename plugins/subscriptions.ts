@@ -19,9 +19,8 @@ import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
 import { formatError, formatThrown } from '../app/graphql/error-format.ts'
 import { createSseHandler } from '../app/graphql/sse-handler.ts'
-import { subscriptionContext, subscriptionPreparer, subscriptionResolvers, type PreparedSubscription } from '../app/graphql/subscriptions.ts'
+import { subscriptionAdmitter, subscriptionContext, subscriptionResolvers, type PreparedSubscription } from '../app/graphql/subscriptions.ts'
 import { GraphQLWsConnection } from '../app/graphql/ws-connection.ts'
-import { graphqlValidationRules } from './graphql.ts'
 
 export interface SubscriptionStats {
   webSockets: number
@@ -108,17 +107,10 @@ export default fp(async function subscriptions (app: FastifyInstance) {
     Subscription: subscriptionResolvers({ roomTopic: app.roomTopic, maxCountTarget: limits.maxCountTarget })
   })
 
-  const prepare = subscriptionPreparer({
-    schema: () => app.graphql.schema,
-    rules: graphqlValidationRules(config),
-    limits,
-    // Looked up per call: the persisted-query warm-up swaps it for a while.
-    spendCostUnits: (caller, ip, cost) => app.spendCostUnits(caller, ip, cost)
-  })
+  const prepare = subscriptionAdmitter(() => app.graphqlPipeline)
   const domainDeps = { store: app.store, events: app.events, caps: limits }
   const contextFor = (caller: Caller | null, prepared: PreparedSubscription, request: FastifyRequest) =>
     subscriptionContext(domainDeps, caller, prepared, request) as unknown as Record<string, unknown>
-  const resolveSource = (params: Record<string, unknown>) => app.persistedQueries.resolve(params)
   const formatErrors = (err: unknown) => formatThrown(err, app.graphqlErrorOptions)
 
   // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
@@ -175,7 +167,6 @@ export default fp(async function subscriptions (app: FastifyInstance) {
       maxSubscriptions: ws.maxSubscriptionsPerConnection,
       authenticate: (authorization) => app.authenticate(authorization),
       admit: (caller) => counter.acquire(userKey(caller)),
-      resolveSource,
       prepare,
       contextFor,
       formatErrors,
@@ -192,7 +183,6 @@ export default fp(async function subscriptions (app: FastifyInstance) {
 
   const serveEventStream = createSseHandler({
     app,
-    resolveSource,
     prepare,
     contextFor,
     formatErrors,

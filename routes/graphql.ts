@@ -1,17 +1,13 @@
 // The GraphQL endpoint over HTTP: POST (JSON) for every operation, GET for persisted queries only.
-// Request → identity → document (persisted or ad-hoc) → app.runGraphQL (Mercurius's cached
-// parse/validate on a text's first uses, our limits, graphql-jit execution) under a hard deadline →
-// the interface's response shape.
+// Request → identity → request budget (route hooks) → the admission pipeline (app/graphql/pipeline.ts:
+// document, plan, checks, cost, execution under the deadline) → the interface's response shape.
 import fp from 'fastify-plugin'
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
-import { createDomainContext } from '../app/domain/context.ts'
-import { AppError, Messages } from '../app/errors.ts'
-import type { GraphQLContext } from '../app/graphql/context.ts'
-import { formatThrown, statusOf, type ErrorJson } from '../app/graphql/error-format.ts'
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
+import { AppError } from '../app/errors.ts'
+import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from '../app/graphql/error-format.ts'
 import { noPersistedQueries, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
 import { createHttpCache } from '../app/graphql/http-cache.ts'
 import { requirePreflightHeader } from '../app/graphql/require-preflight.ts'
-import type { GraphQLAnswer } from '../plugins/graphql.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -74,47 +70,19 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   const { config } = app
   if (!app.hasDecorator('persistedQueries')) app.decorate('persistedQueries', noPersistedQueries(config.persistedOnly))
 
+  const pipeline = app.graphqlPipeline
+  /** Admits and runs one operation through the pipeline; every refusal answers in the interface's shape. */
   async function execute (request: FastifyRequest, reply: FastifyReply, params: GraphQLRequestParams) {
-    const { variables, operationName } = params
-    if (variables != null && (typeof variables !== 'object' || Array.isArray(variables))) throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
-    if (operationName != null && typeof operationName !== 'string') throw new AppError('BAD_REQUEST', 'operationName must be a string')
-
-    let source: string
-    try {
-      source = await app.persistedQueries.resolve(params, request.method)
-    } catch (err) {
-      // A refused persisted-query request answers like any request refused before execution.
-      return send(request, reply, { errors: formatThrown(err, app.graphqlErrorOptions) })
-    }
-    const deadline = Date.now() + config.limits.timeoutMs
-    const context = {
-      domain: createDomainContext({ store: app.store, events: app.events, caps: config.limits }, request.caller, deadline),
-      operationName: operationName ?? null,
-      cost: null,
-      request
-    } as unknown as GraphQLContext
-
-    const respond = (body: GraphQLResponseBody) => {
-      if (context.cost) body.extensions = { ...body.extensions, cost: context.cost }
-      return send(request, reply, body)
-    }
-    // The deadline answers for an execution still running (no promise race on every request); the
-    // domain refuses writes after it, so nothing keeps writing once the caller was told "Query timeout".
-    let timedOut = false
-    const timer = setTimeout(() => {
-      timedOut = true
-      respond({ data: null, errors: [{ message: Messages.queryTimeout, code: 'TIMEOUT', extensions: { code: 'TIMEOUT' } }] })
-    }, config.limits.timeoutMs)
     let body: GraphQLResponseBody
     try {
-      const { data, errors } = await app.runGraphQL(reply, source, context, (variables ?? undefined) as Record<string, unknown> | undefined, operationName ?? undefined)
-      body = errors && errors.length > 0 ? { data, errors } : { data }
+      const admission = await pipeline.admit({ params, transport: request.method === 'GET' ? 'GET' : 'POST', caller: request.caller, ip: request.ip })
+      request.graphqlOperation = admission.operation
+      body = formatResult(await pipeline.execute(admission), app.graphqlErrorOptions)
+      body.extensions = { cost: admission.cost }
     } catch (err) {
       body = { errors: formatThrown(err, app.graphqlErrorOptions) }
-    } finally {
-      clearTimeout(timer)
     }
-    return timedOut ? reply : respond(body)
+    return send(request, reply, body)
   }
 
   // Route hooks are synchronous (callback style): no promise per request for checks that never wait.
@@ -136,7 +104,16 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     done()
   }
 
-  app.post('/graphql', { onRequest: [requireJson, identify] }, async (request, reply) => {
+  // The answer's size, measured on the JSON Fastify serialised (no second serialisation): an answer
+  // over the cap is replaced by an error before any byte of it is written.
+  const maxAnswer = config.limits.maxResponseBytes
+  const capAnswer: onSendHookHandler = (_request, _reply, payload, done) => {
+    if (typeof payload !== 'string' || payload.length <= maxAnswer) return done(null, payload)
+    const error = new AppError('RESPONSE_TOO_LARGE', `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`, { maxResponseBytes: maxAnswer })
+    done(null, JSON.stringify({ errors: [formatError(error, app.graphqlErrorOptions)] }))
+  }
+
+  app.post('/graphql', { onRequest: [requireJson, identify], onSend: capAnswer }, async (request, reply) => {
     // Subscriptions over server-sent events (graphql-sse): plugins/subscriptions.ts.
     if (request.headers.accept?.includes('text/event-stream')) return app.graphqlEventStream(request, reply)
     const body = request.body
@@ -150,7 +127,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
 
   const getCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries })
   // Also the WebSocket endpoint: plugins/subscriptions.ts attaches the subscription transport to this route.
-  app.get('/graphql', { onRequest: [requirePreflightHeader, identify], ...getCache }, async (request, reply) => {
+  app.get('/graphql', { onRequest: [requirePreflightHeader, identify], ...getCache, onSend: [capAnswer].concat(getCache.onSend ?? []) }, async (request, reply) => {
     const query = request.query as Record<string, unknown>
     if (query.queryId === undefined && query.extensions === undefined) {
       throw new AppError('METHOD_NOT_ALLOWED', 'GET accepts persisted queries only (queryId); send other operations by POST')

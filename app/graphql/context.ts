@@ -1,5 +1,3 @@
-import type { FastifyRequest } from 'fastify'
-import type { MercuriusContext } from 'mercurius'
 import type { DomainContext } from '../domain/context.ts'
 
 /** What an operation reports about its price (sent as `extensions.cost`). */
@@ -12,14 +10,18 @@ export interface CostReport {
   remaining: number
 }
 
+/** The GraphQL context every resolver receives: built per operation by the pipeline. */
+export interface GraphQLContext {
+  domain: DomainContext
+  operationName: string | null
+  cost: CostReport
+}
+
+// Mercurius types resolvers by its context: ours is what the pipeline passes to every resolver.
 declare module 'mercurius' {
   interface MercuriusContext {
     domain: DomainContext
     operationName: string | null
-    cost: CostReport | null
-    request: FastifyRequest
+    cost: CostReport
   }
 }
-
-/** The per-request GraphQL context: ours (domain, operationName, cost, request) plus what Mercurius adds. */
-export type GraphQLContext = MercuriusContext

@@ -1,7 +1,7 @@
 // Turns anything thrown or returned during a GraphQL request into the interface's error shape:
 // { message, locations?, path?, extensions: { code } }, with codes from the one catalogue.
 // Production answers carry no stack traces, no internal messages and no "Did you mean" hints.
-import { GraphQLError } from 'graphql'
+import { GraphQLError, type ExecutionResult } from 'graphql'
 import { AppError, ErrorCodes, isErrorCode, Messages, type ErrorCode } from '../errors.ts'
 
 export interface ErrorJson {
@@ -38,15 +38,6 @@ function classify (err: unknown, options: FormatOptions): { code: ErrorCode; mes
     if (err.message.startsWith('Syntax Error')) return { code: 'GRAPHQL_PARSE_FAILED', message: err.message }
     // graphql-js gives up on documents too large or repetitive to validate, without locations.
     if (/Validation aborted/.test(err.message)) return { code: 'GRAPHQL_VALIDATION_FAILED', message: 'Validation aborted: the document is too large or too repetitive to validate' }
-    if (err.message.startsWith('Variable "$')) return { code: 'BAD_USER_INPUT', message: err.message }
-    // graphql-js's variable check (Mercurius runs it before our preExecution checks) names a missing
-    // operation first: in the words of selectOperation (app/graphql/document.ts), which does otherwise.
-    const unknown = /^Unknown operation named "(.*)"\.$/.exec(err.message)
-    if (unknown) return { code: 'OPERATION_NOT_FOUND', message: `Unknown operation named "${unknown[1]}"` }
-    if (err.message === 'Must provide operation name if query contains multiple operations.') {
-      return { code: 'OPERATION_NOT_FOUND', message: 'Must provide operationName when the document contains several operations' }
-    }
-    if (err.nodes || err.locations) return { code: 'GRAPHQL_VALIDATION_FAILED', message: err.message }
     return internal(err, options)
   }
   // Errors from mercurius-auth and others that chose a catalogue code themselves.
@@ -78,4 +69,16 @@ export function formatThrown (err: unknown, options: FormatOptions): ErrorJson[]
 
 export function statusOf (code: ErrorCode): number {
   return ErrorCodes[code].status
+}
+
+/** An execution's outcome, its errors in the interface's shape. */
+export interface GraphQLAnswer {
+  data?: unknown
+  errors?: ErrorJson[]
+}
+
+/** An execution result as answered: failed fields are null in `data`, their errors formatted. */
+export function formatResult (result: ExecutionResult, options: FormatOptions): GraphQLAnswer {
+  if (!result.errors || result.errors.length === 0) return { data: result.data }
+  return { data: result.data ?? null, errors: result.errors.map((e) => formatError(e, options)) }
 }

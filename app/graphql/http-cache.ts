@@ -13,7 +13,7 @@
 // without it, unchanged data gives byte-identical answers and so the same ETag.
 import { hash } from 'node:crypto'
 import type { FastifyReply, FastifyRequest, RouteShorthandOptions } from 'fastify'
-import { LruMap } from './persisted.ts'
+import { LruMap } from '../lru-map.ts'
 import type { CostReport } from './context.ts'
 
 export interface HttpCacheOptions {

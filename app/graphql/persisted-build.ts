@@ -7,10 +7,10 @@
 // by text, so one text must mean one operation), an invalid one or a duplicate name fails the build.
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
-import { buildSchema, parse, print, specifiedRules, validate, type DocumentNode } from 'graphql'
+import { buildSchema, print } from 'graphql'
 import { loadConfig } from '../config.ts'
-import { depthLimitRule, literalCapsRule } from './limits.ts'
-import { sha256Hex, singleOperation, type ApolloManifest } from './persisted.ts'
+import { makePlan, type DocumentPlan } from './plan.ts'
+import { sha256Hex, type ApolloManifest } from './persisted.ts'
 
 export const SCHEMA_FILE = new URL('./schema.graphql', import.meta.url)
 
@@ -19,7 +19,6 @@ export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_F
   // The limits the service validates with (MAX_DEPTH etc. from the environment), so a document the
   // service would refuse at start is refused here first.
   const { limits } = loadConfig({ ...process.env, NODE_ENV: 'development', JWT_SECRET: undefined, JWT_PUBLIC_KEY: undefined })
-  const rules = [...specifiedRules, depthLimitRule(limits.maxDepth), literalCapsRule(limits)]
 
   const files = (readdirSync(folder, { recursive: true }) as string[])
     .filter((f) => /\.(graphql|gql)$/.test(f))
@@ -31,22 +30,25 @@ export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_F
   const fileByName = new Map<string, string>()
   for (const file of files) {
     const where = relative(process.cwd(), join(folder, file))
-    let document: DocumentNode
+    // The service's own plan: parse, validation and its limits, so what it refuses fails the build here.
+    let plan: DocumentPlan
     try {
-      document = parse(readFileSync(join(folder, file), 'utf8'))
+      plan = makePlan(schema, readFileSync(join(folder, file), 'utf8'), limits)
     } catch (err) {
-      problems.push(`${where}: ${(err as Error).message}`)
+      const nested = (err as { errors?: readonly Error[] }).errors
+      problems.push(...(nested ?? [err as Error]).map((e) => `${where}: ${e.message}`))
       continue
     }
-    const single = singleOperation(document)
-    if (typeof single === 'string') { problems.push(`${where}: ${single}`); continue }
-    const errors = validate(schema, document, rules)
-    if (errors.length > 0) { problems.push(...errors.map((e) => `${where}: ${e.message}`)); continue }
+    if (plan.operations.length !== 1) {
+      problems.push(`${where}: ${plan.operations.length === 0 ? 'it contains no operation' : `it contains ${plan.operations.length} operations; register one operation per document`}`)
+      continue
+    }
+    const single = plan.operations[0]!
     if (!single.name) { problems.push(`${where}: the operation needs a name (clients and logs refer to it)`); continue }
     const seen = fileByName.get(single.name)
     if (seen) { problems.push(`${where}: operation name ${single.name} is already used by ${seen}`); continue }
     fileByName.set(single.name, where)
-    const body = print(document)
+    const body = print(single.document)
     operations.push({ id: sha256Hex(body), name: single.name, type: single.type, body })
   }
   if (problems.length > 0) throw new Error(`Persisted queries not built:\n  ${problems.join('\n  ')}`)

@@ -17,6 +17,7 @@ import { readFileSync } from 'node:fs'
 import { Kind, parse, specifiedRules, validate, type DocumentNode, type GraphQLSchema, type OperationTypeNode } from 'graphql'
 import type { Redis } from 'ioredis'
 import { AppError } from '../errors.ts'
+import { LruMap } from '../lru-map.ts'
 
 export interface GraphQLRequestParams {
   query?: unknown
@@ -29,10 +30,9 @@ export interface GraphQLRequestParams {
 export interface PersistedQueries {
   /**
    * The document text to run for a request: the registered text for a persisted request, the
-   * request's own `query` otherwise (refused when only persisted queries are allowed). `method` is
-   * the HTTP method: a registered mutation is refused over GET before anything runs.
+   * request's own `query` otherwise (refused when only persisted queries are allowed, and on GET).
    */
-  resolve (params: GraphQLRequestParams, method?: string): Promise<string>
+  resolve (params: GraphQLRequestParams, transport?: string): Promise<string>
 }
 
 /** One registered operation. The text is the exact string handed to Mercurius (its cache key). */
@@ -185,28 +185,6 @@ export function loadManifests (files: string[], schema?: GraphQLSchema): Manifes
 // ---------------------------------------------------------------------------------------------
 // Automatic registration (APQ)
 
-/** A Map that forgets its least recently used entry beyond `max` entries. */
-export class LruMap<K, V> {
-  readonly max: number
-  readonly #map = new Map<K, V>()
-  constructor (max: number) { this.max = max }
-
-  get (key: K): V | undefined {
-    const value = this.#map.get(key)
-    if (value !== undefined) { this.#map.delete(key); this.#map.set(key, value) }
-    return value
-  }
-
-  set (key: K, value: V): void {
-    this.#map.delete(key)
-    if (this.max <= 0) return
-    this.#map.set(key, value)
-    if (this.#map.size > this.max) this.#map.delete(this.#map.keys().next().value!)
-  }
-
-  get size (): number { return this.#map.size }
-}
-
 /** Where automatically registered texts live, by sha256 hex. Implementations bound their size. */
 export interface ApqStore {
   get (hash: string): Promise<string | undefined>
@@ -279,8 +257,8 @@ export interface PersistedQueriesOptions {
   apqMaxEntries: number
   /** Texts longer than this are run but not registered (bounds the registry's memory). */
   apqMaxDocumentBytes: number
-  /** Registered texts must validate against it. */
-  schema: () => GraphQLSchema
+  /** A registered text's plan (the pipeline's: parsed and validated once); throws when it cannot run. */
+  plan (text: string): { operations: readonly { name: string | null; type: OperationTypeNode }[] }
 }
 
 interface PersistedQueryExtension { version?: unknown; sha256Hash?: unknown }
@@ -299,16 +277,6 @@ function persistedQueryExtension (extensions: unknown): PersistedQueryExtension 
   return pq as PersistedQueryExtension
 }
 
-/** A registered operation may be sent by name; a name it doesn't have, or a mutation over GET, is refused here. */
-function checkRequest (operation: Pick<PersistedOperation, 'name' | 'type'>, operationName: unknown, method: string | undefined): void {
-  if (operationName != null && operationName !== operation.name) {
-    throw new AppError('OPERATION_NOT_FOUND', `Unknown operation named "${String(operationName).slice(0, 80)}": the persisted document holds ${operation.name ? `"${operation.name}"` : 'an anonymous operation'}`)
-  }
-  if (method === 'GET' && operation.type !== 'query') {
-    throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
-  }
-}
-
 export function createPersistedQueries (options: PersistedQueriesOptions): PersistedQueries {
   const { manifest, persistedOnly, apqMaxDocumentBytes } = options
   const apq = persistedOnly ? null : options.apq
@@ -320,27 +288,28 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
     if (known) return known
     const registered = text ?? (apq ? await apq.get(hash) : undefined)
     if (registered === undefined) return undefined
-    let described: { name: string | null; type: OperationTypeNode }
+    let operations
     try {
-      described = describeOperation(registered, options.schema())
+      operations = options.plan(registered).operations
     } catch {
       return undefined
     }
-    const operation = { id: `sha256:${hash}`, text: registered, ...described }
+    // One operation per registered document, as at deploy time.
+    if (operations.length !== 1) return undefined
+    const operation = { id: `sha256:${hash}`, text: registered, name: operations[0]!.name, type: operations[0]!.type }
     apqFacts.set(hash, operation)
     return operation
   }
 
   return {
-    async resolve (params, method) {
-      const { queryId, query, operationName } = params
+    async resolve (params, transport) {
+      const { queryId, query } = params
       if (queryId !== undefined && queryId !== null) {
         if (typeof queryId !== 'string') throw new AppError('BAD_REQUEST', 'queryId must be a string of the form sha256:<hex>')
         // The hot path: one Map lookup, no hashing, no parsing.
         const operation = manifest.byId.get(queryId) ??
           (apq && queryId.startsWith('sha256:') ? await apqOperation(queryId.slice(7), undefined) : undefined)
         if (!operation) throw new AppError('PERSISTED_QUERY_NOT_FOUND', PersistedMessages.notFound(queryId))
-        checkRequest(operation, operationName, method)
         return operation.text
       }
 
@@ -349,15 +318,13 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
         const hash = pq.sha256Hash as string
         const fromManifest = manifest.byId.get(hash)
         if (fromManifest) {
-          checkRequest(fromManifest, operationName, method)
           return fromManifest.text
         }
         if (persistedOnly) throw new AppError('PERSISTED_QUERY_NOT_FOUND', PersistedMessages.notFoundPersistedOnly)
         if (query === undefined || query === null) {
           const operation = apq ? await apqOperation(hash, undefined) : undefined
           if (!operation) throw new AppError('PERSISTED_QUERY_NOT_FOUND', PersistedMessages.notFoundApq)
-          checkRequest(operation, operationName, method)
-          return operation.text
+            return operation.text
         }
         if (typeof query !== 'string') throw new AppError('BAD_REQUEST', 'query must be a string')
         if (sha256Hex(query) !== hash) throw new AppError('PERSISTED_QUERY_HASH_MISMATCH', PersistedMessages.mismatch)
@@ -367,14 +334,13 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
           const operation = await apqOperation(hash, query)
           if (operation) {
             await apq.set(hash, query)
-            checkRequest(operation, operationName, method)
-            return operation.text
+                return operation.text
           }
         }
         return query
       }
 
-      if (method === 'GET') throw new AppError('METHOD_NOT_ALLOWED', 'GET accepts persisted queries only (queryId or extensions.persistedQuery); send other operations by POST')
+      if (transport === 'GET') throw new AppError('METHOD_NOT_ALLOWED', 'GET accepts persisted queries only (queryId or extensions.persistedQuery); send other operations by POST')
       if (persistedOnly) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
       if (typeof query !== 'string' || query.trim() === '') throw new AppError('BAD_REQUEST', PersistedMessages.missingQuery)
       return query
@@ -390,6 +356,6 @@ export function noPersistedQueries (persistedOnly: boolean): PersistedQueries {
     apq: null,
     apqMaxEntries: 0,
     apqMaxDocumentBytes: 0,
-    schema: () => { throw new Error('no schema: automatic registration is off') }
+    plan: () => { throw new Error('no plans: automatic registration is off') }
   })
 }

@@ -9,7 +9,7 @@ import type { OutgoingHttpHeaders } from 'node:http'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { SubscriptionContext } from 'mercurius/lib/subscriber.js'
 import type { Caller } from '../domain/context.ts'
-import type { PreparedSubscription, SubscriptionRequest } from './subscriptions.ts'
+import type { PreparedSubscription } from './subscriptions.ts'
 
 /** One stream's state: its pub/sub queue (Mercurius's per-subscription context) and its running operation. */
 interface StreamState {
@@ -19,8 +19,7 @@ interface StreamState {
 
 export interface SseOptions {
   app: FastifyInstance
-  resolveSource (params: Record<string, unknown>): Promise<string>
-  prepare (request: SubscriptionRequest, caller: Caller | null, ip: string): Promise<PreparedSubscription>
+  prepare (params: Record<string, unknown>, caller: Caller | null, ip: string, transport: 'SSE'): Promise<PreparedSubscription>
   contextFor (caller: Caller | null, prepared: PreparedSubscription, request: FastifyRequest): Record<string, unknown>
   formatErrors (err: unknown): unknown[]
   formatError (err: unknown): unknown
@@ -46,8 +45,7 @@ export function createSseHandler (options: SseOptions) {
     onSubscribe: async (req, params: RequestParams) => {
       const request = req.raw
       try {
-        const source = await options.resolveSource(params as unknown as Record<string, unknown>)
-        const prepared = await options.prepare({ source, variables: params.variables, operationName: params.operationName }, request.caller, request.ip)
+        const prepared = await options.prepare(params as unknown as Record<string, unknown>, request.caller, request.ip, 'SSE')
         const contextValue: Record<PropertyKey, unknown> = {
           ...options.contextFor(request.caller, prepared, request),
           app,

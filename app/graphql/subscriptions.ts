@@ -1,12 +1,7 @@
 // Subscriptions, independent of their carrier (WebSocket or server-sent events): the resolvers of
 // Subscription.count and Subscription.messageAdded, and the checks every subscription operation passes
-// before it starts. Mercurius runs subscriptions through graphql-js `subscribe` without its validation
-// rules (only queryDepth), so schema validation, our limits, the cost budget and the variable caps are
-// applied here, once, for both carriers.
-import {
-  parse, specifiedRules, validate,
-  type DocumentNode, type GraphQLError, type GraphQLSchema, type ValidationRule
-} from 'graphql'
+// before it starts: the admission pipeline's, for both carriers.
+import type { DocumentNode } from 'graphql'
 import type { FastifyRequest } from 'fastify'
 import type { Caller, DomainDeps, DomainEvent } from '../domain/context.ts'
 import { createDomainContext } from '../domain/context.ts'
@@ -14,9 +9,8 @@ import { createLoaders } from '../domain/loaders.ts'
 import { normalizeRoomId } from '../domain/input.ts'
 import { AppError, badInput } from '../errors.ts'
 import type { CostReport, GraphQLContext } from './context.ts'
-import { selectOperation } from './document.ts'
-import { priceOperation, type SpendCostUnits } from './limits.ts'
-import type { Config } from '../config.ts'
+import type { Pipeline } from './pipeline.ts'
+import type { GraphQLRequestParams } from './persisted.ts'
 
 /** How often `count` emits. The interface says "one value about every second". */
 export const COUNT_INTERVAL_MS = 1000
@@ -100,7 +94,7 @@ export function subscriptionResolvers ({ roomTopic, maxCountTarget, countInterva
     },
     messageAdded: {
       subscribe: (_root: unknown, { roomId }: { roomId: string }, ctx: GraphQLContext) =>
-        subscribeTopic(ctx.pubsub as unknown as TopicSubscriber, roomTopic(normalizeRoomId(roomId))),
+        subscribeTopic((ctx as unknown as { pubsub: TopicSubscriber }).pubsub, roomTopic(normalizeRoomId(roomId))),
       resolve: (event: DomainEvent, _args: unknown, ctx: GraphQLContext) => {
         // Each event is resolved like a request of its own: fresh loaders (the author goes through
         // them), so a long-lived subscription neither serves stale rows nor accumulates a cache.
@@ -111,67 +105,25 @@ export function subscriptionResolvers ({ roomTopic, maxCountTarget, countInterva
   }
 }
 
-/** What a client sends to start a subscription (a graphql-ws `subscribe` payload or a graphql-sse body). */
-export interface SubscriptionRequest {
-  source: string
-  variables?: unknown
-  operationName?: unknown
-}
-
 export interface PreparedSubscription {
   document: DocumentNode
-  variables: Record<string, unknown> | undefined
+  variables: Record<string, unknown>
   operationName: string | null
   cost: CostReport
 }
 
-/** Validation errors, reported together (error-format's formatThrown unpacks `errors`). */
-export class ValidationFailed extends Error {
-  readonly errors: readonly GraphQLError[]
-
-  constructor (errors: readonly GraphQLError[]) {
-    super(errors[0]?.message ?? 'Validation failed')
-    this.errors = errors
-  }
-}
-
-export interface PrepareOptions {
-  schema (): GraphQLSchema
-  /** Our rules beyond graphql-js's specifiedRules (depth, literal caps), the same ones HTTP operations use. */
-  rules: readonly ValidationRule[]
-  limits: Config['limits']
-  /** The cost-unit rate budget (the rate-limit plugin's). */
-  spendCostUnits: SpendCostUnits
-}
-
 /**
- * Parse, validate (graphql-js rules plus ours), select the operation (a subscription), cap the
- * variables and price the operation against the caller's budget and cost rate. Throws AppError or
- * ValidationFailed; nothing has started when it throws.
+ * Admits a subscription through the pipeline (the same plan cache, checks and budgets as every other
+ * operation; a WebSocket operation spends a request of the budget there). Queries and mutations are
+ * not served on these carriers yet. Throws when refused; nothing has started then.
  */
-export function subscriptionPreparer (options: PrepareOptions) {
-  const rules = [...specifiedRules, ...options.rules]
-  return async function prepare (request: SubscriptionRequest, caller: Caller | null, ip: string): Promise<PreparedSubscription> {
-    const { variables, operationName } = request
-    if (variables != null && (typeof variables !== 'object' || Array.isArray(variables))) throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
-    if (operationName != null && typeof operationName !== 'string') throw new AppError('BAD_REQUEST', 'operationName must be a string')
-    const schema = options.schema()
-    const document = parse(request.source)
-    const errors = validate(schema, document, rules)
-    if (errors.length > 0) throw new ValidationFailed(errors)
-
-    const { operation, singleOperationDocument } = selectOperation(document, operationName)
-    if (operation.operation !== 'subscription') {
-      throw new AppError('BAD_REQUEST', `Only subscriptions are served here: send ${operation.operation === 'query' ? 'queries' : 'mutations'} by HTTP POST`)
+export function subscriptionAdmitter (pipeline: () => Pipeline) {
+  return async function prepare (params: GraphQLRequestParams, caller: Caller | null, ip: string, transport: 'WS' | 'SSE'): Promise<PreparedSubscription> {
+    const { operation, variables, cost } = await pipeline().admit({ params, transport, caller, ip })
+    if (operation.type !== 'subscription') {
+      throw new AppError('BAD_REQUEST', `Only subscriptions are served here: send ${operation.type === 'query' ? 'queries' : 'mutations'} by HTTP POST`)
     }
-    const vars = (variables ?? undefined) as Record<string, unknown> | undefined
-    const cost = await priceOperation(schema, document, operation, vars, caller, ip, options.limits, options.spendCostUnits)
-    return {
-      document: singleOperationDocument ?? document,
-      variables: vars,
-      operationName: (operationName as string | null | undefined) ?? null,
-      cost
-    }
+    return { document: operation.document, variables, operationName: operation.name, cost }
   }
 }
 

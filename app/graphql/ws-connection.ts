@@ -10,7 +10,7 @@ import type { FastifyRequest } from 'fastify'
 import type { WebSocket } from 'ws'
 import type { Caller } from '../domain/context.ts'
 import { AppError } from '../errors.ts'
-import type { PreparedSubscription, SubscriptionRequest } from './subscriptions.ts'
+import type { PreparedSubscription } from './subscriptions.ts'
 
 /** Close codes (graphql-transport-ws's where it has one; the legacy subprotocol uses the same). */
 export const CloseCode = {
@@ -39,9 +39,8 @@ export interface WsConnectionOptions {
   authenticate (authorization: string | undefined): Caller | null
   /** Takes a per-user connection slot; null when the user already holds too many. Returns its release. */
   admit (caller: Caller | null): (() => void) | null
-  /** The document text of a subscribe payload (a persisted query or the ad-hoc `query`). */
-  resolveSource (payload: Record<string, unknown>): Promise<string>
-  prepare (request: SubscriptionRequest, caller: Caller | null, ip: string): Promise<PreparedSubscription>
+  /** Admits a subscribe payload (persisted or ad-hoc) through the pipeline. */
+  prepare (params: Record<string, unknown>, caller: Caller | null, ip: string, transport: 'WS'): Promise<PreparedSubscription>
   contextFor (caller: Caller | null, prepared: PreparedSubscription, request: FastifyRequest): Record<string, unknown>
   /** Our error shape for an `error` message. */
   formatErrors (err: unknown): unknown[]
@@ -165,14 +164,13 @@ export class GraphQLWsConnection extends SubscriptionConnection {
 
   private async start (id: string, payload: Record<string, unknown>): Promise<void> {
     try {
-      const source = await this.options.resolveSource(payload)
       const request = this.options.request
-      const prepared = await this.options.prepare({ source, variables: payload.variables, operationName: payload.operationName }, this.caller, request.ip)
+      const prepared = await this.options.prepare(payload, this.caller, request.ip, 'WS')
       // The client left or completed the operation (or the server is closing) while it was being checked: start nothing.
       if (this.closing || this.cancelled.has(id) || this.socket.readyState !== this.socket.OPEN) return
       const args: ExecuteSubscriptionArgs = {
         document: prepared.document,
-        query: source,
+        query: '',
         context: { ...this.context, ...this.options.contextFor(this.caller, prepared, request) },
         variables: prepared.variables,
         operationName: prepared.operationName,

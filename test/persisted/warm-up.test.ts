@@ -34,17 +34,15 @@ const VARIABLES: Record<string, Record<string, unknown>> = {
 test('every manifest operation is parsed, validated and compiled at start, without touching data; first requests pay nothing', async (t) => {
   const { store, calls } = countingStore()
   const { app, token } = await buildTestApp(t, DEVELOPMENT, { store })
-  let validations = 0
-  app.graphql.addHook('preValidation', async () => { validations++ }) // Mercurius runs it on a cache miss only
   compilations.length = 0
   calls.length = 0
   await app.ready()
 
   const names = manifest.operations.map((o) => o.name).sort()
   t.same(compilations.slice().sort(), names, 'each operation compiled once, at start')
-  t.equal(validations, names.length, 'each operation parsed and validated once, at start')
-  t.same(app.persistedWarmUp, { compiled: names.length, skipped: [], ms: app.persistedWarmUp!.ms })
-  t.same(calls, [], 'the warm-up read and wrote nothing (its domain context is sealed)')
+  t.same(app.persistedWarmUp, { compiled: names.length, ms: app.persistedWarmUp!.ms })
+  t.same(calls, [], 'the warm-up read and wrote nothing (it executes nothing)')
+  const planned = app.graphqlPipeline.cacheStats.entries
 
   const auth = { authorization: `Bearer ${token('1', 'ADMIN')}` }
   for (const op of manifest.operations) {
@@ -54,25 +52,26 @@ test('every manifest operation is parsed, validated and compiled at start, witho
     }
   }
   t.equal(compilations.length, names.length, 'no request compiled anything')
-  t.equal(validations, names.length, 'no request parsed or validated anything')
+  t.equal(app.graphqlPipeline.cacheStats.entries, planned, 'no request planned (parsed, validated) anything')
 
-  // The same measurement sees an operation that was not warmed up: parsed on first use, compiled on the second.
+  // The same measurement sees an operation that was not registered: planned and compiled on its first use, once.
   for (let i = 0; i < 2; i++) await app.inject({ method: 'POST', url: '/graphql', payload: { query: 'query NotRegistered { users { id } }' } })
   t.same(compilations.slice(names.length), ['NotRegistered'])
-  t.equal(validations, names.length + 1)
+  t.equal(app.graphqlPipeline.cacheStats.entries, planned + 1)
 })
 
-test('an operation a per-request check refuses at warm-up is reported, and compiles on its first request', async (t) => {
-  // With an administrator budget of 100, RoomMessages (cost 120 with its default page) cannot be priced in.
+test('an operation over a caller budget at start is still planned; each request is priced for its caller', async (t) => {
+  // With an administrator budget of 100, RoomMessages (cost 120 with its default page) is over the
+  // administrator's budget but within a service account's: pricing is per request, planning is not.
   const { app, token } = await buildTestApp(t, { ...DEVELOPMENT, COST_BUDGET_ADMIN: '100' })
   compilations.length = 0
   await app.ready()
-  t.same(app.persistedWarmUp!.skipped.map((s) => [s.name, s.reason]), [['RoomMessages', 'Query cost 120 exceeds the budget of 100 for this caller']])
-  t.notOk(compilations.includes('RoomMessages'))
+  t.ok(compilations.includes('RoomMessages'), 'compiled at start')
   compilations.length = 0
-  const request = { method: 'POST' as const, url: '/graphql', headers: { authorization: `Bearer ${token('5', 'SERVICE')}` }, payload: { queryId: queryIdOf('RoomMessages'), variables: { roomId: 'general' } } }
-  t.ok(Array.isArray((await app.inject(request)).json().data.messages), 'a caller with a larger budget runs it')
-  t.same(compilations, ['RoomMessages'], 'compiled by its first request (parsed and validated at start, it counts as a second use)')
+  const as = (sub: string, role: 'ADMIN' | 'SERVICE') => app.inject({ method: 'POST' as const, url: '/graphql', headers: { authorization: `Bearer ${token(sub, role)}` }, payload: { queryId: queryIdOf('RoomMessages'), variables: { roomId: 'general' } } })
+  t.match((await as('1', 'ADMIN')).json().errors, [{ message: 'Query cost 120 exceeds the budget of 100 for this caller', extensions: { code: 'COST_LIMIT_EXCEEDED' } }])
+  t.ok(Array.isArray((await as('5', 'SERVICE')).json().data.messages), 'a caller with a larger budget runs it')
+  t.same(compilations, [], 'no request compiled anything')
 })
 
 test('restart: an app built again from the same manifest file serves the same ids; in-memory APQ registrations are gone', async (t) => {
@@ -104,9 +103,10 @@ test('a manifest the service cannot honour stops the start with a clear error', 
   const unknownField = join(dir, 'drifted.json')
   const drifted = 'query Old { user(id: "1") { nickname } }'
   writeFileSync(unknownField, JSON.stringify({ [sha256Hex(drifted)]: drifted }))
-  await t.rejects(buildTestApp(t, { PERSISTED_MANIFEST: unknownField }), /cannot be registered: it is not valid against the schema: Cannot query field "nickname" on type "User"/)
+  const { app: driftedApp } = await buildTestApp(t, { PERSISTED_MANIFEST: unknownField })
+  await t.rejects(async () => { await driftedApp.ready() }, /Persisted operation Old sha256:[0-9a-f]{64} is not valid for this service: Cannot query field "nickname" on type "User"/)
 
-  // The service's own validation rules (here MAX_DEPTH) are applied by the warm-up.
+  // The service's own limits (here MAX_DEPTH) are applied when the plans are made.
   const { app } = await buildTestApp(t, { ...DEVELOPMENT, MAX_DEPTH: '2' })
   await t.rejects(async () => { await app.ready() }, { message: new RegExp(`Persisted operation RoomMessages ${queryIdOf('RoomMessages')} is not valid for this service: Query depth 3 exceeds the maximum depth of 2`) })
 })

@@ -1,0 +1,217 @@
+// The admission pipeline: the one way a GraphQL operation gets to run, whatever carries it (HTTP
+// POST, persisted GET, WebSocket in either subprotocol, server-sent events).
+//
+//   request → document text (persisted id, APQ hash or ad-hoc query; app/graphql/persisted.ts)
+//           → plan (made once per text and cached by bytes: app/graphql/plan.ts)
+//           → operation chosen by operationName, allowed on this transport
+//           → introspection rule (by caller) → variables coerced (graphql-js) and capped
+//           → cost = the plan's function of the variables, against the caller's budget
+//           → cost units spent (one call, every transport) → execution (graphql-jit) under a deadline
+//
+// The request budget is spent before any of this: by the route hook for HTTP requests (SSE included),
+// by `spendRequest` here for each WebSocket operation. A refused operation has spent its request.
+//
+// One engine runs everything: graphql-jit's compilation of the chosen operation, made on its first
+// admitted execution and kept with the plan. Mercurius builds the schema (resolvers, mercurius-auth's
+// @auth wrappers) and is not on the request path.
+import { createRequire } from 'node:module'
+import { GraphQLError, getVariableValues, type ExecutionResult, type GraphQLSchema } from 'graphql'
+import type { CompiledQuery } from 'graphql-jit'
+import { AppError, Messages } from '../errors.ts'
+import { LruMap } from '../lru-map.ts'
+import { assertWithinCaps } from '../domain/input.ts'
+import { createDomainContext, type Caller, type DomainDeps } from '../domain/context.ts'
+import type { Config } from '../config.ts'
+import type { CostReport, GraphQLContext } from './context.ts'
+import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
+import type { GraphQLRequestParams, PersistedQueries } from './persisted.ts'
+
+// graphql-jit's CommonJS build: its ESM build imports a sibling module without its extension and
+// fails to load under Node's resolver.
+const require = createRequire(import.meta.url)
+const { compileQuery, isCompiledQuery } = require('graphql-jit') as typeof import('graphql-jit')
+
+/** What carries the operation: decides which operation types it may run. */
+export type Transport = 'GET' | 'POST' | 'WS' | 'SSE'
+
+export interface OperationRequest {
+  params: GraphQLRequestParams
+  transport: Transport
+  caller: Caller | null
+  ip: string
+}
+
+/** An operation that passed every check and has paid: ready to execute or subscribe. */
+export interface Admission {
+  caller: Caller | null
+  operation: OperationPlan
+  compiled: CompiledQuery
+  variables: Record<string, unknown>
+  cost: CostReport
+}
+
+/** What the pipeline needs from the service. */
+export interface PipelineOptions {
+  schema (): GraphQLSchema
+  limits: Config['limits']
+  introspection: boolean
+  domain: DomainDeps
+  persisted (): PersistedQueries
+  /** Spends cost units from the caller's window: what is left (negative when over) and when the window resets. */
+  spendCostUnits (caller: Caller | null, ip: string, cost: number): Promise<{ remaining: number; resetMs: number }>
+  /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
+  spendRequest (caller: Caller | null, ip: string): Promise<void>
+}
+
+export interface Pipeline {
+  /** The plan of a text: from the cache, or made (and cached) now. Throws when the text cannot run. */
+  plan (source: string): DocumentPlan
+  /** Makes and compiles the plan of a deploy-time text, kept for the life of the process (never evicted). */
+  pin (source: string): void
+  /** Checks and prices an operation, spends its cost units; throws (having spent nothing else) when refused. */
+  admit (request: OperationRequest): Promise<Admission>
+  /**
+   * Runs an admitted query or mutation under the execution deadline: its result, or "Query timeout"
+   * when the deadline passes first (the domain then refuses any further write of that operation).
+   */
+  execute (admission: Admission): Promise<ExecutionResult>
+  /** Starts an admitted subscription: its stream of results, or one result when it failed to start. */
+  subscribe (admission: Admission): Promise<AsyncIterableIterator<ExecutionResult> | ExecutionResult>
+  /** Plans made for ad-hoc and APQ texts: entries and estimated bytes kept. */
+  readonly cacheStats: { entries: number; bytes: number }
+}
+
+const ALLOWED: Record<Transport, ReadonlySet<string>> = {
+  GET: new Set(['query']),
+  POST: new Set(['query', 'mutation']),
+  WS: new Set(['query', 'mutation', 'subscription']),
+  SSE: new Set(['query', 'mutation', 'subscription'])
+}
+
+function refuseOnTransport (type: string, transport: Transport): never {
+  if (transport === 'GET') throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
+  throw new AppError('BAD_REQUEST', `Subscriptions are served over WebSocket (graphql-transport-ws) or server-sent events (POST with Accept: text/event-stream), not as a plain ${transport} ${type}`)
+}
+
+/** The operation a request names: by operationName, or the only one. */
+function selectOperation (plan: DocumentPlan, operationName: string | null): OperationPlan {
+  const { operations } = plan
+  if (operations.length === 0) throw new AppError('GRAPHQL_VALIDATION_FAILED', 'The document contains no operation')
+  if (operationName !== null) {
+    const named = operations.find((op) => op.name === operationName)
+    if (!named) throw new AppError('OPERATION_NOT_FOUND', `Unknown operation named "${operationName.slice(0, 80)}"`)
+    return named
+  }
+  if (operations.length > 1) throw new AppError('OPERATION_NOT_FOUND', 'Must provide operationName when the document contains several operations')
+  return operations[0]!
+}
+
+/** graphql-jit compilations, one per operation of a plan (it keys nothing by text: no cross-operation mix-up). */
+const compilations = new WeakMap<OperationPlan, CompiledQuery>()
+
+function compiledOf (schema: GraphQLSchema, operation: OperationPlan): CompiledQuery {
+  let compiled = compilations.get(operation)
+  if (!compiled) {
+    const result = compileQuery(schema, operation.document, operation.name ?? undefined)
+    // The document validated, so a failure here is ours: reported as an internal error.
+    if (!isCompiledQuery(result)) throw new Error(`graphql-jit could not compile the operation: ${result.errors?.map((e) => e.message).join('; ')}`)
+    compilations.set(operation, compiled = result)
+  }
+  return compiled
+}
+
+export function createPipeline (options: PipelineOptions): Pipeline {
+  const { limits } = options
+  const cache = new LruMap<string, DocumentPlan>(Infinity, limits.planCacheBytes)
+  const pinned = new Map<string, DocumentPlan>()
+
+  function plan (source: string): DocumentPlan {
+    let made = pinned.get(source) ?? cache.get(source)
+    if (!made) {
+      if (source.length > limits.maxQueryLength) {
+        throw new AppError('QUERY_TOO_LARGE', `The document is longer than ${limits.maxQueryLength} characters`, { maxQueryLength: limits.maxQueryLength })
+      }
+      // A text that fails throws here and is never kept.
+      made = makePlan(options.schema(), source, limits)
+      cache.set(source, made, made.bytes)
+    }
+    return made
+  }
+
+  /** Variables coerced by graphql-js (its words when refused), then held to the input caps. */
+  function coerceVariables (operation: OperationPlan, sent: unknown): Record<string, unknown> {
+    if (sent != null && (typeof sent !== 'object' || Array.isArray(sent))) throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
+    const definitions = operation.variableDefinitions
+    if (definitions.length === 0) return {}
+    const { coerced, errors } = getVariableValues(options.schema(), definitions, (sent ?? {}) as Record<string, unknown>, { maxErrors: 10 })
+    if (errors) throw new ValidationFailed(errors, 'BAD_USER_INPUT')
+    // Only declared variables, as deep as their types: the caps walk is bounded by the schema.
+    assertWithinCaps(coerced, limits, 'variables')
+    return coerced
+  }
+
+  async function admit ({ params, transport, caller, ip }: OperationRequest): Promise<Admission> {
+    // HTTP requests have paid at the route; a WebSocket carries many operations on one request.
+    if (transport === 'WS') await options.spendRequest(caller, ip)
+    const operationName = params.operationName ?? null
+    if (operationName !== null && typeof operationName !== 'string') throw new AppError('BAD_REQUEST', 'operationName must be a string')
+    const source = await options.persisted().resolve(params, transport)
+    const operation = selectOperation(plan(source), operationName)
+    if (!ALLOWED[transport].has(operation.type)) refuseOnTransport(operation.type, transport)
+    if (operation.introspects && !options.introspection && caller?.role !== 'ADMIN') {
+      throw new AppError('INTROSPECTION_DISABLED', Messages.introspectionDisabled)
+    }
+    const variables = coerceVariables(operation, params.variables)
+    const requested = operation.cost(variables)
+    const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
+    if (requested > budget) {
+      throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${requested} exceeds the budget of ${budget} for this caller`, { cost: requested, budget })
+    }
+    // Compiled before paying: the compilation is bounded by the budget just checked (each field costs at least 1).
+    const compiled = compiledOf(options.schema(), operation)
+    const { remaining, resetMs } = await options.spendCostUnits(caller, ip, requested)
+    if (remaining < 0) {
+      const retryAfter = Math.ceil(resetMs / 1000)
+      throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${limits.rateCostUnits} cost units per ${Math.round(limits.rateWindowMs / 1000)} s; retry in ${retryAfter} s`, { cost: requested, retryAfter })
+    }
+    return { caller, operation, compiled, variables, cost: { requested, budget, remaining } }
+  }
+
+  const contextOf = (admission: Admission, deadline: number): GraphQLContext => ({
+    domain: createDomainContext(options.domain, admission.caller, deadline),
+    operationName: admission.operation.name,
+    cost: admission.cost
+  })
+
+  return {
+    plan,
+    pin (source) {
+      const made = makePlan(options.schema(), source, limits)
+      for (const operation of made.operations) compiledOf(options.schema(), operation)
+      pinned.set(source, made)
+    },
+    admit,
+    execute (admission) {
+      const deadline = Date.now() + limits.timeoutMs
+      const result = admission.compiled.query(undefined, contextOf(admission, deadline), admission.variables)
+      // Synchronous results (no resolver waited) are complete; only a pending one races the deadline.
+      return result instanceof Promise ? withinDeadline(result, limits.timeoutMs) : Promise.resolve(result)
+    },
+    async subscribe (admission) {
+      // Each event is resolved with fresh loaders (see the messageAdded resolver); no deadline applies to a stream.
+      return admission.compiled.subscribe!(undefined, contextOf(admission, Infinity), admission.variables)
+    },
+    get cacheStats () { return { entries: cache.size, bytes: cache.weight } }
+  }
+}
+
+const TIMED_OUT: ExecutionResult = {
+  data: null,
+  errors: [new GraphQLError(Messages.queryTimeout, { extensions: { code: 'TIMEOUT' } })]
+}
+
+function withinDeadline (execution: Promise<ExecutionResult>, timeoutMs: number): Promise<ExecutionResult> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<ExecutionResult>((resolve) => { timer = setTimeout(resolve, timeoutMs, TIMED_OUT) })
+  return Promise.race([execution, timeout]).finally(() => clearTimeout(timer))
+}

@@ -1,0 +1,351 @@
+// A plan: everything about a GraphQL document that does not depend on the request, made once per
+// document text and cached (app/graphql/plan-cache.ts). Parsing (token-capped), validation
+// (graphql-js's rules plus the literal input caps), and one analysis pass per operation:
+// - depth, counted through fragments (introspection fields count as one level: their shape is the
+//   schema's, bounded, and the standard introspection query is deeper than any sensible limit);
+// - whether it reaches __schema/__type;
+// - its cost as a function of the variables: constant when no page argument is a variable, otherwise
+//   a small function evaluated per request;
+// - the graphql-jit compilation, made on the first execution that passes every check (so only
+//   documents some caller may run are compiled, and compiling never exceeds what a budget allows).
+//
+// Every fragment is analysed once and its result reused wherever it is spread, so the work is linear
+// in the document even when fragments spread each other many times over (a chain of fragments that
+// each spread the next twice prices 2^n fields in n steps; such a document is then refused on its cost).
+import {
+  GraphQLError, Kind, getNamedType, getNullableType, isInterfaceType, isListType, isObjectType, parse, specifiedRules, validate,
+  type DocumentNode, type FragmentDefinitionNode, type GraphQLField, type GraphQLObjectType, type GraphQLSchema,
+  type OperationDefinitionNode, type OperationTypeNode, type SelectionSetNode, type ValidationRule, type ValueNode,
+  type VariableDefinitionNode
+} from 'graphql'
+import { AppError } from '../errors.ts'
+import { assertPageSize, type InputCaps } from '../domain/input.ts'
+
+export interface PlanLimits extends InputCaps {
+  maxDepth: number
+  /** Most tokens a document may have (graphql-js's parse option): bounds parsing, validation and the AST kept. */
+  maxQueryTokens: number
+}
+
+/** Cost of a selection: a number when it does not depend on the variables. */
+type Cost = number | CostFunction
+interface CostFunction {
+  (variables: Record<string, unknown>, memo: Map<CostFunction, number>): number
+}
+
+export interface OperationPlan {
+  name: string | null
+  type: OperationTypeNode
+  /** The document the operation runs in (shared by the operations of one text). */
+  document: DocumentNode
+  variableDefinitions: readonly VariableDefinitionNode[]
+  depth: number
+  introspects: boolean
+  /** The operation's cost for these variables; throws BAD_USER_INPUT for a page size over the cap. */
+  cost (variables: Record<string, unknown>): number
+}
+
+export interface DocumentPlan {
+  operations: OperationPlan[]
+  /** Rough bytes this plan keeps alive (AST with locations, analysis), for the cache's byte bound. */
+  bytes: number
+}
+
+/** Arguments whose value multiplies the cost of a list field's selection (and is capped as a page size). */
+const PAGE_ARGUMENTS = new Set(['limit', 'first', 'last'])
+const INTROSPECTION_FIELDS = new Set(['__schema', '__type'])
+
+/**
+ * Bytes an AST with locations keeps per character of source, measured on this service's queries
+ * (parse with locations, retained heap over text length: 25-45); the upper end, so the bound holds.
+ */
+const AST_BYTES_PER_CHAR = 48
+
+/**
+ * Errors reported together (error-format's formatThrown unpacks `errors`), each carrying `code`
+ * unless it has a code of its own: graphql-js's validation and variable errors come without one.
+ */
+export class ValidationFailed extends Error {
+  readonly errors: readonly GraphQLError[]
+
+  constructor (errors: readonly GraphQLError[], code: 'GRAPHQL_VALIDATION_FAILED' | 'BAD_USER_INPUT' = 'GRAPHQL_VALIDATION_FAILED') {
+    super(errors[0]?.message ?? 'Validation failed')
+    this.errors = errors.map((e) => e.extensions?.code !== undefined
+      ? e
+      : new GraphQLError(e.message, { nodes: e.nodes, source: e.source, positions: e.positions, path: e.path, extensions: { ...e.extensions, code } }))
+  }
+}
+
+/** Literal strings and lists in the document obey the input caps, as variables do. */
+function literalCapsRule (caps: InputCaps): ValidationRule {
+  return (context) => {
+    const check = (node: ValueNode) => {
+      const problem = literalProblem(node, caps)
+      if (problem) context.reportError(new GraphQLError(problem.message, { nodes: [node], extensions: { code: problem.code, ...problem.details } }))
+    }
+    return {
+      Argument (node) { check(node.value); return false },
+      VariableDefinition (node) { if (node.defaultValue) check(node.defaultValue); return false }
+    }
+  }
+}
+
+function literalProblem (node: ValueNode, caps: InputCaps): AppError | null {
+  switch (node.kind) {
+    case Kind.STRING:
+      return node.value.length > caps.maxStringLength ? new AppError('BAD_USER_INPUT', 'Too long', { maxLength: caps.maxStringLength }) : null
+    case Kind.LIST:
+      if (node.values.length > caps.maxListLength) return new AppError('BAD_USER_INPUT', `Too many entries: at most ${caps.maxListLength}`, { maxEntries: caps.maxListLength })
+      for (const value of node.values) { const p = literalProblem(value, caps); if (p) return p }
+      return null
+    case Kind.OBJECT:
+      for (const field of node.fields) { const p = literalProblem(field.value, caps); if (p) return p }
+      return null
+    default:
+      return null
+  }
+}
+
+/** Parses a document text within the token cap; graphql-js's syntax errors keep their own words. */
+export function parseDocument (source: string, maxTokens: number): DocumentNode {
+  try {
+    return parse(source, { maxTokens })
+  } catch (err) {
+    if (err instanceof GraphQLError && /Document contains more th\w+ \d+ tokens/.test(err.message)) {
+      throw new AppError('QUERY_TOO_LARGE', `The document has more than ${maxTokens} tokens`, { maxTokens })
+    }
+    throw err
+  }
+}
+
+/**
+ * Makes the plan of a document text. Throws (nothing cached) when it does not parse, does not
+ * validate, or an operation breaks a request-independent limit (depth, a literal page size).
+ */
+export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLimits): DocumentPlan {
+  const document = parseDocument(source, limits.maxQueryTokens)
+  const errors = validate(schema, document, [...specifiedRules, literalCapsRule(limits)], { maxErrors: 20 })
+  if (errors.length > 0) throw new ValidationFailed(errors)
+
+  const fragments = new Map<string, FragmentDefinitionNode>()
+  for (const d of document.definitions) if (d.kind === Kind.FRAGMENT_DEFINITION) fragments.set(d.name.value, d)
+  const analysis = new SelectionAnalysis(schema, fragments, limits)
+  const operations: OperationPlan[] = []
+  const depthErrors: GraphQLError[] = []
+  for (const definition of document.definitions) {
+    if (definition.kind !== Kind.OPERATION_DEFINITION) continue
+    const root = rootType(schema, definition.operation)
+    const facts = analysis.of(root, definition.selectionSet)
+    if (facts.depth > limits.maxDepth) {
+      depthErrors.push(new GraphQLError(`Query depth ${facts.depth} exceeds the maximum depth of ${limits.maxDepth}`, {
+        nodes: [definition], extensions: { code: 'DEPTH_LIMIT_EXCEEDED', depth: facts.depth, maxDepth: limits.maxDepth }
+      }))
+    }
+    operations.push({
+      name: definition.name?.value ?? null,
+      type: definition.operation,
+      document,
+      variableDefinitions: definition.variableDefinitions ?? [],
+      depth: facts.depth,
+      introspects: facts.introspects,
+      cost: costWithDefaults(facts.cost, definition)
+    })
+  }
+  if (depthErrors.length > 0) throw new ValidationFailed(depthErrors)
+  return { operations, bytes: source.length * AST_BYTES_PER_CHAR + 1024 }
+}
+
+function rootType (schema: GraphQLSchema, type: OperationTypeNode): GraphQLObjectType {
+  const root = type === 'query' ? schema.getQueryType() : type === 'mutation' ? schema.getMutationType() : schema.getSubscriptionType()
+  // Validation has refused an operation whose root type the schema lacks.
+  return root!
+}
+
+/** Evaluates a cost with the operation's variable defaults under the sent variables. */
+function costWithDefaults (cost: Cost, operation: OperationDefinitionNode): (variables: Record<string, unknown>) => number {
+  if (typeof cost === 'number') return () => cost
+  const defaults: Record<string, unknown> = {}
+  for (const v of operation.variableDefinitions ?? []) {
+    if (v.defaultValue?.kind === Kind.INT) defaults[v.variable.name.value] = Number(v.defaultValue.value)
+  }
+  const hasDefaults = Object.keys(defaults).length > 0
+  return (variables) => cost(hasDefaults ? { ...defaults, ...withoutNulls(variables) } : variables, new Map())
+}
+
+function withoutNulls (variables: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {}
+  for (const key in variables) if (variables[key] != null) out[key] = variables[key]
+  return out
+}
+
+interface SelectionFacts {
+  depth: number
+  introspects: boolean
+  cost: Cost
+}
+
+/** Sums costs; a function only when one of the parts is. */
+function sum (parts: Cost[]): Cost {
+  let constant = 0
+  const functions: CostFunction[] = []
+  for (const part of parts) {
+    if (typeof part === 'number') constant += part
+    else functions.push(part)
+  }
+  if (functions.length === 0) return constant
+  return (variables, memo) => {
+    let total = constant
+    for (const f of functions) total += evaluate(f, variables, memo)
+    return total
+  }
+}
+
+/** Evaluates a shared cost function once per request (fragments spread many times are shared). */
+function evaluate (f: CostFunction, variables: Record<string, unknown>, memo: Map<CostFunction, number>): number {
+  let value = memo.get(f)
+  if (value === undefined) memo.set(f, value = f(variables, memo))
+  return value
+}
+
+/**
+ * The one walk over selections: a leaf costs 1 (`__typename` too), an object field 1 plus its
+ * selection, a list field its page argument (literal, variable or default) times its selection (at
+ * least 1), a list of keys one item per key. Aliases and repeats are each priced (alias bombs).
+ */
+class SelectionAnalysis {
+  readonly #schema: GraphQLSchema
+  readonly #fragments: Map<string, FragmentDefinitionNode>
+  readonly #caps: InputCaps
+  /** Per fragment and the type it is read as. */
+  readonly #fragmentFacts = new Map<string, SelectionFacts>()
+  readonly #visiting = new Set<string>()
+
+  constructor (schema: GraphQLSchema, fragments: Map<string, FragmentDefinitionNode>, caps: InputCaps) {
+    this.#schema = schema
+    this.#fragments = fragments
+    this.#caps = caps
+  }
+
+  of (parent: GraphQLObjectType, selectionSet: SelectionSetNode): SelectionFacts {
+    let depth = 0
+    let introspects = false
+    const costs: Cost[] = []
+    const take = (facts: SelectionFacts, levels: number) => {
+      if (facts.depth + levels > depth) depth = facts.depth + levels
+      introspects ||= facts.introspects
+      costs.push(facts.cost)
+    }
+    for (const selection of selectionSet.selections) {
+      if (selection.kind === Kind.FIELD) {
+        take(this.#field(parent, selection.name.value, selection), 0)
+      } else if (selection.kind === Kind.INLINE_FRAGMENT) {
+        take(this.of(this.#typeOr(selection.typeCondition?.name.value, parent), selection.selectionSet), 0)
+      } else {
+        const facts = this.#fragment(parent, selection.name.value)
+        if (facts) take(facts, 0)
+      }
+    }
+    return { depth, introspects, cost: sum(costs) }
+  }
+
+  #field (parent: GraphQLObjectType, name: string, node: import('graphql').FieldNode): SelectionFacts {
+    if (INTROSPECTION_FIELDS.has(name)) {
+      // The schema's own description: one level, priced by its number of fields.
+      return { depth: 1, introspects: true, cost: 1 + (node.selectionSet ? this.#fieldCount(node.selectionSet) : 0) }
+    }
+    const field: GraphQLField<unknown, unknown> | undefined = parent.getFields()[name]
+    if (!field || !node.selectionSet) return { depth: 1, introspects: false, cost: 1 }
+    const named = getNamedType(field.type)
+    const child = isObjectType(named) || isInterfaceType(named)
+      ? this.of(named as GraphQLObjectType, node.selectionSet)
+      : { depth: 0, introspects: false, cost: 0 }
+    const facts = { depth: child.depth + 1, introspects: child.introspects }
+    if (!isListType(getNullableType(field.type))) return { ...facts, cost: sum([1, child.cost]) }
+    return { ...facts, cost: this.#listCost(field, node, child.cost) }
+  }
+
+  /** A list field: its multiplier (page size, number of keys) times its selection's cost, at least 1. */
+  #listCost (field: GraphQLField<unknown, unknown>, node: import('graphql').FieldNode, childCost: Cost): Cost {
+    const multipliers: ((variables: Record<string, unknown>) => number)[] = []
+    let constant = 1
+    for (const arg of field.args) {
+      const given = node.arguments?.find((a) => a.name.value === arg.name)?.value
+      const page = PAGE_ARGUMENTS.has(arg.name)
+      const keys = isListType(getNullableType(arg.type))
+      if (!page && !keys) continue
+      const caps = this.#caps
+      const measure = (value: unknown): number => {
+        if (page && typeof value === 'number') return assertPageSize(value, caps, arg.name)
+        if (keys && Array.isArray(value)) return Math.max(1, value.length)
+        return 1
+      }
+      if (given?.kind === Kind.VARIABLE) {
+        const variable = given.name.value
+        const fallback = arg.defaultValue
+        multipliers.push((variables) => measure(variables[variable] ?? fallback))
+      } else {
+        constant = Math.max(constant, measure(given === undefined ? arg.defaultValue : literalNumberOrList(given)))
+      }
+    }
+    const each = (c: number) => Math.max(1, c)
+    if (multipliers.length === 0 && typeof childCost === 'number') return constant * each(childCost)
+    return (variables, memo) => {
+      let multiplier = constant
+      for (const m of multipliers) multiplier = Math.max(multiplier, m(variables))
+      return multiplier * each(typeof childCost === 'number' ? childCost : evaluate(childCost, variables, memo))
+    }
+  }
+
+  #fragment (parent: GraphQLObjectType, name: string): SelectionFacts | undefined {
+    const fragment = this.#fragments.get(name)
+    // Unknown fragments and cycles are validation errors; here they only must not loop.
+    if (!fragment || this.#visiting.has(name)) return undefined
+    const type = this.#typeOr(fragment.typeCondition.name.value, parent)
+    const key = `${name}\u0000${type.name}`
+    let facts = this.#fragmentFacts.get(key)
+    if (!facts) {
+      this.#visiting.add(name)
+      facts = this.of(type, fragment.selectionSet)
+      this.#visiting.delete(name)
+      // A shared function is evaluated once per request (see evaluate), wherever it is spread.
+      this.#fragmentFacts.set(key, facts)
+    }
+    return facts
+  }
+
+  /** Fields under an introspection field, through fragments (each fragment counted once per spread, memoised). */
+  #fieldCount (selectionSet: SelectionSetNode): number {
+    let count = 0
+    for (const selection of selectionSet.selections) {
+      if (selection.kind === Kind.FIELD) count += 1 + (selection.selectionSet ? this.#fieldCount(selection.selectionSet) : 0)
+      else if (selection.kind === Kind.INLINE_FRAGMENT) count += this.#fieldCount(selection.selectionSet)
+      else count += this.#fragmentFieldCount(selection.name.value)
+    }
+    return count
+  }
+
+  readonly #fragmentCounts = new Map<string, number>()
+  #fragmentFieldCount (name: string): number {
+    const fragment = this.#fragments.get(name)
+    if (!fragment || this.#visiting.has(name)) return 0
+    let count = this.#fragmentCounts.get(name)
+    if (count === undefined) {
+      this.#visiting.add(name)
+      count = this.#fieldCount(fragment.selectionSet)
+      this.#visiting.delete(name)
+      this.#fragmentCounts.set(name, count)
+    }
+    return count
+  }
+
+  #typeOr (name: string | undefined, fallback: GraphQLObjectType): GraphQLObjectType {
+    const type = name ? this.#schema.getType(name) : undefined
+    return isObjectType(type) ? type : fallback
+  }
+}
+
+function literalNumberOrList (node: ValueNode): unknown {
+  if (node.kind === Kind.INT) return Number(node.value)
+  if (node.kind === Kind.LIST) return node.values
+  return undefined
+}

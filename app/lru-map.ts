@@ -1,0 +1,42 @@
+// A Map that forgets its least recently used entries beyond a bound: a number of entries and,
+// optionally, a total weight (bytes) given per entry. Every cache in the service is one of these, so
+// none grows with what callers send.
+export class LruMap<K, V> {
+  readonly max: number
+  readonly maxWeight: number
+  readonly #map = new Map<K, { value: V; weight: number }>()
+  #weight = 0
+
+  constructor (max: number, maxWeight = Infinity) {
+    this.max = max
+    this.maxWeight = maxWeight
+  }
+
+  get (key: K): V | undefined {
+    const entry = this.#map.get(key)
+    if (entry === undefined) return undefined
+    this.#map.delete(key)
+    this.#map.set(key, entry)
+    return entry.value
+  }
+
+  /** Keeps `value` unless it alone weighs more than the bound (then it is not kept at all). */
+  set (key: K, value: V, weight = 0): void {
+    this.delete(key)
+    if (this.max <= 0 || weight > this.maxWeight) return
+    this.#map.set(key, { value, weight })
+    this.#weight += weight
+    while (this.#map.size > this.max || this.#weight > this.maxWeight) this.delete(this.#map.keys().next().value!)
+  }
+
+  delete (key: K): void {
+    const entry = this.#map.get(key)
+    if (entry === undefined) return
+    this.#map.delete(key)
+    this.#weight -= entry.weight
+  }
+
+  get size (): number { return this.#map.size }
+  /** The total weight of the entries kept. */
+  get weight (): number { return this.#weight }
+}
