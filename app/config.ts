@@ -46,6 +46,10 @@ export interface Config {
     maxQueryTokens: number
     /** Estimated bytes of parsed, validated and compiled documents kept for reuse (ad-hoc and APQ texts). */
     planCacheBytes: number
+    /** Cost of each mutation field on top of its selection. */
+    mutationCost: number
+    /** Most mutation fields (aliases included) in one operation. */
+    maxMutationsPerOperation: number
     /** Largest answer (bytes of JSON) an operation may produce; larger ones are refused with RESPONSE_TOO_LARGE. */
     maxResponseBytes: number
     budgets: { anonymous: number; USER: number; ADMIN: number; SERVICE: number }
@@ -130,6 +134,8 @@ const schema = {
     MAX_QUERY_TOKENS: { type: 'integer', minimum: 100, default: 10000 },
     PLAN_CACHE_BYTES: { type: 'integer', minimum: 0, default: 67108864 },
     MAX_RESPONSE_BYTES: { type: 'integer', minimum: 1024, default: 8388608 },
+    MUTATION_COST: { type: 'integer', minimum: 1, default: 10 },
+    MAX_MUTATIONS_PER_OPERATION: { type: 'integer', minimum: 1, default: 10 },
     COST_BUDGET_ANONYMOUS: { type: 'integer', minimum: 1, default: 1000 },
     COST_BUDGET_USER: { type: 'integer', minimum: 1, default: 10000 },
     COST_BUDGET_ADMIN: { type: 'integer', minimum: 1, default: 100000 },
@@ -233,6 +239,8 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
       maxQueryTokens: e.MAX_QUERY_TOKENS as number,
       planCacheBytes: e.PLAN_CACHE_BYTES as number,
       maxResponseBytes: e.MAX_RESPONSE_BYTES as number,
+      mutationCost: e.MUTATION_COST as number,
+      maxMutationsPerOperation: e.MAX_MUTATIONS_PER_OPERATION as number,
       budgets: {
         anonymous: e.COST_BUDGET_ANONYMOUS as number,
         USER: e.COST_BUDGET_USER as number,

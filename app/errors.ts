@@ -10,6 +10,7 @@ export const ErrorCodes = {
   OPERATION_NOT_FOUND: { status: 400, sender: true },
   DEPTH_LIMIT_EXCEEDED: { status: 400, sender: true },
   COST_LIMIT_EXCEEDED: { status: 400, sender: true },
+  MUTATION_LIMIT_EXCEEDED: { status: 400, sender: true },
   INTROSPECTION_DISABLED: { status: 400, sender: true },
   PERSISTED_QUERY_NOT_FOUND: { status: 400, sender: true },
   PERSISTED_QUERY_REQUIRED: { status: 400, sender: true },

@@ -52,12 +52,17 @@ test('cost: budgets by caller class, literals and variables, priced before any r
   t.equal((await gql(url, '{ users { id } }')).body.extensions.cost.requested, 20, 'the default limit of 20')
   t.equal((await gql(url, '{ messages(roomId: "general", limit: 10) { content author { name } } }')).body.extensions.cost.requested, 10 * 3)
 
-  // Mutations are priced too, and an over-budget mutation writes nothing.
+  // Mutations are priced as writes (MUTATION_COST each, 10 by default), capped in number, and a refused mutation writes nothing.
   calls.length = 0
-  const bomb = Array.from({ length: 301 }, (_, i) => `m${i}: createUser(input: { name: "x", email: "x${i}@example.com" }) { id }`).join(' ')
-  const mutation = await gql(url, `mutation { ${bomb} }`, undefined, { authorization: `Bearer ${token('1', 'ADMIN')}` })
-  t.match(mutation.body.errors, [{ extensions: { code: 'COST_LIMIT_EXCEEDED' } }])
+  const admin = { authorization: `Bearer ${token('1', 'ADMIN')}` }
+  const creates = (n: number) => Array.from({ length: n }, (_, i) => `m${i}: createUser(input: { name: "x", email: "x${i}@example.com" }) { id }`).join(' ')
+  const bomb = await gql(url, `mutation { ${creates(301)} }`, undefined, admin)
+  t.match(bomb.body.errors, [{ message: 'The operation holds 301 mutations: at most 10 per operation', extensions: { code: 'MUTATION_LIMIT_EXCEEDED' } }])
+  const viaFragment = await gql(url, `mutation { ...W } fragment W on Mutation { ${creates(11)} }`, undefined, admin)
+  t.match(viaFragment.body.errors, [{ extensions: { code: 'MUTATION_LIMIT_EXCEEDED', mutations: 11 } }], 'through fragments too')
   t.same(calls, [], 'no resolver ran')
+  const one = await gql(url, 'mutation { createUser(input: { name: "Priced", email: "priced@example.com" }) { id name } }', undefined, admin)
+  t.equal(one.body.extensions.cost.requested, 10 + 2, 'a write costs 10 plus its selection')
 })
 
 test('alias bombs and repeated fields are priced', async (t) => {

@@ -23,6 +23,10 @@ import { assertPageSize, type InputCaps } from '../domain/input.ts'
 
 export interface PlanLimits extends InputCaps {
   maxDepth: number
+  /** What each mutation field costs on top of its selection: a write is dearer than a read. */
+  mutationCost: number
+  /** Most mutation fields one operation may hold (aliases count): bounds what one request can write or probe. */
+  maxMutationsPerOperation: number
   /** Most tokens a document may have (graphql-js's parse option): bounds parsing, validation and the AST kept. */
   maxQueryTokens: number
 }
@@ -136,6 +140,13 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
     if (definition.kind !== Kind.OPERATION_DEFINITION) continue
     const root = rootType(schema, definition.operation)
     const facts = analysis.of(root, definition.selectionSet)
+    if (definition.operation === 'mutation') {
+      const writes = rootFieldCount(definition.selectionSet, fragments, new Set())
+      if (writes > limits.maxMutationsPerOperation) {
+        throw new AppError('MUTATION_LIMIT_EXCEEDED', `The operation holds ${writes} mutations: at most ${limits.maxMutationsPerOperation} per operation`, { mutations: writes, max: limits.maxMutationsPerOperation })
+      }
+      facts.cost = sum([facts.cost, writes * (limits.mutationCost - 1)])
+    }
     if (facts.depth > limits.maxDepth) {
       depthErrors.push(new GraphQLError(`Query depth ${facts.depth} exceeds the maximum depth of ${limits.maxDepth}`, {
         nodes: [definition], extensions: { code: 'DEPTH_LIMIT_EXCEEDED', depth: facts.depth, maxDepth: limits.maxDepth }
@@ -153,6 +164,25 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
   }
   if (depthErrors.length > 0) throw new ValidationFailed(depthErrors)
   return { operations, bytes: source.length * AST_BYTES_PER_CHAR + 1024 }
+}
+
+/** Fields at the root of an operation, through fragments (each spread counted; validation has refused cycles). */
+function rootFieldCount (selectionSet: SelectionSetNode, fragments: Map<string, FragmentDefinitionNode>, visiting: Set<string>): number {
+  let count = 0
+  for (const selection of selectionSet.selections) {
+    if (selection.kind === Kind.FIELD) {
+      if (selection.name.value !== '__typename') count++
+    } else if (selection.kind === Kind.INLINE_FRAGMENT) {
+      count += rootFieldCount(selection.selectionSet, fragments, visiting)
+    } else {
+      const fragment = fragments.get(selection.name.value)
+      if (!fragment || visiting.has(fragment.name.value)) continue
+      visiting.add(fragment.name.value)
+      count += rootFieldCount(fragment.selectionSet, fragments, visiting)
+      visiting.delete(fragment.name.value)
+    }
+  }
+  return count
 }
 
 function rootType (schema: GraphQLSchema, type: OperationTypeNode): GraphQLObjectType {
