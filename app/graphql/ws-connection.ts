@@ -1,6 +1,6 @@
 // One GraphQL-over-WebSocket connection. Mercurius's SubscriptionConnection speaks both subprotocols
 // (graphql-transport-ws and the legacy graphql-ws) and runs the subscriptions (its pub/sub queues,
-// loaders, hooks); this subclass adds what it lacks (see ARCHITECTURE.md): identity once at
+// loaders, hooks); this subclass adds what it lacks: identity once at
 // connection_init (payload.authToken), the graphql-transport-ws close codes, an initialisation
 // timeout, one connection_init only, the per-connection subscription cap, validation and limits for
 // every operation, cleanup of failed operations, and a graceful shutdown that completes subscriptions.

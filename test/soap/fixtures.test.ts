@@ -1,4 +1,4 @@
-// Requests captured from zeep and node-soap (../shared/fixtures/soap) are accepted as sent, with a clock
+// Requests captured from zeep and node-soap (test/fixtures/soap) are accepted as sent, with a clock
 // injected at the time they were captured; each replay is refused.
 import { test } from 'tap'
 import type { TestLike } from '../helpers/app.ts'

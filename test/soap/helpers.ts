@@ -10,7 +10,7 @@ import type { Store } from '../../app/store/types.ts'
 import { testConfig, type TestLike } from '../helpers/app.ts'
 import { parseXml, type XmlElement } from '../../routes/soap/envelope.ts'
 
-export const FIXTURES = new URL('../../../shared/fixtures/soap/', import.meta.url)
+export const FIXTURES = new URL('../fixtures/soap/', import.meta.url)
 export const SOAP11 = 'http://schemas.xmlsoap.org/soap/envelope/'
 export const SOAP12 = 'http://www.w3.org/2003/05/soap-envelope'
 export const WSSE = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
