@@ -2,7 +2,7 @@
 // same catalogue code GraphQL puts in extensions.code (app/errors.ts decides Client/Sender vs Server/Receiver).
 // SOAP 1.1: faultcode/faultstring/detail, always HTTP 500 (SOAP 1.1 §6.2).
 // SOAP 1.2: Code/Reason/Detail, HTTP 400 for Sender faults and 500 otherwise (SOAP 1.2 part 2, table 20).
-// WS-Security failures use the WSS fault code wsse:FailedAuthentication (the faultcode in 1.1, a
+// WS-Security failures use the WSS fault codes wsse:InvalidSecurity and wsse:FailedAuthentication (the faultcode in 1.1, a
 // Subcode of Sender in 1.2), never a bare HTTP 401.
 import { AppError, ErrorCodes, Messages, type ErrorCode } from '../../app/errors.ts'
 import type { SoapVersion } from './envelope.ts'
@@ -34,6 +34,11 @@ export class SoapFault extends Error {
 
   static failedAuthentication (message = 'The security token could not be authenticated or authorized'): SoapFault {
     return new SoapFault('Client', 'UNAUTHENTICATED', message, { wsseCode: 'FailedAuthentication' })
+  }
+
+  /** The message lacks the security the service requires (no wsse:Security header, or no token in it). */
+  static invalidSecurity (message: string): SoapFault {
+    return new SoapFault('Client', 'UNAUTHENTICATED', message, { wsseCode: 'InvalidSecurity' })
   }
 
   /** Any thrown value as a fault: catalogue errors keep their code and message, anything else is an internal error. */

@@ -157,7 +157,7 @@ export function createSoapService (options: SoapServiceOptions) {
       throw SoapFault.client('OPERATION_NOT_FOUND', `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`)
     }
     checkActions(request.actions, soapActionOf(namespace, operation), operation)
-    const caller: Caller | null = await wsSecurity.authenticate(security, request.envelope)
+    const caller: Caller = await wsSecurity.authenticate(security)
     const args = readArgs(operation, element, namespace, caps)
 
     const deadline = Date.now() + timeoutMs

@@ -1,25 +1,30 @@
-// WS-Security UsernameToken Profile 1.0/1.1 for partner accounts: the wsse:Security header becomes a
-// Caller (the partner's user, normally role SERVICE), or a FailedAuthentication fault.
+// WS-Security UsernameToken Profile 1.0/1.1 for partner accounts: every SOAP message must carry a
+// wsse:Security header with a UsernameToken; it becomes a Caller (the partner's user, normally role
+// SERVICE), or a fault: wsse:InvalidSecurity when the header or its token is missing, wsse:FailedAuthentication
+// when the token does not authenticate. Partners always identify themselves: there is no anonymous SOAP caller.
 // - PasswordText: the password as sent; PasswordDigest: Base64(SHA-1(decoded Nonce + Created + password)),
 //   where Created is hashed as the literal string received (zeep sends "+00:00", node-soap "Z").
 // - Created (of the UsernameToken and of a wsu:Timestamp) must be at most maxAge old and not in the
 //   future (beyond a small clock skew); a Timestamp's Expires must not have passed.
-// - A Nonce is claimed once per login for as long as its message could still be fresh: in-process by
-//   default, in Redis (SET NX PX) when configured, so a replay to another instance is refused too.
-//   PasswordDigest requires Nonce and Created. A message without a Nonce (PasswordText) is claimed by its
-//   fingerprint (SHA-256 of the whole envelope) for the same time: a replay is refused. A message with a
-//   Timestamp or Created is unique per sending anyway; one with neither (zeep's plain PasswordText) is
-//   byte-identical when repeated, so such a client cannot repeat the very same call within the freshness
-//   window: it should add a Timestamp or a Nonce (both toolkits can). Refusing replays takes precedence.
+// - A Nonce must be canonical Base64 and is claimed once per partner for as long as its message could
+//   still be fresh, remembered by its decoded bytes (a re-spelled Nonce is the same Nonce): in-process
+//   by default, in Redis (SET NX PX) when configured, so a replay to another instance is refused too.
+//   PasswordDigest requires Nonce and Created. A PasswordText message without a Nonce is not checked for
+//   replay: it carries the password itself, so whoever captured it can make new messages at will and
+//   refusing its replay protects nothing; the UsernameToken profile allows it (and zeep's default
+//   UsernameToken repeats byte for byte). Its Created, when present, must still be fresh.
+// - Who a login is (its user, role and secrets) is the domain's rule (app/domain/partners.ts).
+// - Every refusal of a password costs one scrypt verification (against the account's hash, or a dummy
+//   hash for an unknown login), so a refusal takes the same work whether the login exists or not.
 // Performance: checking a password must not cost a scrypt per request (a SOAP call would then be
-// CPU-bound on hashing). Credentials are cached per login for CREDENTIAL_CACHE_MS: the row and the
+// CPU-bound on hashing). Credentials are cached per login for CREDENTIAL_CACHE_MS: the partner and the
 // unsealed password (so both digest and text checks are a hash and a constant-time compare); accounts
 // without a sealed password remember, for the same time, the SHA-256 of a text password that scrypt
 // accepted. A password change or a removed account therefore takes effect within CREDENTIAL_CACHE_MS.
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Redis } from 'ioredis'
-import { unsealPassword, verifyPassword } from '../../app/auth/partner-secrets.ts'
 import type { Caller } from '../../app/domain/context.ts'
+import { findPartner, verifyPartnerPassword, type Partner } from '../../app/domain/partners.ts'
 import { AppError } from '../../app/errors.ts'
 import type { Store } from '../../app/store/types.ts'
 import { attribute, child, type XmlElement } from './envelope.ts'
@@ -82,10 +87,9 @@ export function redisNonceCache (redis: Redis, keyOf: (name: string) => string):
 }
 
 interface PartnerEntry {
-  caller: Caller
-  /** The unsealed password, when the account has a sealed one (PasswordDigest possible). */
+  partner: Partner
+  /** The unsealed password's bytes, when the account has a sealed one (PasswordDigest possible). */
   password: Buffer | null
-  passwordHash: string | null
   /** SHA-256 of text passwords scrypt accepted (accounts without a sealed password). */
   acceptedText: Set<string>
   expires: number
@@ -104,7 +108,6 @@ interface UsernameToken {
   password: string
   digest: boolean
   nonce: Buffer | null
-  nonceText: string | null
   created: string | null
 }
 
@@ -127,16 +130,14 @@ export function createWsSecurity (options: WsSecurityOptions) {
   async function partner (login: string, now: number): Promise<PartnerEntry | null> {
     const cached = partners.get(login)
     if (cached && cached.expires > now) return cached
-    const credentials = await store.findCredentials(login)
-    if (!credentials) {
+    const found = await findPartner(store, login, partnerSecretKey)
+    if (!found) {
       partners.delete(login)
       return null
     }
-    const plain = credentials.passwordSecret ? unsealPassword(credentials.passwordSecret, login, partnerSecretKey) : null
     const entry: PartnerEntry = {
-      caller: { id: credentials.userId, role: credentials.role },
-      password: plain === null ? null : Buffer.from(plain, 'utf8'),
-      passwordHash: credentials.passwordHash,
+      partner: found,
+      password: found.password === null ? null : Buffer.from(found.password, 'utf8'),
       acceptedText: new Set(),
       expires: now + CREDENTIAL_CACHE_MS
     }
@@ -162,40 +163,47 @@ export function createWsSecurity (options: WsSecurityOptions) {
     let nonce: Buffer | null = null
     if (nonceElement) {
       const encoding = attribute(nonceElement, '', 'EncodingType') ?? BASE64_BINARY
-      if (encoding !== BASE64_BINARY || !/^[A-Za-z0-9+/]+={0,2}$/.test(nonceElement.text.trim())) {
-        throw SoapFault.failedAuthentication('The Nonce must be Base64Binary')
+      const given = nonceElement.text.trim()
+      nonce = Buffer.from(given, 'base64')
+      // Canonical Base64 only (padding as required, unused bits zero): Buffer.from ignores what it
+      // cannot use, so the same bytes have many spellings; only the one that re-encodes to itself passes.
+      if (encoding !== BASE64_BINARY || !/^[A-Za-z0-9+/]+={0,2}$/.test(given) || nonce.toString('base64') !== given) {
+        throw SoapFault.failedAuthentication('The Nonce must be canonical Base64Binary')
       }
-      nonce = Buffer.from(nonceElement.text.trim(), 'base64')
     }
     // Created is wsu:Created; some older toolkits put it in the wsse namespace.
     const created = text(child(element, WSU_NS, 'Created') ?? child(element, WSSE_NS, 'Created')) ?? null
-    return { username, password: passwordElement.text, digest: type === PASSWORD_DIGEST, nonce, nonceText: nonceElement?.text.trim() ?? null, created }
+    return { username, password: passwordElement.text, digest: type === PASSWORD_DIGEST, nonce, created }
   }
 
-  function passwordMatches (entry: PartnerEntry, token: UsernameToken): Promise<boolean> | boolean {
-    if (token.digest) {
-      if (!entry.password) return false
-      const expected = createHash('sha1').update(token.nonce!).update(token.created!, 'utf8').update(entry.password).digest()
-      const given = Buffer.from(token.password.trim(), 'base64')
-      return given.length === expected.length && timingSafeEqual(given, expected)
+  /** True when the token's password is the partner's; every refusal has cost one scrypt verification. */
+  async function passwordMatches (entry: PartnerEntry | null, token: UsernameToken): Promise<boolean> {
+    if (entry && token.digest) {
+      if (entry.password) {
+        const expected = createHash('sha1').update(token.nonce!).update(token.created!, 'utf8').update(entry.password).digest()
+        const given = Buffer.from(token.password.trim(), 'base64')
+        if (given.length === expected.length && timingSafeEqual(given, expected)) return true
+      }
+    } else if (entry) {
+      const given = sha256(token.password)
+      if (entry.password) {
+        if (timingSafeEqual(given, sha256(entry.password))) return true
+      } else {
+        const key = given.toString('base64')
+        if (entry.acceptedText.has(key)) return true
+        // A text-only account: scrypt is the check itself, and its refusal has paid the work already.
+        const ok = await verifyPartnerPassword(entry.partner, token.password)
+        if (ok) entry.acceptedText.add(key)
+        return ok
+      }
     }
-    const given = sha256(token.password)
-    if (entry.password) return timingSafeEqual(given, sha256(entry.password))
-    if (!entry.passwordHash) return false
-    const key = given.toString('base64')
-    if (entry.acceptedText.has(key)) return true
-    return verifyPassword(token.password, entry.passwordHash).then((ok) => {
-      if (ok) entry.acceptedText.add(key)
-      return ok
-    })
+    await verifyPartnerPassword(null, token.password)
+    return false
   }
 
-  /**
-   * The caller a message's wsse:Security header (one addressed to us) authenticates; null when the
-   * message carries none (the domain then decides what an anonymous caller may do).
-   */
-  async function authenticate (security: XmlElement | undefined, envelope: string): Promise<Caller | null> {
-    if (!security) return null
+  /** The caller a message's wsse:Security header (one addressed to us) authenticates; a WS-Security fault otherwise. */
+  async function authenticate (security: XmlElement | undefined): Promise<Caller> {
+    if (!security) throw SoapFault.invalidSecurity('A wsse:Security header with a UsernameToken is required')
     const now = clock()
 
     const timestamp = child(security, WSU_NS, 'Timestamp')
@@ -210,7 +218,7 @@ export function createWsSecurity (options: WsSecurityOptions) {
     }
 
     const tokenElement = child(security, WSSE_NS, 'UsernameToken')
-    if (!tokenElement) throw SoapFault.failedAuthentication('The Security header has no UsernameToken')
+    if (!tokenElement) throw SoapFault.invalidSecurity('The Security header has no UsernameToken')
     const token = readToken(tokenElement)
     if (token.digest && (!token.nonce || !token.created)) {
       throw SoapFault.failedAuthentication('PasswordDigest requires a Nonce and a Created')
@@ -219,17 +227,15 @@ export function createWsSecurity (options: WsSecurityOptions) {
 
     const entry = await partner(token.username, now)
     // One message for an unknown login and a wrong password: the fault must not confirm logins.
-    if (!entry || !(await passwordMatches(entry, token))) throw SoapFault.failedAuthentication()
+    if (!(await passwordMatches(entry, token)) || !entry) throw SoapFault.failedAuthentication()
 
-    // Claimed after authentication, so nobody can burn a partner's nonce with a forged message.
-    if (token.nonceText !== null) {
-      const fresh = await nonces.claim(`${token.username}:${token.nonceText}`, maxAgeMs + CLOCK_SKEW_MS, now)
+    // Claimed after authentication, so nobody can burn a partner's nonce with a forged message; keyed
+    // by the partner's user and the nonce's bytes (canonical Base64 of them).
+    if (token.nonce) {
+      const fresh = await nonces.claim(`${entry.partner.caller.id}:${token.nonce.toString('base64')}`, maxAgeMs + CLOCK_SKEW_MS, now)
       if (!fresh) throw SoapFault.failedAuthentication('The Nonce has already been used (replayed message)')
-    } else {
-      const fresh = await nonces.claim(`${token.username}:message:${sha256(envelope).toString('base64')}`, maxAgeMs + CLOCK_SKEW_MS, now)
-      if (!fresh) throw SoapFault.failedAuthentication('This message has already been received (replayed message without a Nonce)')
     }
-    return entry.caller
+    return entry.partner.caller
   }
 
   return { authenticate }

@@ -11,6 +11,11 @@ const SOAP11 = 'http://schemas.xmlsoap.org/wsdl/soap/'
 const SOAP12 = 'http://schemas.xmlsoap.org/wsdl/soap12/'
 const XS = 'http://www.w3.org/2001/XMLSchema'
 const HTTP_TRANSPORT = 'http://schemas.xmlsoap.org/soap/http'
+// WS-Policy 1.5 and WS-SecurityPolicy 1.2: how the UsernameToken requirement is told to toolkits.
+const WSP = 'http://www.w3.org/ns/ws-policy'
+const SP = 'http://docs.oasis-open.org/ws-sx/ws-securitypolicy/200702'
+const WSU = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
+const USERNAME_TOKEN_POLICY = 'UsernameTokenPolicy'
 
 function typeName (field: Field): string {
   return field.type === 'User' ? 'tns:User' : `xs:${field.type}`
@@ -38,6 +43,9 @@ export function buildWsdl (version: ServiceVersion, publicUrl: string): string {
     'xmlns:soap': SOAP11,
     'xmlns:soap12': SOAP12,
     'xmlns:xs': XS,
+    'xmlns:wsp': WSP,
+    'xmlns:sp': SP,
+    'xmlns:wsu': WSU,
     'xmlns:tns': ns,
     name,
     targetNamespace: ns
@@ -61,6 +69,12 @@ export function buildWsdl (version: ServiceVersion, publicUrl: string): string {
   }
   defs.ele(WSDL, 'wsdl:message').att('name', 'ServiceFault').ele(WSDL, 'wsdl:part').att({ name: 'fault', element: 'tns:ServiceFault' })
 
+  // Every message carries a WS-Security UsernameToken (a supporting token, sent to the service each time).
+  defs.ele(WSP, 'wsp:Policy').att(WSU, 'wsu:Id', USERNAME_TOKEN_POLICY)
+    .ele(SP, 'sp:SupportingTokens').ele(WSP, 'wsp:Policy')
+    .ele(SP, 'sp:UsernameToken').att(SP, 'sp:IncludeToken', `${SP}/IncludeToken/AlwaysToRecipient`)
+    .ele(WSP, 'wsp:Policy').ele(SP, 'sp:WssUsernameToken10')
+
   const portType = defs.ele(WSDL, 'wsdl:portType').att('name', `${name}PortType`)
   for (const op of operations) {
     const o = portType.ele(WSDL, 'wsdl:operation').att('name', op.name)
@@ -71,6 +85,7 @@ export function buildWsdl (version: ServiceVersion, publicUrl: string): string {
 
   for (const [binding, bindingNs, prefix] of [[`${name}Soap`, SOAP11, 'soap'], [`${name}Soap12`, SOAP12, 'soap12']] as const) {
     const b = defs.ele(WSDL, 'wsdl:binding').att({ name: binding, type: `tns:${name}PortType` })
+    b.ele(WSP, 'wsp:PolicyReference').att('URI', `#${USERNAME_TOKEN_POLICY}`)
     b.ele(bindingNs, `${prefix}:binding`).att({ style: 'document', transport: HTTP_TRANSPORT })
     for (const op of operations) {
       const o = b.ele(WSDL, 'wsdl:operation').att('name', op.name)

@@ -1,5 +1,5 @@
 // Requests captured from zeep and node-soap (test/fixtures/soap) are accepted as sent, with a clock
-// injected at the time they were captured; each replay is refused.
+// injected at the time they were captured; each replay of a message with a Nonce is refused.
 import { test } from 'tap'
 import type { TestLike } from '../helpers/app.ts'
 import { fixture, listenSoapApp, post, readFault } from './helpers.ts'
@@ -75,13 +75,12 @@ test('a digest fixture is refused with the wrong password on the account', async
 })
 
 for (const name of ['zeep-2', 'node-soap-2']) {
-  test(`${name} (PasswordText, no Nonce) replayed is refused by its fingerprint`, async (t) => {
+  test(`${name} (PasswordText, no Nonce) sent again is accepted: it carries the password, replay refusal would protect nothing`, async (t) => {
     const { url } = await appWithUser007(t)
     const { body, headers } = fixture(name)
     t.equal((await post(`${url}/v1/UserService`, body, headers)).status, 200)
-    const replay = await post(`${url}/v1/UserService`, body, headers)
-    t.equal(replay.status, 500)
-    t.match(readFault(replay.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason: /already been received/ })
+    const again = await post(`${url}/v1/UserService`, body, headers)
+    t.equal(again.status, 200, again.text)
   })
 }
 

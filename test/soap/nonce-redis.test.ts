@@ -1,5 +1,5 @@
 // With REDIS_URL, WS-Security nonces are shared: a message accepted by one instance is refused as a
-// replay by another. Needs Redis at 127.0.0.1:6379 (the app refuses to start, with that message, without it).
+// replay by another, in any spelling of its bytes. Needs Redis at 127.0.0.1:6379 (the app refuses to start, with that message, without it).
 import { randomUUID } from 'node:crypto'
 import { test } from 'tap'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
@@ -34,7 +34,19 @@ test('a nonce used on one instance is refused on another (shared through Redis)'
   t.equal(replay.status, 500)
   t.match(readFault(replay.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason: /already been used/ })
 
-  const key = `${prefix}wsse-nonce:partner:XZEp4BASDrA6NLpCMB9nDA==`
+  // The same bytes spelled otherwise (no padding, one "=", an unused low bit set) are the same nonce.
+  for (const spelling of ['XZEp4BASDrA6NLpCMB9nDA', 'XZEp4BASDrA6NLpCMB9nDA=', 'XZEp4BASDrA6NLpCMB9nDB==']) {
+    const respelled = body.replace('>XZEp4BASDrA6NLpCMB9nDA==<', `>${spelling}<`)
+    t.not(respelled, body)
+    for (const instance of [first, second]) {
+      const again = await post(`${instance.url}/v1/UserService`, respelled, headers)
+      t.equal(again.status, 500, `re-spelled as ${spelling}`)
+      t.match(readFault(again.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED' })
+    }
+  }
+
+  // Keyed by the partner's user (5) and the nonce's bytes, in canonical Base64.
+  const key = `${prefix}wsse-nonce:5:XZEp4BASDrA6NLpCMB9nDA==`
   t.equal(await first.app.redis!.get(key), '1', 'the nonce is stored under the deployment prefix')
   const ttl = await first.app.redis!.pttl(key)
   t.ok(ttl > 0 && ttl <= 305_000, `it expires with the freshness window (pttl ${ttl})`)
