@@ -87,8 +87,18 @@ export interface Config {
   /** How many persisted GET responses' ETags are remembered for If-None-Match (304 without executing). */
   cacheMaxEntries: number
 
-  /** partnerSecretKey seals partners' passwords at rest (PasswordDigest needs them in plain on the server). */
-  soap: { publicUrl: string; maxAgeSec: number; partnerSecretKey: string }
+  soap: {
+    /** The public base URL written as the WSDL's endpoint address; null: the address the request came to. */
+    publicUrl: string | null
+    /** Base of the contract's namespaces (one per version: <base>/v1/UserService); never the listening address. */
+    namespaceBase: string
+    maxAgeSec: number
+    /** Seals partners' passwords at rest (PasswordDigest needs them in plain on the server). */
+    partnerSecretKey: string
+    /** Most elements in one SOAP message, and most attributes (namespace declarations included) on one element. */
+    maxElements: number
+    maxAttributes: number
+  }
   ws: {
     allowedOrigins: string[]
     initTimeoutMs: number
@@ -102,6 +112,10 @@ export interface Config {
 
 const DEV_JWT_SECRET = 'development-only-secret-change-me-0123456789abcdef'
 const DEV_PARTNER_SECRET_KEY = 'development-only-partner-key-change-me-0123456789'
+
+// The contract's namespace must not change with the deployment (stubs generated against one
+// environment must work against every other): a fixed URI. A URN, so it is never mistaken for an address.
+const DEFAULT_SOAP_NAMESPACE_BASE = 'urn:graphql-query-service:soap'
 
 // Every variable, with its type; profile-dependent defaults are applied in loadConfig.
 const schema = {
@@ -166,6 +180,9 @@ const schema = {
     CACHE_MAX_AGE_SEC: { type: 'integer', minimum: 0, default: 60 },
     CACHE_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
     SOAP_PUBLIC_URL: { type: 'string' },
+    SOAP_NAMESPACE_BASE: { type: 'string', default: DEFAULT_SOAP_NAMESPACE_BASE },
+    SOAP_MAX_ELEMENTS: { type: 'integer', minimum: 10, default: 1000 },
+    SOAP_MAX_ATTRIBUTES: { type: 'integer', minimum: 4, default: 32 },
     WSSE_MAX_AGE_SEC: { type: 'integer', minimum: 1, default: 300 },
     PARTNER_SECRET_KEY: { type: 'string' },
     WS_ALLOWED_ORIGINS: { type: 'string', default: '' },
@@ -207,6 +224,14 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     throw new Error('Configuration: set PARTNER_SECRET_KEY (at least 32 characters) in production; it seals partner passwords')
   }
   const port = e.PORT as number
+  const namespaceBase = (e.SOAP_NAMESPACE_BASE as string).replace(/\/+$/, '')
+  if (!/^[A-Za-z][A-Za-z0-9+.-]*:[^\s"<>&']+$/.test(namespaceBase)) {
+    throw new Error('Configuration: SOAP_NAMESPACE_BASE must be an absolute URI (e.g. urn:example:users or https://example.com/soap)')
+  }
+  const publicUrl = optional(e.SOAP_PUBLIC_URL)?.replace(/\/+$/, '') ?? null
+  if (publicUrl !== null && !/^https?:\/\/[^\s"<>&']+$/.test(publicUrl)) {
+    throw new Error('Configuration: SOAP_PUBLIC_URL must be an http(s) URL')
+  }
 
   return {
     profile,
@@ -276,9 +301,12 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC as number,
     cacheMaxEntries: e.CACHE_MAX_ENTRIES as number,
     soap: {
-      publicUrl: optional(e.SOAP_PUBLIC_URL) ?? `http://localhost:${port}`,
+      publicUrl,
+      namespaceBase,
       maxAgeSec: e.WSSE_MAX_AGE_SEC as number,
-      partnerSecretKey
+      partnerSecretKey,
+      maxElements: e.SOAP_MAX_ELEMENTS as number,
+      maxAttributes: e.SOAP_MAX_ATTRIBUTES as number
     },
     ws: {
       allowedOrigins: list(e.WS_ALLOWED_ORIGINS),

@@ -97,6 +97,7 @@ const baseEnv: Record<string, string> = {
   JWT_SECRET: jwtSecret,
   PARTNER_SECRET_KEY: randomBytes(32).toString('hex'),
   SOAP_PUBLIC_URL,
+  SOAP_NAMESPACE_BASE: SOAP_PUBLIC_URL,
   // The deploy-time registry the persisted-get scenario reads (when the repository has one).
   ...(existsSync(PERSISTED_MANIFEST) ? { PERSISTED_MANIFEST } : {}),
   SQLITE_PATH: join(work, 'bench.db'),

@@ -9,7 +9,7 @@ import type { Store } from '../app/store/types.ts'
 import { REPO_ROOT } from './processes.ts'
 import { serviceScenarios, type BenchData, type HttpScenario, type RequestSpec, type Sample } from './scenarios.ts'
 
-/** The SOAP namespace depends on the public URL; the benchmark fixes it so the envelopes do not depend on the port. */
+/** The benchmark's SOAP public URL, also used as its namespace base (SOAP_NAMESPACE_BASE), so the envelopes are fixed. */
 export const SOAP_PUBLIC_URL = 'https://api.example.com'
 const SOAP_PATH = '/v1/UserService'
 const SOAP_NS = `${SOAP_PUBLIC_URL}${SOAP_PATH}`

@@ -20,6 +20,8 @@ declare module 'fastify' {
     rateCounters: WindowCounters
     /** Spends one request of the caller's request budget; throws RATE_LIMITED when it is exhausted. */
     spendRequest (caller: Caller | null, ip: string): Promise<void>
+    /** Throws RATE_LIMITED when the caller's request budget is already exhausted; spends nothing. */
+    checkRequestBudget (caller: Caller | null, ip: string): Promise<void>
     /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. */
     spendCostUnits (caller: Caller | null, ip: string, cost: number): Promise<{ remaining: number; resetMs: number }>
   }
@@ -63,9 +65,9 @@ export default fp(async function rateLimits (app: FastifyInstance) {
   const max = limits.rateRequests
   const windowSec = Math.round(limits.rateWindowMs / 1000)
   /** Counts one request of the caller: at once from in-process counters, after a round trip from Redis. */
-  const countRequest = (caller: Caller | null, ip: string): WindowCount | Promise<WindowCount> => {
+  const countRequest = (caller: Caller | null, ip: string, amount = 1): WindowCount | Promise<WindowCount> => {
     const key = counterKey('req', caller, ip)
-    return counters.incrNow ? counters.incrNow(key, 1, limits.rateWindowMs) : counters.incr(key, 1, limits.rateWindowMs)
+    return counters.incrNow ? counters.incrNow(key, amount, limits.rateWindowMs) : counters.incr(key, amount, limits.rateWindowMs)
   }
   const overBudget = ({ total, resetMs }: WindowCount): AppError | undefined => {
     if (total <= max) return undefined
@@ -90,6 +92,13 @@ export default fp(async function rateLimits (app: FastifyInstance) {
   // The same budget for what arrives without a request of its own (each WebSocket operation).
   app.decorate('spendRequest', async (caller: Caller | null, ip: string) => {
     const refused = overBudget(await countRequest(caller, ip))
+    if (refused) throw refused
+  })
+  // Counting 0 reads the window as it stands: would one more request be over? (SOAP asks before work
+  // that it spends on the client address only afterwards, when the message authenticated nobody.)
+  app.decorate('checkRequestBudget', async (caller: Caller | null, ip: string) => {
+    const count = await countRequest(caller, ip, 0)
+    const refused = overBudget({ ...count, total: count.total + 1 })
     if (refused) throw refused
   })
   // Appended to each route's own onRequest hooks, so it runs after the route has identified the caller.

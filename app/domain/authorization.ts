@@ -1,7 +1,7 @@
 // Who may do what: the one place for every authorization rule, used by the GraphQL @auth directive,
 // GraphQL resolvers, SOAP handlers and subscriptions alike.
 import { forbidden, unauthenticated } from '../errors.ts'
-import type { UserRow } from '../store/types.ts'
+import type { Role, UserRow } from '../store/types.ts'
 import type { Caller } from './context.ts'
 
 /** The requirements the @auth directive can name: SELF (the user the field belongs to) and ADMIN. */
@@ -41,19 +41,41 @@ export function visibleUser (caller: Caller | null, user: UserRow): UserRow {
   return { ...user, email: email ? user.email : (null as unknown as string), adminNotes: adminNotes ? user.adminNotes : null }
 }
 
+/** Who may perform a write: the roles that may act on any user, and whether a user may act on itself. */
+export interface WriteRule {
+  roles: readonly Role[]
+  self: boolean
+}
+
+/**
+ * The write rules as data: the checks below enforce them, and transports that describe their
+ * operations (the SOAP contract's documentation) read them, so the two cannot disagree.
+ */
+export const WRITE_RULES = {
+  createUser: { roles: ['ADMIN', 'SERVICE'], self: false },
+  updateUser: { roles: ['ADMIN'], self: true },
+  deleteUser: { roles: ['ADMIN'], self: false }
+} as const satisfies Record<string, WriteRule>
+
+/** A rule in words, e.g. "role ADMIN or SERVICE", "role ADMIN, or the user themself". */
+export function describeRule (rule: WriteRule): string {
+  return `role ${rule.roles.join(' or ')}${rule.self ? ', or the user themself (the id is the caller\'s own)' : ''}`
+}
+
+const allowed = (rule: WriteRule, caller: Caller, userId: string | null): boolean =>
+  (rule.roles as readonly Role[]).includes(caller.role) || (rule.self && userId !== null && caller.id === userId)
+
 export const actions = {
   createUser (caller: Caller | null): void {
-    const c = requireCaller(caller)
-    if (c.role !== 'ADMIN' && c.role !== 'SERVICE') throw forbidden('Only administrators and services may create users')
+    if (!allowed(WRITE_RULES.createUser, requireCaller(caller), null)) throw forbidden('Only administrators and services may create users')
   },
   updateUser (caller: Caller | null, userId: string, changesPrivilegedFields: boolean): void {
     const c = requireCaller(caller)
-    if (c.role !== 'ADMIN' && c.id !== userId) throw forbidden('Only the user themself or an administrator may update a user')
+    if (!allowed(WRITE_RULES.updateUser, c, userId)) throw forbidden('Only the user themself or an administrator may update a user')
     if (changesPrivilegedFields && c.role !== 'ADMIN') throw forbidden('Only administrators may change role or adminNotes')
   },
   deleteUser (caller: Caller | null): void {
-    const c = requireCaller(caller)
-    if (c.role !== 'ADMIN') throw forbidden('Only administrators may delete users')
+    if (!allowed(WRITE_RULES.deleteUser, requireCaller(caller), null)) throw forbidden('Only administrators may delete users')
   },
   postMessage (caller: Caller | null): Caller {
     return requireCaller(caller)

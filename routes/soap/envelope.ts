@@ -1,10 +1,10 @@
 // The SOAP envelope: read with the hardened XML reader (xml.ts: no DOCTYPE, no entity expansion,
-// well-formed, namespace-resolved, values kept as text), then checked against the SOAP version the
+// well-formed, namespace-resolved, values kept as text, elements and attributes capped), then checked against the SOAP version the
 // Content-Type announced. The size cap is Fastify's bodyLimit, applied before this.
 import { SoapFault } from './faults.ts'
-import { XmlError, parseXml as parseXmlText, type XmlElement } from './xml.ts'
+import { DEFAULT_XML_LIMITS, XmlError, parseXml as parseXmlText, type XmlElement, type XmlLimits } from './xml.ts'
 
-export type { XmlAttribute, XmlElement } from './xml.ts'
+export type { XmlAttribute, XmlElement, XmlLimits } from './xml.ts'
 
 export const NS = {
   soap11: 'http://schemas.xmlsoap.org/soap/envelope/',
@@ -22,12 +22,12 @@ export interface Envelope {
 }
 
 /** Parses a complete XML document; a document we do not accept is a Client fault (BAD_REQUEST). */
-export function parseXml (xml: string): XmlElement {
+export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): XmlElement {
   try {
-    return parseXmlText(xml)
+    return parseXmlText(xml, limits)
   } catch (err) {
     if (!(err instanceof XmlError)) throw err
-    throw SoapFault.client('BAD_REQUEST', err.doctype ? err.message : `Malformed XML: ${err.message}`)
+    throw SoapFault.client('BAD_REQUEST', err.policy ? err.message : `Malformed XML: ${err.message}`)
   }
 }
 
@@ -47,8 +47,8 @@ export function envelopeNamespace (version: SoapVersion): string {
  * Reads a SOAP envelope of the version the Content-Type announced. An envelope of the other version (or
  * no envelope at all) is a VersionMismatch fault, as both SOAP specifications require.
  */
-export function parseEnvelope (xml: string, version: SoapVersion): Envelope {
-  const root = parseXml(xml)
+export function parseEnvelope (xml: string, version: SoapVersion, limits: XmlLimits = DEFAULT_XML_LIMITS): Envelope {
+  const root = parseXml(xml, limits)
   const envNs = envelopeNamespace(version)
   if (root.local !== 'Envelope' || (root.ns !== NS.soap11 && root.ns !== NS.soap12)) {
     throw new SoapFault('VersionMismatch', 'BAD_REQUEST', 'The root element is not a SOAP Envelope')

@@ -1,7 +1,9 @@
 // Every SOAP error is a Fault in the envelope of the request's SOAP version, carrying in its detail the
 // same catalogue code GraphQL puts in extensions.code (app/errors.ts decides Client/Sender vs Server/Receiver).
-// SOAP 1.1: faultcode/faultstring/detail, always HTTP 500 (SOAP 1.1 §6.2).
+// SOAP 1.1: faultcode/faultstring/detail, HTTP 500 (SOAP 1.1 §6.2).
 // SOAP 1.2: Code/Reason/Detail, HTTP 400 for Sender faults and 500 otherwise (SOAP 1.2 part 2, table 20).
+// Except throttling, in both versions: RATE_LIMITED is HTTP 429 with Retry-After, as every HTTP client,
+// proxy and retry policy understands it (a 500 would read as a server failure and be retried at once).
 // WS-Security failures use the WSS fault codes wsse:InvalidSecurity and wsse:FailedAuthentication (the faultcode in 1.1, a
 // Subcode of Sender in 1.2), never a bare HTTP 401.
 import { AppError, ErrorCodes, Messages, type ErrorCode } from '../../app/errors.ts'
@@ -18,14 +20,17 @@ export class SoapFault extends Error {
   readonly wsseCode: string | undefined
   /** Qualified names of mandatory headers that were not understood (SOAP 1.2 NotUnderstood blocks). */
   readonly notUnderstood: Array<{ ns: string; local: string }>
+  /** Seconds after which a refused (RATE_LIMITED) call may be retried. */
+  readonly retryAfter: number | undefined
 
-  constructor (kind: FaultKind, code: ErrorCode, message: string, extra: { wsseCode?: string; notUnderstood?: Array<{ ns: string; local: string }> } = {}) {
+  constructor (kind: FaultKind, code: ErrorCode, message: string, extra: { wsseCode?: string; notUnderstood?: Array<{ ns: string; local: string }>; retryAfter?: number } = {}) {
     super(message)
     this.name = 'SoapFault'
     this.kind = kind
     this.code = code
     this.wsseCode = extra.wsseCode
     this.notUnderstood = extra.notUnderstood ?? []
+    this.retryAfter = extra.retryAfter
   }
 
   static client (code: ErrorCode, message: string): SoapFault {
@@ -47,7 +52,8 @@ export class SoapFault extends Error {
     if (err instanceof AppError) {
       // "Must be logged in" from the domain means the message carried no usable credentials.
       if (err.code === 'UNAUTHENTICATED') return SoapFault.failedAuthentication(err.message)
-      return new SoapFault(ErrorCodes[err.code].sender ? 'Client' : 'Server', err.code, err.message)
+      const retryAfter = err.details?.retryAfter
+      return new SoapFault(ErrorCodes[err.code].sender ? 'Client' : 'Server', err.code, err.message, { retryAfter: typeof retryAfter === 'number' ? retryAfter : undefined })
     }
     return new SoapFault('Server', 'INTERNAL_SERVER_ERROR', Messages.internal)
   }
@@ -64,6 +70,13 @@ export interface SoapResponse {
   status: number
   contentType: string
   body: string
+  /** Seconds, for a Retry-After header. */
+  retryAfter?: number
+}
+
+/** Throttling keeps its HTTP meaning in both SOAP versions (see the top of this file). */
+function throttled (fault: SoapFault, response: SoapResponse): SoapResponse {
+  return fault.code === 'RATE_LIMITED' ? { ...response, status: ErrorCodes.RATE_LIMITED.status, retryAfter: fault.retryAfter } : response
 }
 
 export const CONTENT_TYPE: Record<SoapVersion, string> = {
@@ -86,7 +99,7 @@ export function faultResponse (fault: SoapFault, version: SoapVersion, serviceNs
       '<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body>' +
       `<soap:Fault${fault.wsseCode ? ' ' + WSSE_DECL : ''}><faultcode>${faultcode}</faultcode><faultstring>${message}</faultstring>` +
       `<detail>${detail(fault, serviceNs)}</detail></soap:Fault></soap:Body></soap:Envelope>`
-    return { status: 500, contentType: CONTENT_TYPE['1.1'], body }
+    return throttled(fault, { status: 500, contentType: CONTENT_TYPE['1.1'], body })
   }
   const value = fault.kind === 'Client' ? 'Sender' : fault.kind === 'Server' ? 'Receiver' : fault.kind
   const subcode = fault.wsseCode ? `<env:Subcode><env:Value ${WSSE_DECL}>wsse:${fault.wsseCode}</env:Value></env:Subcode>` : ''
@@ -105,5 +118,5 @@ export function faultResponse (fault: SoapFault, version: SoapVersion, serviceNs
     `<env:Code><env:Value>env:${value}</env:Value>${subcode}</env:Code>` +
     `<env:Reason><env:Text xml:lang="en">${message}</env:Text></env:Reason>` +
     `<env:Detail>${detail(fault, serviceNs)}</env:Detail></env:Fault></env:Body></env:Envelope>`
-  return { status: value === 'Sender' ? 400 : 500, contentType: CONTENT_TYPE['1.2'], body }
+  return throttled(fault, { status: value === 'Sender' ? 400 : 500, contentType: CONTENT_TYPE['1.2'], body })
 }

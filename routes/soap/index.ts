@@ -2,15 +2,18 @@
 // service version), GET <path>?wsdl for each version's contract.
 // This plugin is deliberately NOT wrapped with fastify-plugin: its content-type parsers (only the two
 // SOAP media types, read as strings under Fastify's bodyLimit) and its error handler (every error,
-// Fastify's own included — 413, 415, rate limiting — answers as a SOAP Fault) stay inside its scope.
-// Its routes are ordinary routes, so application-wide hooks (rate limit, metrics, load shedding)
-// registered before it apply to them as well.
+// Fastify's own included — 413, 415 — answers as a SOAP Fault) stay inside its scope.
+// Budgets: the application-wide per-request hook is off for these routes. A POST spends its request
+// budget (and cost units) on the partner it authenticates, or on the client address when it
+// authenticates nobody (see Admission in service.ts); the contract (?wsdl) is served outside any budget,
+// so a throttled partner's toolkit can still load it. Throttling answers 429 with Retry-After.
+// Other application-wide hooks (metrics, load shedding) apply as to any route.
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { AppError, type ErrorCode } from '../../app/errors.ts'
+import { AppError, ErrorCodes, type ErrorCode } from '../../app/errors.ts'
 import type { SoapVersion } from './envelope.ts'
-import { SoapFault, faultResponse, type SoapResponse } from './faults.ts'
-import { SERVICE_VERSIONS } from './operations.ts'
-import { createSoapService } from './service.ts'
+import { SoapFault, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
+import { SERVICE_VERSIONS, type ServiceVersion } from './operations.ts'
+import { createSoapService, type Admission } from './service.ts'
 import { createWsSecurity, memoryNonceCache, redisNonceCache } from './ws-security.ts'
 import { buildWsdl } from './wsdl.ts'
 
@@ -45,6 +48,11 @@ function fastifyErrorAsAppError (error: FastifyError): unknown {
   return known ? new AppError(known[0], known[1]) : error
 }
 
+// Where the WSDL's endpoint address goes: built once per version, the address filled in per request.
+const ADDRESS_SLOT = 'urn:endpoint-address-slot'
+// A Host (or, from a trusted proxy, X-Forwarded-Host) we are willing to write into the contract.
+const HOST = /^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/
+
 export default async function soapRoutes (app: FastifyInstance, options: SoapRoutesOptions) {
   const { config } = app
   const clock = options.clock ?? Date.now
@@ -56,10 +64,12 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     clock
   })
   const service = createSoapService({
-    publicUrl: config.soap.publicUrl,
+    namespaceBase: config.soap.namespaceBase,
     store: app.store,
     events: app.events,
     caps: config.limits,
+    mutationCost: config.limits.mutationCost,
+    xmlLimits: { maxElements: config.soap.maxElements, maxAttributes: config.soap.maxAttributes },
     timeoutMs: config.limits.timeoutMs,
     wsSecurity
   })
@@ -68,19 +78,49 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   app.addContentTypeParser(['text/xml', 'application/soap+xml'], { parseAs: 'string', bodyLimit: config.bodyLimitBytes }, (_request, body, done) => done(null, body))
 
   const versionByPath = new Map(SERVICE_VERSIONS.map((v) => [v.path, v]))
-  const send = (reply: FastifyReply, response: SoapResponse) => reply.code(response.status).type(response.contentType).send(response.body)
+  const send = (reply: FastifyReply, response: SoapResponse) => {
+    if (response.retryAfter !== undefined) reply.header('retry-after', response.retryAfter)
+    return reply.code(response.status).type(response.contentType).send(response.body)
+  }
 
   app.setErrorHandler(async (error: FastifyError, request, reply) => {
     const version = versionByPath.get(request.routeOptions.url ?? '') ?? SERVICE_VERSIONS[0]!
     const fault = SoapFault.from(fastifyErrorAsAppError(error))
     if (fault.code === 'INTERNAL_SERVER_ERROR') request.log.error({ err: error }, 'SOAP request failed')
-    return send(reply, faultResponse(fault, soapVersionOf(request), service.namespaceOf(version)))
+    // Refused before the handler (media type, body size): it authenticated nobody, so it counts on the address.
+    if (request.method === 'POST') await app.spendRequest(null, request.ip).catch(() => {})
+    const response = faultResponse(fault, soapVersionOf(request), service.namespaceOf(version))
+    // A GET is no SOAP exchange: its status is the error's own (405, 404, 400), never a SOAP 500.
+    return send(reply, request.method === 'GET' ? { ...response, status: ErrorCodes[fault.code].status } : response)
   })
 
-  for (const version of SERVICE_VERSIONS) {
-    const wsdl = buildWsdl(version, config.soap.publicUrl)
+  /** The budgets of one POST, bound to its client address. */
+  const admissionOf = (request: FastifyRequest): Admission => ({
+    checkAddress: () => app.checkRequestBudget(null, request.ip),
+    spendOnAddress: () => app.spendRequest(null, request.ip).catch(() => {}),
+    spendRequest: (caller) => app.spendRequest(caller, request.ip),
+    spendCost: async (caller, cost) => {
+      const budget = config.limits.budgets[caller.role]
+      if (cost > budget) throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${cost} exceeds the budget of ${budget} for this caller`, { cost, budget })
+      const { remaining, resetMs } = await app.spendCostUnits(caller, request.ip, cost)
+      if (remaining < 0) {
+        const retryAfter = Math.ceil(resetMs / 1000)
+        throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${config.limits.rateCostUnits} cost units per ${Math.round(config.limits.rateWindowMs / 1000)} s; retry in ${retryAfter} s`, { cost, retryAfter })
+      }
+    }
+  })
 
-    app.post(version.path, async (request, reply) => {
+  /** The endpoint address of `version` for a request: SOAP_PUBLIC_URL, else where the request came (forwarded host from trusted proxies only). */
+  function addressOf (version: ServiceVersion, request: FastifyRequest): string {
+    if (config.soap.publicUrl) return config.soap.publicUrl + version.path
+    if (!HOST.test(request.host)) throw new AppError('BAD_REQUEST', 'The Host header is not a host name; set SOAP_PUBLIC_URL to publish the WSDL')
+    return `${request.protocol}://${request.host}${version.path}`
+  }
+
+  for (const version of SERVICE_VERSIONS) {
+    const template = buildWsdl(version, config.soap.namespaceBase, ADDRESS_SLOT).split(`location="${ADDRESS_SLOT}"`)
+
+    app.post(version.path, { config: { rateLimit: false } }, async (request, reply) => {
       const soapVersion = soapVersionOf(request)
       const contentType = request.headers['content-type'] ?? ''
       // The body was decoded as UTF-8 (the encoding every SOAP toolkit sends); another charset would be misread.
@@ -93,17 +133,20 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
         soapVersion,
         envelope: request.body as string,
         actions: [typeof soapAction === 'string' ? soapAction : undefined, soapVersion === '1.2' ? actionParameter(contentType) : undefined]
-      }, (err) => request.log.error({ err }, 'SOAP operation failed'))
+      }, admissionOf(request), (err) => request.log.error({ err }, 'SOAP operation failed'))
       return send(reply, response)
     })
 
-    app.get(version.path, async (request, reply) => {
+    app.get(version.path, { config: { rateLimit: false } }, async (request, reply) => {
       const query = request.query as Record<string, unknown>
-      if (!('wsdl' in query) && !('WSDL' in query)) {
-        throw new AppError('METHOD_NOT_ALLOWED', `POST a SOAP envelope to ${version.path}, or GET ${version.path}?wsdl for the contract`)
+      if ('wsdl' in query || 'WSDL' in query) {
+        return reply.type('text/xml; charset=utf-8').send(template.join(`location="${escapeXml(addressOf(version, request))}"`))
       }
-      return reply.type('text/xml; charset=utf-8').send(wsdl)
+      if (Object.keys(query).some((k) => /^(xsd|singlewsdl)$/i.test(k))) {
+        throw new AppError('NOT_FOUND', `The contract is one document with its schema inline: GET ${version.path}?wsdl`)
+      }
+      reply.header('allow', 'POST')
+      throw new AppError('METHOD_NOT_ALLOWED', `POST a SOAP envelope to ${version.path}, or GET ${version.path}?wsdl for the contract`)
     })
   }
 }
-

@@ -3,8 +3,9 @@
 // and the WSDL (wsdl.ts) are all generated from it, so they cannot drift apart.
 // Versions: v2 is a non-breaking extension of v1 (it adds createdAt to User and the ListUsers operation);
 // a breaking change would be a v3 beside them.
-import { visibleUser } from '../../app/domain/authorization.ts'
+import { WRITE_RULES, visibleUser, type WriteRule } from '../../app/domain/authorization.ts'
 import type { DomainContext } from '../../app/domain/context.ts'
+import { assertPageSize, type InputCaps } from '../../app/domain/input.ts'
 import { createUser, deleteUser, getExistingUser, listUsers, updateUser } from '../../app/domain/users.ts'
 import type { UserRow } from '../../app/store/types.ts'
 
@@ -29,6 +30,8 @@ export interface Operation {
   input: Field[]
   /** The single child of <NameResponse>. */
   output: Field
+  /** The domain's rule for a write (who may call it, priced as a write); null for a read any partner may make. */
+  write: WriteRule | null
   run (ctx: DomainContext, args: Args): Promise<Result>
 }
 
@@ -58,6 +61,7 @@ const operations: Operation[] = [
     since: 1,
     input: [{ name: 'id', type: 'string' }],
     output: { name: 'user', type: 'User' },
+    write: null,
     run: async (ctx, args) => visibleUser(ctx.caller, await getExistingUser(ctx, args.id as string))
   },
   {
@@ -65,6 +69,7 @@ const operations: Operation[] = [
     since: 1,
     input: [{ name: 'name', type: 'string' }, { name: 'email', type: 'string' }],
     output: { name: 'user', type: 'User' },
+    write: WRITE_RULES.createUser,
     run: async (ctx, args) => visibleUser(ctx.caller, await createUser(ctx, { name: args.name as string, email: args.email as string }))
   },
   {
@@ -72,6 +77,7 @@ const operations: Operation[] = [
     since: 1,
     input: [{ name: 'id', type: 'string' }, { name: 'name', type: 'string', optional: true }, { name: 'email', type: 'string', optional: true }],
     output: { name: 'user', type: 'User' },
+    write: WRITE_RULES.updateUser,
     run: async (ctx, args) => visibleUser(ctx.caller, await updateUser(ctx, args.id as string, { name: args.name as string | null | undefined, email: args.email as string | null | undefined }))
   },
   {
@@ -79,6 +85,7 @@ const operations: Operation[] = [
     since: 1,
     input: [{ name: 'id', type: 'string' }],
     output: { name: 'deleted', type: 'boolean' },
+    write: WRITE_RULES.deleteUser,
     run: (ctx, args) => deleteUser(ctx, args.id as string)
   },
   {
@@ -86,6 +93,7 @@ const operations: Operation[] = [
     since: 2,
     input: [{ name: 'limit', type: 'int', optional: true }],
     output: { name: 'user', type: 'User', optional: true, many: true },
+    write: null,
     run: async (ctx, args) => (await listUsers(ctx, (args.limit as number | null | undefined) ?? DEFAULT_LIST_LIMIT)).map((u) => visibleUser(ctx.caller, u))
   }
 ]
@@ -103,9 +111,27 @@ function serviceVersion (number: number): ServiceVersion {
 
 export const SERVICE_VERSIONS: readonly ServiceVersion[] = [serviceVersion(1), serviceVersion(2)]
 
-/** The target namespace of a version: the public base URL + the path, e.g. https://api.example.com/v1/UserService. */
-export function namespaceOf (version: ServiceVersion, publicUrl: string): string {
-  return publicUrl.replace(/\/+$/, '') + version.path
+/**
+ * The target namespace of a version: the configured base (SOAP_NAMESPACE_BASE) + the version's path,
+ * e.g. urn:graphql-query-service:soap/v1/UserService. Part of the contract: it never depends on the
+ * address the service listens on or is reached at.
+ */
+export function namespaceOf (version: ServiceVersion, namespaceBase: string): string {
+  return namespaceBase + version.path
+}
+
+/**
+ * Cost units of a call, priced as the GraphQL operation that does the same read or write: a user is
+ * 1 plus one per field of the version's User, a list of users its page size times the fields of one,
+ * a boolean 1; a write adds what a GraphQL mutation field adds on top of its selection (mutationCost - 1).
+ */
+export function costOf (operation: Operation, args: Args, version: ServiceVersion, limits: Pick<InputCaps, 'maxPageSize'> & { mutationCost: number }): number {
+  const perUser = version.userFields.length
+  let cost = 1
+  if (operation.output.type === 'User') {
+    cost = operation.output.many ? assertPageSize((args.limit as number | null | undefined) ?? DEFAULT_LIST_LIMIT, limits) * perUser : 1 + perUser
+  }
+  return operation.write ? cost + limits.mutationCost - 1 : cost
 }
 
 /** The soapAction of an operation, as the WSDL announces it. */

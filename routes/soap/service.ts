@@ -7,9 +7,9 @@ import { createDomainContext, type Caller, type Events } from '../../app/domain/
 import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
 import { AppError, Messages, badInput } from '../../app/errors.ts'
 import type { Store, UserRow } from '../../app/store/types.ts'
-import { NS, attribute, envelopeNamespace, parseEnvelope, type SoapVersion, type XmlElement } from './envelope.ts'
+import { NS, attribute, envelopeNamespace, parseEnvelope, type SoapVersion, type XmlElement, type XmlLimits } from './envelope.ts'
 import { CONTENT_TYPE, SoapFault, WSSE_NS, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
-import { namespaceOf, soapActionOf, type Args, type Field, type Operation, type Result, type ServiceVersion } from './operations.ts'
+import { costOf, namespaceOf, soapActionOf, type Args, type Field, type Operation, type Result, type ServiceVersion } from './operations.ts'
 import type { WsSecurity } from './ws-security.ts'
 
 export interface SoapRequest {
@@ -20,12 +20,31 @@ export interface SoapRequest {
 }
 
 export interface SoapServiceOptions {
-  publicUrl: string
+  namespaceBase: string
   store: Store
   events: Events
   caps: InputCaps
+  /** What a write costs on top of its selection (as a GraphQL mutation field). */
+  mutationCost: number
+  xmlLimits: XmlLimits
   timeoutMs: number
   wsSecurity: WsSecurity
+}
+
+/**
+ * How a call spends budgets; the carrier binds it to the client's address. A message that
+ * authenticates nobody spends the address's request budget; an authenticated one spends the
+ * partner's, so partners behind one address (a NAT, a load balancer) do not share a budget.
+ */
+export interface Admission {
+  /** Refuses (RATE_LIMITED) a client address that has no request left; runs before costly verification. */
+  checkAddress (): Promise<void>
+  /** Counts a message that authenticated nobody on the client address. */
+  spendOnAddress (): Promise<void>
+  /** Spends one request of the partner's budget; throws RATE_LIMITED when it is exhausted. */
+  spendRequest (caller: Caller): Promise<void>
+  /** Spends the call's cost units from the partner's window; throws RATE_LIMITED when it is exhausted. */
+  spendCost (caller: Caller, cost: number): Promise<void>
 }
 
 const SOAP11_NEXT = 'http://schemas.xmlsoap.org/soap/actor/next'
@@ -124,6 +143,7 @@ function resultXml (result: Result, output: Field, userFields: Field[]): string 
 
 export function createSoapService (options: SoapServiceOptions) {
   const { store, events, caps, timeoutMs, wsSecurity } = options
+  const pricing = { maxPageSize: caps.maxPageSize, mutationCost: options.mutationCost }
 
   /** Per service version: its namespace and the envelope text around a response, built once. */
   const prepared = new Map<ServiceVersion, { namespace: string; open: Record<SoapVersion, string>; close: string }>()
@@ -131,7 +151,7 @@ export function createSoapService (options: SoapServiceOptions) {
     let p = prepared.get(version)
     if (!p) {
       const open = (v: SoapVersion) => `<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="${envelopeNamespace(v)}"><soap:Body>`
-      p = { namespace: namespaceOf(version, options.publicUrl), open: { '1.1': open('1.1'), '1.2': open('1.2') }, close: '</soap:Body></soap:Envelope>' }
+      p = { namespace: namespaceOf(version, options.namespaceBase), open: { '1.1': open('1.1'), '1.2': open('1.2') }, close: '</soap:Body></soap:Envelope>' }
       prepared.set(version, p)
     }
     return p
@@ -148,17 +168,30 @@ export function createSoapService (options: SoapServiceOptions) {
     }
   }
 
-  async function execute (version: ServiceVersion, request: SoapRequest, namespace: string): Promise<string> {
-    const envelope = parseEnvelope(request.envelope, request.soapVersion)
-    const security = securityHeader(envelope.headers, request.soapVersion)
-    const element = envelope.operation
-    const operation = element.ns === namespace ? version.operations.get(element.local) : undefined
-    if (!operation) {
-      throw SoapFault.client('OPERATION_NOT_FOUND', `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`)
+  /** The authenticated caller of a message and its operation; a message that authenticates nobody is counted on the address. */
+  async function authenticated (version: ServiceVersion, request: SoapRequest, namespace: string, admission: Admission) {
+    try {
+      const envelope = parseEnvelope(request.envelope, request.soapVersion, options.xmlLimits)
+      const security = securityHeader(envelope.headers, request.soapVersion)
+      const element = envelope.operation
+      const operation = element.ns === namespace ? version.operations.get(element.local) : undefined
+      if (!operation) {
+        throw SoapFault.client('OPERATION_NOT_FOUND', `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`)
+      }
+      checkActions(request.actions, soapActionOf(namespace, operation), operation)
+      const caller = await wsSecurity.authenticate(security, admission.checkAddress)
+      return { caller, operation, element }
+    } catch (err) {
+      await admission.spendOnAddress()
+      throw err
     }
-    checkActions(request.actions, soapActionOf(namespace, operation), operation)
-    const caller: Caller = await wsSecurity.authenticate(security)
+  }
+
+  async function execute (version: ServiceVersion, request: SoapRequest, namespace: string, admission: Admission): Promise<string> {
+    const { caller, operation, element } = await authenticated(version, request, namespace, admission)
+    await admission.spendRequest(caller)
     const args = readArgs(operation, element, namespace, caps)
+    await admission.spendCost(caller, costOf(operation, args, version, pricing))
 
     const deadline = Date.now() + timeoutMs
     const ctx = createDomainContext({ store, events, caps }, caller, deadline)
@@ -175,10 +208,10 @@ export function createSoapService (options: SoapServiceOptions) {
   }
 
   /** Answers one SOAP request of `version`; faults are responses too. `onInternalError` sees unexpected errors. */
-  async function handle (version: ServiceVersion, request: SoapRequest, onInternalError: (err: unknown) => void = () => {}): Promise<SoapResponse> {
+  async function handle (version: ServiceVersion, request: SoapRequest, admission: Admission, onInternalError: (err: unknown) => void = () => {}): Promise<SoapResponse> {
     const p = preparedFor(version)
     try {
-      const body = await execute(version, request, p.namespace)
+      const body = await execute(version, request, p.namespace, admission)
       return { status: 200, contentType: CONTENT_TYPE[request.soapVersion], body: p.open[request.soapVersion] + body + p.close }
     } catch (err) {
       const fault = SoapFault.from(err)

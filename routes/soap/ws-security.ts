@@ -177,7 +177,7 @@ export function createWsSecurity (options: WsSecurityOptions) {
   }
 
   /** True when the token's password is the partner's; every refusal has cost one scrypt verification. */
-  async function passwordMatches (entry: PartnerEntry | null, token: UsernameToken): Promise<boolean> {
+  async function passwordMatches (entry: PartnerEntry | null, token: UsernameToken, beforeScrypt: () => Promise<void>): Promise<boolean> {
     if (entry && token.digest) {
       if (entry.password) {
         const expected = createHash('sha1').update(token.nonce!).update(token.created!, 'utf8').update(entry.password).digest()
@@ -192,17 +192,23 @@ export function createWsSecurity (options: WsSecurityOptions) {
         const key = given.toString('base64')
         if (entry.acceptedText.has(key)) return true
         // A text-only account: scrypt is the check itself, and its refusal has paid the work already.
+        await beforeScrypt()
         const ok = await verifyPartnerPassword(entry.partner, token.password)
         if (ok) entry.acceptedText.add(key)
         return ok
       }
     }
+    await beforeScrypt()
     await verifyPartnerPassword(null, token.password)
     return false
   }
 
-  /** The caller a message's wsse:Security header (one addressed to us) authenticates; a WS-Security fault otherwise. */
-  async function authenticate (security: XmlElement | undefined): Promise<Caller> {
+  /**
+   * The caller a message's wsse:Security header (one addressed to us) authenticates; a WS-Security
+   * fault otherwise. `beforeScrypt` runs before each scrypt verification (the carrier refuses there a
+   * client that has spent its budget, before the costly work rather than after).
+   */
+  async function authenticate (security: XmlElement | undefined, beforeScrypt: () => Promise<void> = async () => {}): Promise<Caller> {
     if (!security) throw SoapFault.invalidSecurity('A wsse:Security header with a UsernameToken is required')
     const now = clock()
 
@@ -227,7 +233,7 @@ export function createWsSecurity (options: WsSecurityOptions) {
 
     const entry = await partner(token.username, now)
     // One message for an unknown login and a wrong password: the fault must not confirm logins.
-    if (!(await passwordMatches(entry, token)) || !entry) throw SoapFault.failedAuthentication()
+    if (!(await passwordMatches(entry, token, beforeScrypt)) || !entry) throw SoapFault.failedAuthentication()
 
     // Claimed after authentication, so nobody can burn a partner's nonce with a forged message; keyed
     // by the partner's user and the nonce's bytes (canonical Base64 of them).

@@ -1,10 +1,12 @@
 // The WSDL 1.1 of one service version, generated from its description in operations.ts: XSD types
 // (document/literal wrapped: one request element <Op> and one response element <OpResponse> per
-// operation, elementFormDefault qualified), messages, the portType, SOAP 1.1 and SOAP 1.2 bindings and
-// the service with the configured public address. Built once at start-up with xmlbuilder2.
+// operation, elementFormDefault qualified), messages, the portType (each operation documented with
+// who may call it, from the domain's rules), SOAP 1.1 and SOAP 1.2 bindings requiring a WS-Security
+// UsernameToken (WS-SecurityPolicy), and the service at the given endpoint address. Built with xmlbuilder2.
 import { create } from 'xmlbuilder2'
 import type { XMLBuilder } from 'xmlbuilder2/lib/interfaces.js'
-import { namespaceOf, soapActionOf, type Field, type ServiceVersion } from './operations.ts'
+import { RESTRICTED_USER_FIELDS, describeRule } from '../../app/domain/authorization.ts'
+import { namespaceOf, soapActionOf, type Field, type Operation, type ServiceVersion } from './operations.ts'
 
 const WSDL = 'http://schemas.xmlsoap.org/wsdl/'
 const SOAP11 = 'http://schemas.xmlsoap.org/wsdl/soap/'
@@ -31,9 +33,16 @@ function sequence (parent: XMLBuilder, fields: Field[]): void {
   }
 }
 
-export function buildWsdl (version: ServiceVersion, publicUrl: string): string {
-  const ns = namespaceOf(version, publicUrl)
-  const address = publicUrl.replace(/\/+$/, '') + version.path
+/** Who may call an operation, as its wsdl:documentation says (partners act with their user's role). */
+export function callersOf (operation: Operation): string {
+  return operation.write
+    ? `Allowed callers: ${describeRule(operation.write)}. Any other partner gets a FORBIDDEN fault.`
+    : `Allowed callers: every authenticated partner. The e-mail is returned only to ${RESTRICTED_USER_FIELDS.email.map((r) => r === 'SELF' ? 'the user themself' : `role ${r}`).join(' and ')}.`
+}
+
+/** The WSDL of `version` in the namespace under `namespaceBase`, with `address` as both ports' endpoint. */
+export function buildWsdl (version: ServiceVersion, namespaceBase: string, address: string): string {
+  const ns = namespaceOf(version, namespaceBase)
   const name = version.serviceName
   const operations = [...version.operations.values()]
 
@@ -78,6 +87,7 @@ export function buildWsdl (version: ServiceVersion, publicUrl: string): string {
   const portType = defs.ele(WSDL, 'wsdl:portType').att('name', `${name}PortType`)
   for (const op of operations) {
     const o = portType.ele(WSDL, 'wsdl:operation').att('name', op.name)
+    o.ele(WSDL, 'wsdl:documentation').txt(callersOf(op))
     o.ele(WSDL, 'wsdl:input').att('message', `tns:${op.name}Request`)
     o.ele(WSDL, 'wsdl:output').att('message', `tns:${op.name}Response`)
     o.ele(WSDL, 'wsdl:fault').att({ name: 'ServiceFault', message: 'tns:ServiceFault' })

@@ -29,12 +29,21 @@ export interface XmlElement {
 }
 
 export class XmlError extends Error {
-  readonly doctype: boolean
-  constructor (message: string, doctype = false) {
+  /** True when a rule of this reader refused the document (a DOCTYPE, a limit), not a well-formedness error. */
+  readonly policy: boolean
+  constructor (message: string, policy = false) {
     super(message)
     this.name = 'XmlError'
-    this.doctype = doctype
+    this.policy = policy
   }
+}
+
+/** Bounds on the tree a document may build, so memory and work stay proportional to a small message. */
+export interface XmlLimits {
+  /** Most elements in the document. */
+  maxElements: number
+  /** Most attributes on one element, namespace declarations included. */
+  maxAttributes: number
 }
 
 export const XML_NS = 'http://www.w3.org/XML/1998/namespace'
@@ -89,15 +98,18 @@ interface Open {
 const ROOT_SCOPE = new Map([['', ''], ['xml', XML_NS]])
 /** SOAP messages nest a dozen levels; a deep pile of open tags is only ever an attack on memory. */
 export const MAX_DEPTH = 100
+/** Defaults of SOAP_MAX_ELEMENTS and SOAP_MAX_ATTRIBUTES (app/config.ts). */
+export const DEFAULT_XML_LIMITS: XmlLimits = { maxElements: 1000, maxAttributes: 32 }
 const SMALL = 8
 
 /** Parses a complete document into its namespace-resolved root element; throws XmlError when it is not acceptable. */
-export function parseXml (xml: string): XmlElement {
+export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): XmlElement {
   if (FORBIDDEN_CHARS.test(xml)) throw new XmlError('a character that XML does not allow')
   const s = xml
   const n = s.length
   let pos = s.charCodeAt(0) === 0xFEFF ? 1 : 0
   let root: XmlElement | null = null
+  let elements = 0
   const stack: Open[] = []
 
   const fail = (what: string): never => { throw new XmlError(`${what} at offset ${pos}`) }
@@ -148,6 +160,7 @@ export function parseXml (xml: string): XmlElement {
   }
 
   function openElement (): void {
+    if (++elements > limits.maxElements) throw new XmlError(`The message has more than ${limits.maxElements} elements`, true)
     pos++ // '<'
     const qname = readName()
     const raw: Array<[string, string, number]> = []
@@ -166,6 +179,7 @@ export function parseXml (xml: string): XmlElement {
       }
       if (pos >= n) fail(`unterminated start tag <${qname}`)
       if (!spaced) fail('expected whitespace between attributes')
+      if (raw.length >= limits.maxAttributes) throw new XmlError(`An element has more than ${limits.maxAttributes} attributes`, true)
       const at = pos
       const name = readName()
       skipSpace()

@@ -249,6 +249,8 @@ export async function startInstance (t: TestLike, name: string, env: Record<stri
     TRUST_PROXY: LB_ADDRESS,
     PERSISTED_ONLY: 'false',
     SOAP_PUBLIC_URL,
+    // The envelopes below are written in this namespace (the setting's default is a URN).
+    SOAP_NAMESPACE_BASE: SOAP_PUBLIC_URL,
     SHUTDOWN_GRACE_MS: '15000',
     ...env
   }

@@ -1,6 +1,8 @@
 // The SOAP binding through a real, independent SOAP client: the npm `soap` package, built from our
 // ?wsdl, with WS-Security UsernameToken (PasswordDigest and PasswordText), SOAP 1.1 and 1.2, both
-// service versions, every operation; and a user created over SOAP is visible over GraphQL.
+// service versions, every operation; and a user created over SOAP is visible over GraphQL. The
+// contract's namespace is fixed (SOAP_NAMESPACE_BASE), never the listening address: a client generated
+// from one instance's WSDL calls another instance; each operation's documentation says who may call it.
 import { test } from 'tap'
 import soap from 'soap'
 import { createPartnerAccount } from '../../app/auth/create-partner.ts'
@@ -9,6 +11,8 @@ import { gql, type TestLike } from '../helpers/app.ts'
 import { listenSoapApp, parseXmlText } from './helpers.ts'
 
 const PUBLIC_URL = 'https://partners.example'
+// The default namespace base: a fixed URN, whatever the public address.
+const NAMESPACE_BASE = 'urn:graphql-query-service:soap'
 
 type PasswordType = 'PasswordDigest' | 'PasswordText'
 
@@ -38,7 +42,7 @@ for (const version of ['v1', 'v2'] as const) {
         const [asPartner, rawResponse, , rawRequest] = await partner.GetUserAsync({ id: '2' })
         t.match(rawRequest, soapVersion === '1.2' ? 'http://www.w3.org/2003/05/soap-envelope' : 'http://schemas.xmlsoap.org/soap/envelope/', 'the client spoke the SOAP version under test')
         t.match(rawRequest, `#${passwordType}`)
-        t.match(rawResponse, `xmlns="${PUBLIC_URL}/${version}/UserService"`, 'the response is in the version\'s namespace')
+        t.match(rawResponse, `xmlns="${NAMESPACE_BASE}/${version}/UserService"`, 'the response is in the version\'s namespace')
         t.equal(asPartner.user.id, '2')
         t.type(asPartner.user.name, 'string')
         t.equal(asPartner.user.email, undefined, 'email hidden from a SERVICE partner')
@@ -108,10 +112,10 @@ for (const version of ['v1', 'v2'] as const) {
     const root = parseXmlText(wsdl)
     t.equal(root.ns, 'http://schemas.xmlsoap.org/wsdl/')
     t.equal(root.local, 'definitions')
-    t.match(wsdl, `targetNamespace="${PUBLIC_URL}/${version}/UserService"`)
+    t.match(wsdl, `targetNamespace="${NAMESPACE_BASE}/${version}/UserService"`)
     t.match(wsdl, `<soap:address location="${PUBLIC_URL}/${version}/UserService"/>`)
     t.match(wsdl, `<soap12:address location="${PUBLIC_URL}/${version}/UserService"/>`)
-    t.match(wsdl, `soapAction="${PUBLIC_URL}/${version}/UserService/GetUser"`)
+    t.match(wsdl, `soapAction="${NAMESPACE_BASE}/${version}/UserService/GetUser"`)
     for (const op of ['GetUser', 'CreateUser', 'UpdateUser', 'DeleteUser']) t.match(wsdl, `<wsdl:operation name="${op}">`)
     if (version === 'v2') {
       t.match(wsdl, '<wsdl:operation name="ListUsers">')
@@ -122,3 +126,56 @@ for (const version of ['v1', 'v2'] as const) {
     }
   })
 }
+
+test('the namespace never depends on the address: a client generated from one instance\'s WSDL calls another', async (t) => {
+  // Two instances on their own ports, no SOAP_PUBLIC_URL, over one store (as behind a balancer).
+  const first = await listenSoapApp(t)
+  const second = await listenSoapApp(t, {}, { store: first.store })
+  t.not(first.url, second.url)
+  const wsdls = await Promise.all([first, second].map(async (a) => (await fetch(`${a.url}/v1/UserService?wsdl`)).text()))
+  const targetNamespace = (wsdl: string) => /targetNamespace="([^"]+)"/.exec(wsdl)?.[1]
+  t.equal(targetNamespace(wsdls[0]!), `${NAMESPACE_BASE}/v1/UserService`)
+  t.equal(targetNamespace(wsdls[1]!), targetNamespace(wsdls[0]!), 'the same contract on both ports')
+  t.match(wsdls[0], `<soap:address location="${first.url}/v1/UserService"/>`, 'without SOAP_PUBLIC_URL the endpoint is where the WSDL was fetched')
+
+  const client = await soap.createClientAsync(`${first.url}/v1/UserService?wsdl`, {}, `${second.url}/v1/UserService`)
+  client.setSecurity(new soap.WSSecurity('partner', 's3cret', { passwordType: 'PasswordDigest', hasTimeStamp: true }))
+  const [answer, , , request] = await (client as any).GetUserAsync({ id: '2' })
+  t.match(request, `${NAMESPACE_BASE}/v1/UserService`, 'the request carries the contract\'s namespace')
+  t.equal(answer.user.id, '2', 'and the other instance answers it')
+})
+
+test('the endpoint address follows SOAP_PUBLIC_URL, or the forwarded host from a trusted proxy only', async (t) => {
+  const behindProxy = await listenSoapApp(t, { TRUST_PROXY: '127.0.0.1' })
+  const forwarded = await (await fetch(`${behindProxy.url}/v1/UserService?wsdl`, { headers: { 'x-forwarded-host': 'api.partner.example', 'x-forwarded-proto': 'https' } })).text()
+  t.match(forwarded, '<soap:address location="https://api.partner.example/v1/UserService"/>')
+  t.match(forwarded, `targetNamespace="${NAMESPACE_BASE}/v1/UserService"`, 'the namespace does not move with it')
+  const direct = await listenSoapApp(t)
+  const ignored = await (await fetch(`${direct.url}/v1/UserService?wsdl`, { headers: { 'x-forwarded-host': 'evil.example' } })).text()
+  t.match(ignored, `<soap:address location="${direct.url}/v1/UserService"/>`, 'an untrusted peer\'s forwarded host is ignored')
+  const configured = await listenSoapApp(t, { SOAP_PUBLIC_URL: `${PUBLIC_URL}/`, SOAP_NAMESPACE_BASE: 'https://contracts.example/users/' })
+  const fixed = await (await fetch(`${configured.url}/v2/UserService?wsdl`)).text()
+  t.match(fixed, `<soap12:address location="${PUBLIC_URL}/v2/UserService"/>`)
+  t.match(fixed, 'targetNamespace="https://contracts.example/users/v2/UserService"', 'a configured base, trailing slash dropped')
+})
+
+test('each operation\'s documentation says who may call it, and a SERVICE partner is refused exactly those that exclude it', async (t) => {
+  const { client, url } = await setup(t)
+  const wsdl = await (await fetch(`${url}/v2/UserService?wsdl`)).text()
+  const portType = parseXmlText(wsdl).children.find((c) => c.local === 'portType')!
+  const documented = new Map(portType.children.map((op) => [op.attributes.find((a) => a.local === 'name')!.value, op.children.find((c) => c.local === 'documentation')!.text]))
+  t.same([...documented.keys()], ['GetUser', 'CreateUser', 'UpdateUser', 'DeleteUser', 'ListUsers'])
+  t.match(documented.get('DeleteUser'), /^Allowed callers: role ADMIN\. /)
+  t.match(documented.get('UpdateUser'), /^Allowed callers: role ADMIN, or the user themself/)
+  t.match(documented.get('CreateUser'), /^Allowed callers: role ADMIN or SERVICE\. /)
+  t.match(documented.get('GetUser'), /^Allowed callers: every authenticated partner\./)
+
+  const partner = await client('v2', '1.1', 'partner', 's3cret', 'PasswordDigest')
+  const calls: Record<string, unknown> = { GetUser: { id: '2' }, CreateUser: { name: 'Doc Test', email: 'doc-test@example.com' }, UpdateUser: { id: '2', name: 'X' }, DeleteUser: { id: '2' }, ListUsers: { limit: 2 } }
+  for (const [operation, documentation] of documented) {
+    // A SERVICE partner acting on another user's id: allowed exactly when its role is named, or every partner is.
+    const allowedByDocs = /every authenticated partner/.test(documentation) || /role [A-Za-z ]*\bSERVICE\b/.test(documentation.split('.')[0]!)
+    const outcome = await partner[`${operation}Async`]!(calls[operation]).then(() => 'ok', (err: any) => /<f:code>FORBIDDEN<\/f:code>/.test(err.body) ? 'FORBIDDEN' : `fault ${err.body}`)
+    t.equal(outcome, allowedByDocs ? 'ok' : 'FORBIDDEN', `${operation}: ${documentation}`)
+  }
+})

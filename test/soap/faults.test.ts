@@ -6,7 +6,8 @@ import { test } from 'tap'
 import { SOAP11, SOAP12, WSSE, WSU, envelope, listenSoapApp, post, readFault, textToken } from './helpers.ts'
 
 const NS = 'http://localhost:0/v1/UserService'
-const ENV = { SOAP_PUBLIC_URL: 'http://localhost:0' }
+// The namespace is configured to look like the old address-derived one; these tests are about faults, not about it.
+const ENV = { SOAP_PUBLIC_URL: 'http://localhost:0', SOAP_NAMESPACE_BASE: 'http://localhost:0' }
 const H11 = { 'content-type': 'text/xml; charset=utf-8' }
 const H12 = { 'content-type': 'application/soap+xml; charset=utf-8' }
 const PARTNER = textToken('partner', 's3cret')
@@ -134,9 +135,18 @@ test('envelope rules: version, body, content type, method', async (t) => {
   const json = await post(`${url}/v1/UserService`, '{"id":"2"}', { 'content-type': 'application/json' })
   t.equal(json.status, 500)
   t.match(readFault(json.text), { code: 'soap:Client', errorCode: 'UNSUPPORTED_MEDIA_TYPE' })
+  // A GET that is not ?wsdl is a client error with the error's own status, never a SOAP 500.
   const get = await fetch(`${url}/v1/UserService`)
-  t.equal(get.status, 500)
+  t.equal(get.status, 405)
+  t.equal(get.headers.get('allow'), 'POST')
   t.match(readFault(await get.text()), { code: 'soap:Client', errorCode: 'METHOD_NOT_ALLOWED' })
+  for (const query of ['?singleWsdl', '?xsd=xsd0', '?XSD=1']) {
+    const other = await fetch(`${url}/v1/UserService${query}`)
+    t.equal(other.status, 404, query)
+    t.match(readFault(await other.text()), { code: 'soap:Client', errorCode: 'NOT_FOUND', reason: /GET \/v1\/UserService\?wsdl/ }, query)
+  }
+  const unknownQuery = await fetch(`${url}/v2/UserService?foo=1`)
+  t.equal(unknownQuery.status, 405)
 })
 
 test('SOAPAction: quoted, unquoted, empty or absent are accepted; a contradicting one is a fault', async (t) => {
@@ -268,13 +278,31 @@ test('unexpected errors are Server/Receiver faults without internals', async (t)
   t.match(readFault(r12.text), { code: 'env:Receiver', errorCode: 'INTERNAL_SERVER_ERROR' })
 })
 
-test('the request rate limit covers the SOAP endpoint, answered as a fault', async (t) => {
+test('a throttled partner gets 429 with Retry-After and a RATE_LIMITED fault; the contract stays available', async (t) => {
   const { url } = await listenSoapApp(t, { ...ENV, RATE_LIMIT_REQUESTS: '2' })
-  const body = () => envelope('1.1', getUser('2'), PARTNER)
-  t.equal((await post(`${url}/v1/UserService`, body(), H11)).status, 200)
-  t.equal((await post(`${url}/v1/UserService`, body(), H11)).status, 200)
-  const limited = await post(`${url}/v1/UserService`, body(), H11)
-  t.equal(limited.status, 500)
-  t.match(readFault(limited.text), { code: 'soap:Client', errorCode: 'RATE_LIMITED' })
-  t.ok(limited.headers.get('retry-after'), 'the rate limiter\'s Retry-After is kept')
+  const call = (version: '1.1' | '1.2') => post(`${url}/v1/UserService`, envelope(version, getUser('2'), PARTNER), version === '1.1' ? H11 : H12)
+  t.equal((await call('1.1')).status, 200)
+  t.equal((await call('1.1')).status, 200)
+  for (const version of ['1.1', '1.2'] as const) {
+    const limited = await call(version)
+    t.equal(limited.status, 429, `SOAP ${version}`)
+    t.match(limited.headers.get('retry-after'), /^\d+$/, 'with Retry-After')
+    t.match(readFault(limited.text), { code: version === '1.1' ? 'soap:Client' : 'env:Sender', errorCode: 'RATE_LIMITED' })
+  }
+  for (let i = 0; i < 3; i++) {
+    const wsdl = await fetch(`${url}/v1/UserService?wsdl`)
+    t.equal(wsdl.status, 200, '?wsdl is outside the request budget')
+    await wsdl.text()
+  }
+})
+
+test('node-soap of a throttled partner still loads the WSDL, and its call is refused with 429', async (t) => {
+  const soap = (await import('soap')).default
+  const { url } = await listenSoapApp(t, { ...ENV, RATE_LIMIT_REQUESTS: '1' })
+  t.equal((await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER), H11)).status, 200)
+  const client = await soap.createClientAsync(`${url}/v1/UserService?wsdl`, {}, `${url}/v1/UserService`)
+  client.setSecurity(new soap.WSSecurity('partner', 's3cret', { passwordType: 'PasswordDigest' }))
+  const err = await (client as any).GetUserAsync({ id: '2' }).then(() => null, (e: any) => e)
+  t.equal(err?.response?.status, 429)
+  t.match(err?.body, '<f:code>RATE_LIMITED</f:code>')
 })

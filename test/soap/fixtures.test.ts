@@ -7,9 +7,13 @@ import { fixture, listenSoapApp, post, readFault } from './helpers.ts'
 // The fixtures were captured at 07:16:29-07:16:34Z; node-soap's Timestamp expires at 07:26:34Z.
 const CAPTURED = Date.parse('2026-11-22T07:17:00Z')
 const NAMESPACE = 'https://example.com/v1/UserService'
+// The captured requests were generated from a WSDL whose namespace was https://example.com/v1/UserService
+// (then derived from the public address). The namespace is now its own setting, SOAP_NAMESPACE_BASE:
+// configured here to the one the toolkits used, which is what a deployment keeping such partners does.
+const CAPTURED_ENV = { SOAP_PUBLIC_URL: 'https://example.com', SOAP_NAMESPACE_BASE: 'https://example.com' }
 
 async function appWithUser007 (t: TestLike, clock: () => number = () => CAPTURED) {
-  const soap = await listenSoapApp(t, { SOAP_PUBLIC_URL: 'https://example.com' }, { clock })
+  const soap = await listenSoapApp(t, CAPTURED_ENV, { clock })
   await soap.store.createUser({ id: '007', name: 'James Bond', email: 'jb@example.com' })
   return soap
 }
@@ -68,7 +72,7 @@ test('a digest fixture is refused with the wrong password on the account', async
   const { createPartnerAccount } = await import('../../app/auth/create-partner.ts')
   await createPartnerAccount(store, partnerSecretKey, { login: 'partner', password: 'another-secret', userId: '5' })
   // The credentials cache of this app still holds the old password for a moment; a new app reads the new one.
-  const fresh = await listenSoapApp(t, { SOAP_PUBLIC_URL: 'https://example.com' }, { clock: () => CAPTURED, store })
+  const fresh = await listenSoapApp(t, CAPTURED_ENV, { clock: () => CAPTURED, store })
   const { body, headers } = fixture('zeep-1')
   const response = await post(`${fresh.url}/v1/UserService`, body, headers)
   t.match(readFault(response.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason: 'The security token could not be authenticated or authorized' })

@@ -18,7 +18,7 @@ test('a nonce used on one instance is refused on another (shared through Redis)'
   await createPartnerAccount(store, TEST_PARTNER_SECRET_KEY, { login: 'partner', password: 's3cret', userId: '5' })
   await store.createUser({ id: '007', name: 'James Bond', email: 'jb@example.com' })
   const prefix = `test-soap-${randomUUID()}:`
-  const env = { SOAP_PUBLIC_URL: 'https://example.com', REDIS_URL, REDIS_PREFIX: prefix }
+  const env = { SOAP_PUBLIC_URL: 'https://example.com', SOAP_NAMESPACE_BASE: 'https://example.com', REDIS_URL, REDIS_PREFIX: prefix }
   const clock = () => Date.parse('2026-11-22T07:17:00Z')
   const first = await listenSoapApp(t, env, { store, clock })
   const second = await listenSoapApp(t, env, { store, clock })

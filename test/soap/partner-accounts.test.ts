@@ -53,7 +53,7 @@ test('npm run partner:create creates a SERVICE partner that authenticates over S
   t.notMatch(JSON.stringify(acme), 'acme-password', 'the password is not stored in plain')
   t.match(await store.findCredentials('root'), { userId: '1', role: 'ADMIN', passwordSecret: null })
 
-  const { url } = await listenSoapApp(t, { SOAP_PUBLIC_URL: 'http://localhost:0' }, { store })
+  const { url } = await listenSoapApp(t, { SOAP_NAMESPACE_BASE: 'http://localhost:0' }, { store })
   const ns = 'http://localhost:0/v1/UserService'
   const body = `<GetUser xmlns="${ns}"><id>2</id></GetUser>`
   const headers = { 'content-type': 'text/xml; charset=utf-8' }

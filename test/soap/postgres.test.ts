@@ -15,7 +15,7 @@ test('SOAP over the PostgreSQL store', async (t) => {
   await loadDemoData(store)
   await createPartnerAccount(store, TEST_PARTNER_SECRET_KEY, { login: 'partner', password: 's3cret', userId: '5' })
   await store.createUser({ id: '007', name: 'James Bond', email: 'jb@example.com' })
-  const { url } = await listenSoapApp(t, { SOAP_PUBLIC_URL: 'https://example.com' }, { store, clock: () => Date.parse('2026-11-22T07:17:00Z') })
+  const { url } = await listenSoapApp(t, { SOAP_PUBLIC_URL: 'https://example.com', SOAP_NAMESPACE_BASE: 'https://example.com' }, { store, clock: () => Date.parse('2026-11-22T07:17:00Z') })
 
   const { body, headers } = fixture('zeep-3')
   const accepted = await post(`${url}/v1/UserService`, body, headers)
