@@ -34,14 +34,25 @@ export function assertPageSize (value: number, caps: Pick<InputCaps, 'maxPageSiz
 
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
 
+// Characters XML 1.0 cannot carry: C0 controls other than tab, LF and CR, U+FFFE/U+FFFF, and lone
+// surrogates. No name, address or message needs them, and stored text holding them could not be
+// answered over SOAP: refused here, for every transport.
+const NOT_TEXT = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+/** Refuses control and other non-text characters in a stored text field. */
+export function assertText (value: string, field: string): string {
+  if (NOT_TEXT.test(value)) throw badInput(`${field} holds a control character or another character text cannot carry`, { field })
+  return value
+}
+
 export function normalizeEmail (value: string): string {
-  const email = value.trim().toLowerCase()
+  const email = assertText(value, 'email').trim().toLowerCase()
   if (email.length > 254 || !EMAIL.test(email)) throw badInput('Invalid email address', { field: 'email' })
   return email
 }
 
 export function normalizeName (value: string): string {
-  const name = value.trim()
+  const name = assertText(value, 'name').trim()
   if (name.length === 0) throw badInput('Name must not be empty', { field: 'name' })
   if (name.length > 200) throw badInput(Messages.tooLong, { field: 'name', maxLength: 200 })
   return name
@@ -53,7 +64,7 @@ export function normalizeRoomId (value: string): string {
 }
 
 export function normalizeContent (value: string, caps: Pick<InputCaps, 'maxStringLength'>): string {
-  if (value.trim().length === 0) throw badInput('Message content must not be empty', { field: 'content' })
+  if (assertText(value, 'content').trim().length === 0) throw badInput('Message content must not be empty', { field: 'content' })
   if (value.length > caps.maxStringLength) throw badInput(Messages.tooLong, { field: 'content', maxLength: caps.maxStringLength })
   return value
 }

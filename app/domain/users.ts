@@ -3,7 +3,7 @@ import { badInput, notFound } from '../errors.ts'
 import { ROLES, type Role, type UserPatch, type UserRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
 import { assertBeforeDeadline, type DomainContext } from './context.ts'
-import { assertPageSize, assertWithinCaps, normalizeEmail, normalizeName } from './input.ts'
+import { assertPageSize, assertText, assertWithinCaps, normalizeEmail, normalizeName } from './input.ts'
 
 export interface CreateUserInput {
   name: string
@@ -56,7 +56,7 @@ export async function updateUser (ctx: DomainContext, id: string, input: UpdateU
   if (input.name != null) patch.name = normalizeName(input.name)
   if (input.email != null) patch.email = normalizeEmail(input.email)
   if (input.role != null) patch.role = parseRole(input.role)
-  if (input.adminNotes !== undefined) patch.adminNotes = input.adminNotes
+  if (input.adminNotes !== undefined) patch.adminNotes = input.adminNotes === null ? null : assertText(input.adminNotes, 'adminNotes')
   assertBeforeDeadline(ctx)
   const updated = await ctx.store.updateUser(id, patch)
   if (!updated) throw notFound(`User ${id}`)

@@ -60,10 +60,15 @@ export class SoapFault extends Error {
 }
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' }
+// What needs escaping, and what XML 1.0 cannot carry at all, even as a character reference (C0 controls
+// other than tab/LF/CR, U+FFFE/U+FFFF, lone surrogates): those become U+FFFD, so the writer never
+// produces a document a parser must refuse, whatever the store holds (the domain refuses them on input).
+const SPECIAL = /[&<>"'\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+const SPECIALS = new RegExp(SPECIAL.source, 'g')
 
-/** Escapes text for element content and attribute values. */
+/** Escapes text for element content and attribute values; characters XML forbids are replaced by U+FFFD. */
 export function escapeXml (value: string): string {
-  return /[&<>"']/.test(value) ? value.replace(/[&<>"']/g, (c) => ESCAPES[c]!) : value
+  return SPECIAL.test(value) ? value.replace(SPECIALS, (c) => ESCAPES[c] ?? '\uFFFD') : value
 }
 
 export interface SoapResponse {
