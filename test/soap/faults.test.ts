@@ -95,6 +95,18 @@ test('hostile XML', async (t) => {
   })
 })
 
+test('element and attribute caps: a clear client fault, configurable', async (t) => {
+  const { url } = await listenSoapApp(t, { ...ENV, SOAP_MAX_ELEMENTS: '40', SOAP_MAX_ATTRIBUTES: '6' })
+  const attributes = (count: number) => Array.from({ length: count }, (_, i) => ` a${i}="${i}"`).join('')
+  t.equal((await post(`${url}/v1/UserService`, envelope('1.1', `<GetUser xmlns="${NS}"${attributes(5)}><id>2</id></GetUser>`, PARTNER), H11)).status, 200, 'within the caps')
+  const wide = await post(`${url}/v1/UserService`, envelope('1.1', `<GetUser xmlns="${NS}"${attributes(6)}><id>2</id></GetUser>`, PARTNER), H11)
+  t.equal(wide.status, 500)
+  t.match(readFault(wide.text), { code: 'soap:Client', errorCode: 'BAD_REQUEST', reason: 'An element has more than 6 attributes' })
+  const many = await post(`${url}/v1/UserService`, envelope('1.2', getUser('2'), PARTNER + '<x:Pad xmlns:x="urn:pad">' + '<x:i/>'.repeat(30) + '</x:Pad>'), H12)
+  t.equal(many.status, 400)
+  t.match(readFault(many.text), { code: 'env:Sender', errorCode: 'BAD_REQUEST', reason: 'The message has more than 40 elements' })
+})
+
 test('namespace-aware matching', async (t) => {
   const { url } = await listenSoapApp(t, ENV)
   const anyPrefix = `<?xml version="1.0"?><e:Envelope xmlns:e="${SOAP11}"><e:Header>${PARTNER}</e:Header><e:Body>${getUser('2', 'zz')}</e:Body></e:Envelope>`
