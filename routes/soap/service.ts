@@ -2,7 +2,9 @@
 // carrier declared) to a response envelope. HTTP (index.ts) is only its first carrier; nothing here
 // knows about Fastify. Every failure comes back as a Fault response, never as a thrown error.
 // Steps: hardened parse → mandatory headers → operation by the Body's element (namespace-aware) → the
-// declared action must agree → WS-Security → arguments (typed, capped) → domain → response.
+// declared action must agree → WS-Security (a message that authenticates nobody spends its address's
+// request budget) → the partner's request budget → arguments (typed, capped) → the partner's cost
+// units → domain → response.
 import { createDomainContext, type Caller, type Events } from '../../app/domain/context.ts'
 import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
 import { AppError, Messages, badInput } from '../../app/errors.ts'
