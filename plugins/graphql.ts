@@ -69,7 +69,7 @@ export default fp(async function graphql (app: FastifyInstance) {
     introspection: config.introspection,
     domain: { store: app.store, events: app.events, caps: config.limits },
     persisted: () => app.persistedQueries,
-    spendCostUnits: (caller, ip, cost) => app.spendCostUnits(caller, ip, cost),
+    chargeCost: (caller, ip, cost) => app.chargeCost(caller, ip, cost),
     spendRequest: (caller, ip) => app.spendRequest(caller, ip)
   }))
 }, { name: 'graphql', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit'] })

@@ -12,6 +12,7 @@ import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastify'
 import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
+import type { CostReport } from '../app/graphql/context.ts'
 import { appendRouteHook } from '../app/route-hooks.ts'
 import { localCounters, redisCounters, sharedCounters, type WindowCount, type WindowCounters } from '../app/limits/window-counters.ts'
 
@@ -24,6 +25,12 @@ declare module 'fastify' {
     checkRequestBudget (caller: Caller | null, ip: string): Promise<void>
     /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. */
     spendCostUnits (caller: Caller | null, ip: string, cost: number): Promise<{ remaining: number; resetMs: number }>
+    /**
+     * What every transport calls once an operation is priced: refuses it over the caller's per-operation
+     * budget (COST_LIMIT_EXCEEDED), spends its cost units, refuses it when the window is exhausted
+     * (RATE_LIMITED). Returns the price report sent to the caller.
+     */
+    chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
   }
   interface FastifyContextConfig {
     /** false: the route spends no request budget. */
@@ -111,5 +118,19 @@ export default fp(async function rateLimits (app: FastifyInstance) {
     const key = counterKey('cost', caller, ip)
     const { total, resetMs } = counters.incrNow ? counters.incrNow(key, cost, limits.rateWindowMs) : await counters.incr(key, cost, limits.rateWindowMs)
     return { remaining: limits.rateCostUnits - total, resetMs }
+  })
+
+  app.decorate('chargeCost', async (caller: Caller | null, ip: string, requested: number): Promise<CostReport> => {
+    const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
+    if (requested > budget) {
+      throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${requested} exceeds the budget of ${budget} for this caller`, { cost: requested, budget })
+    }
+    // Looked up on the app at each call, so a test can slow the spending down.
+    const { remaining, resetMs } = await app.spendCostUnits(caller, ip, requested)
+    if (remaining < 0) {
+      const retryAfter = Math.ceil(resetMs / 1000)
+      throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${limits.rateCostUnits} cost units per ${windowSec} s; retry in ${retryAfter} s`, { cost: requested, retryAfter })
+    }
+    return { requested, budget, remaining }
   })
 }, { name: 'rate-limit', dependencies: ['config', 'redis'] })

@@ -57,8 +57,8 @@ export interface PipelineOptions {
   introspection: boolean
   domain: DomainDeps
   persisted (): PersistedQueries
-  /** Spends cost units from the caller's window: what is left (negative when over) and when the window resets. */
-  spendCostUnits (caller: Caller | null, ip: string, cost: number): Promise<{ remaining: number; resetMs: number }>
+  /** Refuses an operation over the caller's budget, spends its cost units (RATE_LIMITED when exhausted): the one call every transport makes. */
+  chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
   /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
   spendRequest (caller: Caller | null, ip: string): Promise<void>
 }
@@ -162,19 +162,10 @@ export function createPipeline (options: PipelineOptions): Pipeline {
       throw new AppError('INTROSPECTION_DISABLED', Messages.introspectionDisabled)
     }
     const variables = coerceVariables(operation, params.variables)
-    const requested = operation.cost(variables)
-    const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
-    if (requested > budget) {
-      throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${requested} exceeds the budget of ${budget} for this caller`, { cost: requested, budget })
-    }
-    // Compiled before paying: the compilation is bounded by the budget just checked (each field costs at least 1).
+    const cost = await options.chargeCost(caller, ip, operation.cost(variables))
+    // Compiled once paid for: the compilation is bounded by the budget just checked (each field costs at least 1).
     const compiled = compiledOf(options.schema(), operation)
-    const { remaining, resetMs } = await options.spendCostUnits(caller, ip, requested)
-    if (remaining < 0) {
-      const retryAfter = Math.ceil(resetMs / 1000)
-      throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${limits.rateCostUnits} cost units per ${Math.round(limits.rateWindowMs / 1000)} s; retry in ${retryAfter} s`, { cost: requested, retryAfter })
-    }
-    return { caller, operation, compiled, variables, cost: { requested, budget, remaining } }
+    return { caller, operation, compiled, variables, cost }
   }
 
   const contextOf = (admission: Admission, deadline: number): GraphQLContext => ({

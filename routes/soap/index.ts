@@ -99,15 +99,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     checkAddress: () => app.checkRequestBudget(null, request.ip),
     spendOnAddress: () => app.spendRequest(null, request.ip).catch(() => {}),
     spendRequest: (caller) => app.spendRequest(caller, request.ip),
-    spendCost: async (caller, cost) => {
-      const budget = config.limits.budgets[caller.role]
-      if (cost > budget) throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${cost} exceeds the budget of ${budget} for this caller`, { cost, budget })
-      const { remaining, resetMs } = await app.spendCostUnits(caller, request.ip, cost)
-      if (remaining < 0) {
-        const retryAfter = Math.ceil(resetMs / 1000)
-        throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${config.limits.rateCostUnits} cost units per ${Math.round(config.limits.rateWindowMs / 1000)} s; retry in ${retryAfter} s`, { cost, retryAfter })
-      }
-    }
+    spendCost: async (caller, cost) => { await app.chargeCost(caller, request.ip, cost) }
   })
 
   /** The endpoint address of `version` for a request: SOAP_PUBLIC_URL, else where the request came (forwarded host from trusted proxies only). */
