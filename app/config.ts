@@ -1,6 +1,8 @@
 // The one place where every setting, limit and mode is read from the environment, typed and defaulted.
 // Two profiles: production (NODE_ENV=production: safe defaults, secrets required) and development
 // (anything else: introspection, query UI and ad-hoc queries open, a fixed development JWT secret).
+import { existsSync, readFileSync } from 'node:fs'
+import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 
 export type Profile = 'production' | 'development'
@@ -100,7 +102,7 @@ export interface Config {
   }
 }
 
-const DEV_JWT_SECRET = 'development-only-secret-change-me-0123456789abcdef'
+export const DEV_JWT_SECRET = 'development-only-secret-change-me-0123456789abcdef'
 const DEV_PARTNER_SECRET_KEY = 'development-only-partner-key-change-me-0123456789'
 
 // Every variable, with its type; profile-dependent defaults are applied in loadConfig.
@@ -187,25 +189,72 @@ function optional (value: unknown): string | null {
   return typeof value === 'string' && value !== '' ? value : null
 }
 
-/** Reads the configuration from `env` (process.env by default); throws a clear error when it is unusable. */
-export function loadConfig (env: Record<string, string | undefined> = process.env): Config {
-  // env: false: only `env` is read (env-schema would otherwise merge process.env under it).
-  const e = envSchema<Env>({ schema, data: env, dotenv: false, env: false })
+/** Every problem of an unusable configuration, one line each ("Configuration: ..."), found in one pass. */
+export class ConfigError extends Error {
+  readonly problems: string[]
+  constructor (problems: string[]) {
+    super(problems.map((problem) => `Configuration: ${problem}`).join('\n'))
+    this.name = 'ConfigError'
+    this.problems = problems
+  }
+}
+
+/**
+ * The process environment, over the settings of a `.env` file in the working directory when there is
+ * one (the format of .env.example): a variable set in the environment wins over the file.
+ */
+export function environment (path = '.env'): Record<string, string | undefined> {
+  return existsSync(path) ? { ...parseEnv(readFileSync(path, 'utf8')), ...process.env } : process.env
+}
+
+/** An origin as browsers send it (lower-case host, default port dropped), or null when `entry` is not one. */
+function origin (entry: string): string | null {
+  let url: URL
+  try { url = new URL(entry) } catch { return null }
+  const bare = ['http:', 'https:'].includes(url.protocol) && !url.username && !url.password && url.pathname === '/' && !url.search && !url.hash
+  return bare ? url.origin : null
+}
+
+/**
+ * Reads the configuration from `env` (the process environment and `.env` by default); throws a
+ * ConfigError naming every missing or invalid setting when it is unusable.
+ */
+export function loadConfig (env: Record<string, string | undefined> = environment()): Config {
+  const problems: string[] = []
+  let e: Env
+  try {
+    // env: false: only `env` is read (env-schema would otherwise merge process.env under it).
+    e = envSchema<Env>({ schema, data: env, dotenv: false, env: false })
+  } catch (err) {
+    // Type errors, all of them (Ajv's allErrors); the checks below still run on the text values.
+    for (const error of (err as { errors?: { instancePath: string; message?: string }[] }).errors ?? []) {
+      problems.push(`${error.instancePath.slice(1)} ${error.message}`)
+    }
+    if (problems.length === 0) throw err
+    e = env
+  }
   const profile: Profile = e.NODE_ENV === 'production' ? 'production' : 'development'
   const prod = profile === 'production'
   const pick = <T>(value: T | undefined, dev: T, production: T): T => value ?? (prod ? production : dev)
 
   const publicKey = optional(e.JWT_PUBLIC_KEY)
   const secret = optional(e.JWT_SECRET) ?? (prod || publicKey ? null : DEV_JWT_SECRET)
-  if (!secret && !publicKey) {
-    throw new Error('Configuration: set JWT_SECRET (HS256) or JWT_PUBLIC_KEY (RS256/ES256) in production')
-  }
-  if (secret && secret.length < 32) throw new Error('Configuration: JWT_SECRET must be at least 32 characters')
+  if (!secret && !publicKey) problems.push('set JWT_SECRET (HS256) or JWT_PUBLIC_KEY (RS256/ES256) in production')
+  if (secret && secret.length < 32) problems.push('JWT_SECRET must be at least 32 characters')
   const algorithms = list(e.JWT_ALGORITHMS)
   const partnerSecretKey = optional(e.PARTNER_SECRET_KEY) ?? (prod ? null : DEV_PARTNER_SECRET_KEY)
   if (!partnerSecretKey || partnerSecretKey.length < 32) {
-    throw new Error('Configuration: set PARTNER_SECRET_KEY (at least 32 characters) in production; it seals partner passwords')
+    problems.push('set PARTNER_SECRET_KEY (at least 32 characters) in production; it seals partner passwords')
   }
+  // The interface: "The interactive query UI is disabled in production as well." A contradicting setting refuses to start.
+  if (prod && String(e.QUERY_UI) === 'true') problems.push('QUERY_UI cannot be turned on in production (the query UI is for development only)')
+  // CORS_ORIGINS is an allowlist of exact origins: a near miss (a path, `*`) fails the start instead of never matching.
+  const corsOrigins = list(e.CORS_ORIGINS).map((entry) => {
+    const allowed = origin(entry)
+    if (!allowed) problems.push(`CORS_ORIGINS entry "${entry}" is not an origin (expected scheme://host[:port], e.g. https://app.example.com)`)
+    return allowed ?? entry
+  })
+  if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
   const port = e.PORT as number
 
   return {
@@ -266,7 +315,7 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
       sampleIntervalMs: e.PRESSURE_SAMPLE_INTERVAL_MS as number,
       retryAfterSec: e.PRESSURE_RETRY_AFTER_SEC as number
     },
-    corsOrigins: list(e.CORS_ORIGINS),
+    corsOrigins: [...new Set(corsOrigins)],
     introspection: pick(e.INTROSPECTION as boolean | undefined, true, false),
     queryUi: pick(e.QUERY_UI as boolean | undefined, true, false),
     persistedOnly: pick(e.PERSISTED_ONLY as boolean | undefined, false, true),

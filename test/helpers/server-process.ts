@@ -1,13 +1,14 @@
 // Runs the service as a real process (`node app/server.ts`, or `npm start`) for tests of what only a
 // process shows: its start-up output, its exit code, how it takes signals. The environment is only
 // PATH and HOME plus what the test gives, so nothing of the test runner's own environment leaks in.
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process'
+import { spawn, type ChildProcessByStdio } from 'node:child_process'
+import type { Readable } from 'node:stream'
 import type { TestLike } from './app.ts'
 
 export const REPO = new URL('../..', import.meta.url).pathname.replace(/\/$/, '')
 
 export interface SpawnedService {
-  child: ChildProcessWithoutNullStreams
+  child: ChildProcessByStdio<null, Readable, Readable>
   /** Everything written so far on stdout and stderr. */
   stdout (): string
   stderr (): string
