@@ -121,7 +121,7 @@ const schema = {
     DATABASE_SCHEMA: { type: 'string' },
     DATABASE_APPLICATION_NAME: { type: 'string', default: 'graphql-query-service' },
     SQLITE_PATH: { type: 'string', default: 'data/service.db' },
-    DEMO_DATA: { type: 'boolean', default: true },
+    DEMO_DATA: { type: 'boolean' },
     REDIS_URL: { type: 'string' },
     REDIS_PREFIX: { type: 'string', default: 'gqs:' },
     JWT_ALGORITHMS: { type: 'string' },
@@ -270,7 +270,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     databaseSchema: optional(e.DATABASE_SCHEMA),
     databaseApplicationName: e.DATABASE_APPLICATION_NAME as string,
     sqlitePath: e.SQLITE_PATH as string,
-    demoData: e.DEMO_DATA as boolean,
+    demoData: pick(e.DEMO_DATA as boolean | undefined, true, false),
     redisUrl: optional(e.REDIS_URL),
     redisPrefix: e.REDIS_PREFIX as string,
     jwt: {

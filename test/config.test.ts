@@ -14,6 +14,7 @@ test('development profile: open for building, fixed development secret, embedded
   t.equal(config.queryUi, true)
   t.equal(config.persistedOnly, false)
   t.equal(config.databaseUrl, null)
+  t.equal(config.demoData, true, 'a new embedded store starts with the demo data set')
   t.equal(config.redisUrl, null)
   t.same(config.limits.budgets, { anonymous: 1000, USER: 10000, ADMIN: 100000, SERVICE: 100000 })
   t.match(config.limits, { maxDepth: 10, timeoutMs: 10000, maxStringLength: 1000, rateRequests: 100, rateCostUnits: 100000, rateWindowMs: 60000 })
@@ -29,6 +30,7 @@ test('production profile: safe defaults, secrets required', async (t) => {
   t.equal(config.queryUi, false)
   t.equal(config.persistedOnly, true)
   t.equal(config.logLevel, 'info')
+  t.equal(config.demoData, false, 'no demo data in a new production store')
 })
 
 test('every value is configurable and typed; bad values are refused clearly', async (t) => {

@@ -1,9 +1,11 @@
-// Starting the real process: configuration errors (all at once, one line each, no stack trace) and the
-// optional .env file.
+// Starting the real process: configuration errors (all at once, one line each, no stack trace), the
+// optional .env file, and the production profile's empty store (demo data is for development).
 import { test } from 'tap'
 import { createSigner } from 'fast-jwt'
-import { spawnService, startService } from '../helpers/server-process.ts'
+import { REPO, spawnService, startService } from '../helpers/server-process.ts'
 import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
+
+const USERS_QUERY_ID = 'sha256:208530398fd1690d830741395fe1d351fff92fd45fa1ddc0410b336c598d30a0'
 
 test('bad settings: every problem is reported at once, one line each, without a stack trace', async (t) => {
   const dir = t.testdir()
@@ -53,4 +55,17 @@ test('.env in the working directory is read when present; the environment wins o
   t.match(await accepted.json(), { errors: [{ extensions: { code: 'PERSISTED_QUERY_REQUIRED' } }] }, 'the production profile (persisted queries only)')
   const devKey = createSigner({ key: TEST_JWT_SECRET, algorithm: 'HS256', expiresIn: 60_000 })({ sub: '1', role: 'ADMIN' })
   t.equal((await query(`Bearer ${devKey}`)).status, 401, 'another key is refused')
+})
+
+test('production: a new embedded store starts empty (DEMO_DATA is on by default in development only)', async (t) => {
+  const dir = t.testdir()
+  const env = { NODE_ENV: 'production', JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', PERSISTED_MANIFEST: `${REPO}/persisted/manifest.json` }
+  const users = async (url: string) => {
+    const response = await fetch(`${url}/graphql?queryId=${USERS_QUERY_ID}&variables=%7B%7D`, { headers: { 'apollo-require-preflight': 'true' } })
+    return ((await response.json()) as { data: { users: { name: string }[] } }).data.users
+  }
+  const production = await startService(t, { ...env, SQLITE_PATH: `${dir}/production.db` })
+  t.same(await users(production.url), [], 'no demo users')
+  const withDemo = await startService(t, { ...env, SQLITE_PATH: `${dir}/demo.db`, DEMO_DATA: 'true' })
+  t.equal((await users(withDemo.url))[0]?.name, 'Admin', 'DEMO_DATA=true still loads them')
 })
