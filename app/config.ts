@@ -4,6 +4,7 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
+import { trustProxyRanges } from './peers.ts'
 
 export type Profile = 'production' | 'development'
 
@@ -13,6 +14,12 @@ export interface Config {
   port: number
   logLevel: string
   bodyLimitBytes: number
+  /** Longest a client may take to send a whole request, headers and body (slow senders get 408 and are closed); 0 = no limit. */
+  requestTimeoutMs: number
+  /** A connection with no traffic either way for this long is closed (clients that stop reading); 0 = no limit. */
+  connectionTimeoutMs: number
+  /** Open connections per direct peer address, counted on the sockets (TRUST_PROXY peers exempt); 0 = no cap. */
+  maxConnectionsPerIp: number
   /** Seconds a graceful shutdown may take before the process exits anyway. */
   shutdownGraceMs: number
   /** On shutdown, idle keep-alive connections stay open this long (a request arriving on one is served), then close. */
@@ -114,6 +121,9 @@ const schema = {
     PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000 },
     LOG_LEVEL: { type: 'string' },
     BODY_LIMIT_BYTES: { type: 'integer', minimum: 1024, default: 1048576 },
+    REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 0, default: 30000 },
+    CONNECTION_TIMEOUT_MS: { type: 'integer', minimum: 0, default: 60000 },
+    MAX_CONNECTIONS_PER_IP: { type: 'integer', minimum: 0, default: 100 },
     SHUTDOWN_GRACE_MS: { type: 'integer', minimum: 0, default: 10000 },
     SHUTDOWN_IDLE_DRAIN_MS: { type: 'integer', minimum: 0 },
     DATABASE_URL: { type: 'string' },
@@ -254,6 +264,9 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     if (!allowed) problems.push(`CORS_ORIGINS entry "${entry}" is not an origin (expected scheme://host[:port], e.g. https://app.example.com)`)
     return allowed ?? entry
   })
+  for (const entry of list(e.TRUST_PROXY)) {
+    if (!trustProxyRanges(entry)) problems.push(`TRUST_PROXY entry "${entry}" is not an address, a CIDR or one of loopback, linklocal, uniquelocal`)
+  }
   if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
   const port = e.PORT as number
 
@@ -263,6 +276,9 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     port,
     logLevel: (e.LOG_LEVEL as string | undefined) ?? (prod ? 'info' : 'debug'),
     bodyLimitBytes: e.BODY_LIMIT_BYTES as number,
+    requestTimeoutMs: e.REQUEST_TIMEOUT_MS as number,
+    connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS as number,
+    maxConnectionsPerIp: e.MAX_CONNECTIONS_PER_IP as number,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
     shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS as number | undefined, 0, 1000),
     databaseUrl: optional(e.DATABASE_URL),

@@ -42,6 +42,8 @@ test('every value is configurable and typed; bad values are refused clearly', as
   t.same(config.jwt.algorithms, ['HS384'])
   t.throws(() => loadConfig({ MAX_DEPTH: 'deep' }), /MAX_DEPTH/)
   t.throws(() => loadConfig({ PORT: '70000' }), /PORT/)
+  t.same(loadConfig({ TRUST_PROXY: 'loopback, 10.0.0.0/8, fd00::1' }).trustProxy, ['loopback', '10.0.0.0/8', 'fd00::1'])
+  t.throws(() => loadConfig({ TRUST_PROXY: '10.0.0.1, lb.internal, 10.0.0.0/33' }), /TRUST_PROXY entry "lb.internal"[^]*TRUST_PROXY entry "10.0.0.0\/33"/)
 })
 
 test('only the given environment is read (nothing leaks in from process.env)', async (t) => {

@@ -23,7 +23,8 @@ test('liveness and readiness; readiness reflects a failing store', async (t) => 
 async function appLoggingTo (t: TestLike, level: string) {
   const lines: string[] = []
   const stream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
-  const config = testConfig({ LOG_LEVEL: level })
+  // Requests come from 127.0.0.1 as from the load balancer, whose X-Request-Id is kept.
+  const config = testConfig({ LOG_LEVEL: level, TRUST_PROXY: '127.0.0.1' })
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)
   const app = await buildApp(config, { store, logger: { stream } })

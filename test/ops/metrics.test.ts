@@ -88,10 +88,10 @@ test('operation names are bounded: a client cannot grow the label set without li
   t.ok(names.has('(anonymous)'))
 })
 
-test('every response carries a request id; a caller-supplied x-request-id is kept; log lines carry it', async (t) => {
+test('every response carries a request id; the load balancer\'s x-request-id is kept; log lines carry it', async (t) => {
   const lines: string[] = []
   const stream = new Writable({ write (chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb() } })
-  const config = testConfig({ LOG_LEVEL: 'info' })
+  const config = testConfig({ LOG_LEVEL: 'info', TRUST_PROXY: '127.0.0.1' })
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)
   const app = await buildApp(config, { store, logger: { stream } })
