@@ -85,6 +85,8 @@ export interface Config {
     retryAfterSec: number
   }
   corsOrigins: string[]
+  /** Prometheus metrics: null = GET /metrics on the API port (development default), 0 = not served (production default), else their own port. */
+  metricsPort: number | null
   introspection: boolean
   queryUi: boolean
   persistedOnly: boolean
@@ -169,6 +171,7 @@ const schema = {
     PRESSURE_SAMPLE_INTERVAL_MS: { type: 'integer', minimum: 10, default: 500 },
     PRESSURE_RETRY_AFTER_SEC: { type: 'integer', minimum: 1, default: 5 },
     CORS_ORIGINS: { type: 'string', default: '' },
+    METRICS_PORT: { type: 'integer', minimum: 0, maximum: 65535 },
     INTROSPECTION: { type: 'boolean' },
     QUERY_UI: { type: 'boolean' },
     PERSISTED_ONLY: { type: 'boolean' },
@@ -264,6 +267,9 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     if (!allowed) problems.push(`CORS_ORIGINS entry "${entry}" is not an origin (expected scheme://host[:port], e.g. https://app.example.com)`)
     return allowed ?? entry
   })
+  if (e.METRICS_PORT !== undefined && e.METRICS_PORT !== 0 && String(e.METRICS_PORT) === String(e.PORT ?? 3000)) {
+    problems.push('METRICS_PORT must differ from PORT (metrics get a port of their own)')
+  }
   for (const entry of list(e.TRUST_PROXY)) {
     if (!trustProxyRanges(entry)) problems.push(`TRUST_PROXY entry "${entry}" is not an address, a CIDR or one of loopback, linklocal, uniquelocal`)
   }
@@ -332,6 +338,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       retryAfterSec: e.PRESSURE_RETRY_AFTER_SEC as number
     },
     corsOrigins: [...new Set(corsOrigins)],
+    metricsPort: e.METRICS_PORT !== undefined ? e.METRICS_PORT as number : prod ? 0 : null,
     introspection: pick(e.INTROSPECTION as boolean | undefined, true, false),
     queryUi: pick(e.QUERY_UI as boolean | undefined, true, false),
     persistedOnly: pick(e.PERSISTED_ONLY as boolean | undefined, false, true),

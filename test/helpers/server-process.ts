@@ -2,6 +2,7 @@
 // process shows: its start-up output, its exit code, how it takes signals. The environment is only
 // PATH and HOME plus what the test gives, so nothing of the test runner's own environment leaks in.
 import { spawn, type ChildProcessByStdio } from 'node:child_process'
+import { createServer, type AddressInfo } from 'node:net'
 import type { Readable } from 'node:stream'
 import type { TestLike } from './app.ts'
 
@@ -50,4 +51,13 @@ export async function startService (t: TestLike, env: Record<string, string>, op
     })
   })
   return { ...spawned, url }
+}
+
+/** A port free on 127.0.0.1 a moment ago, for a listener that cannot take port 0 (e.g. METRICS_PORT, where 0 means off). */
+export async function freePort (): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  await new Promise((resolve) => server.close(resolve))
+  return port
 }
