@@ -228,6 +228,16 @@ function origin (entry: string): string | null {
   return bare ? url.origin : null
 }
 
+/** For the service and its commands: the configuration, or every problem on stderr (one line each) and exit code 1. */
+export function loadConfigOrExit (): Config {
+  try {
+    return loadConfig()
+  } catch (err) {
+    console.error((err as Error).message)
+    process.exit(1)
+  }
+}
+
 /**
  * Reads the configuration from `env` (the process environment and `.env` by default); throws a
  * ConfigError naming every missing or invalid setting when it is unusable.

@@ -4,15 +4,9 @@
 // one line per problem on stderr, never a stack trace, and exits with 1.
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.ts'
-import { loadConfig } from './config.ts'
+import { loadConfigOrExit } from './config.ts'
 
-let config
-try {
-  config = loadConfig()
-} catch (err) {
-  console.error((err as Error).message)
-  process.exit(1)
-}
+const config = loadConfigOrExit()
 
 /** An error's message on one line (a driver's message may span several). */
 const oneLine = (err: unknown) => String((err as Error).message ?? err).replace(/\s*\n\s*/g, ' ')

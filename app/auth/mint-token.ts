@@ -3,10 +3,10 @@
 // The token alone goes to stdout (TOKEN=$(npm run -s token -- ...)); which key signed it goes to stderr.
 import { parseArgs } from 'node:util'
 import { createSigner } from 'fast-jwt'
-import { DEV_JWT_SECRET, loadConfig } from '../config.ts'
+import { DEV_JWT_SECRET, loadConfigOrExit, type Config } from '../config.ts'
 import { ROLES, type Role } from '../store/types.ts'
 
-type JwtConfig = ReturnType<typeof loadConfig>['jwt']
+type JwtConfig = Config['jwt']
 
 export function mintToken (jwt: JwtConfig, sub: string, role: Role, expiresInSec = 3600): string {
   const key = jwt.privateKey ?? jwt.secret
@@ -53,12 +53,11 @@ if (import.meta.main) {
     console.error(usage)
     process.exit(2)
   }
-  let jwt
+  // In production a missing key is a configuration error: nothing is minted with another key.
+  const { jwt } = loadConfigOrExit()
   try {
-    jwt = loadConfig().jwt
     console.log(mintToken(jwt, values.sub, role, expiresInSec))
   } catch (err) {
-    // In production a missing key is a configuration error: nothing is minted with another key.
     console.error((err as Error).message)
     process.exit(1)
   }

@@ -1,5 +1,6 @@
 // Starting the real process: configuration errors (all at once, one line each, no stack trace), the
-// optional .env file, and the production profile's empty store (demo data is for development).
+// optional .env file, and the production profile's empty store (demo data is for development). Each
+// process runs in a directory of its own, so a developer's .env in the repository plays no part.
 import { test } from 'tap'
 import { createSigner } from 'fast-jwt'
 import { REPO, spawnService, startService } from '../helpers/server-process.ts'
@@ -11,7 +12,7 @@ test('bad settings: every problem is reported at once, one line each, without a 
   const dir = t.testdir()
   const service = spawnService(t, {
     NODE_ENV: 'production', QUERY_UI: 'true', CORS_ORIGINS: 'https://app.example.com/api', PORT: '70000', MAX_DEPTH: 'deep', SQLITE_PATH: `${dir}/service.db`
-  })
+  }, { cwd: dir })
   t.equal(await service.exited, 1, 'exit code 1')
   const lines = service.stderr().trim().split('\n')
   t.same(lines.filter((line) => !line.startsWith('Configuration: ')), [], `every line names a setting:\n${service.stderr()}`)
@@ -23,9 +24,19 @@ test('bad settings: every problem is reported at once, one line each, without a 
   t.equal(service.stdout(), '', 'nothing else printed')
 })
 
+test('the commands (seed, partner:create, token) report configuration problems the same way', async (t) => {
+  for (const command of ['app/store/seed.ts', 'app/auth/create-partner.ts', 'app/auth/mint-token.ts']) {
+    const args = command.endsWith('create-partner.ts') ? ['--login', 'acme', '--password', 'a-long-random-password'] : command.endsWith('mint-token.ts') ? ['--sub', '1'] : []
+    const dir = t.testdir()
+    const run = spawnService(t, { NODE_ENV: 'production', SQLITE_PATH: `${dir}/service.db` }, { command: [process.execPath, `${REPO}/${command}`, ...args], cwd: dir })
+    t.equal(await run.exited, 1, `${command}: exit code 1`)
+    t.same(run.stderr().trim().split('\n').map((line) => line.replace(/ .*/, '')), ['Configuration:', 'Configuration:'], `${command}: one line per missing secret:\n${run.stderr()}`)
+  }
+})
+
 test('a start that fails after the configuration (a missing manifest) says so in one line', async (t) => {
   const dir = t.testdir()
-  const service = spawnService(t, { JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, PORT: '0', LOG_LEVEL: 'warn', SQLITE_PATH: `${dir}/service.db`, PERSISTED_MANIFEST: `${dir}/no-such-manifest.json` })
+  const service = spawnService(t, { JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, PORT: '0', LOG_LEVEL: 'warn', SQLITE_PATH: `${dir}/service.db`, PERSISTED_MANIFEST: `${dir}/no-such-manifest.json` }, { cwd: dir })
   t.equal(await service.exited, 1)
   t.match(service.stderr(), /^Could not start: .*no-such-manifest\.json/)
   t.equal(service.stderr().trim().split('\n').length, 1, service.stderr())
@@ -64,8 +75,8 @@ test('production: a new embedded store starts empty (DEMO_DATA is on by default 
     const response = await fetch(`${url}/graphql?queryId=${USERS_QUERY_ID}&variables=%7B%7D`, { headers: { 'apollo-require-preflight': 'true' } })
     return ((await response.json()) as { data: { users: { name: string }[] } }).data.users
   }
-  const production = await startService(t, { ...env, SQLITE_PATH: `${dir}/production.db` })
+  const production = await startService(t, { ...env, SQLITE_PATH: `${dir}/production.db` }, { cwd: dir })
   t.same(await users(production.url), [], 'no demo users')
-  const withDemo = await startService(t, { ...env, SQLITE_PATH: `${dir}/demo.db`, DEMO_DATA: 'true' })
+  const withDemo = await startService(t, { ...env, SQLITE_PATH: `${dir}/demo.db`, DEMO_DATA: 'true' }, { cwd: dir })
   t.equal((await users(withDemo.url))[0]?.name, 'Admin', 'DEMO_DATA=true still loads them')
 })
