@@ -3,6 +3,7 @@
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify'
 import type { Config } from './config.ts'
 import { accessLog, serverLogging, type LoggingOptions } from './logging.ts'
+import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts'
 import { AppError, type ErrorCode } from './errors.ts'
 import { formatError } from './graphql/error-format.ts'
 import type { Store } from './store/types.ts'
@@ -49,18 +50,31 @@ function toAppError (err: FastifyError): AppError {
 
 export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
   const production = config.profile === 'production'
+  const trustedPeer = trustedPeers(config.trustProxy)
   const app = Fastify({
     ...serverLogging(config, options),
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
-    requestIdHeader: 'x-request-id',
-    genReqId: () => crypto.randomUUID(),
+    // X-Request-Id is taken from trusted proxies only, and only in a safe form (app/peers.ts).
+    requestIdHeader: false,
+    genReqId: requestIdFrom(trustedPeer),
+    // Slow clients: a request must arrive whole within requestTimeout, and a connection silent both ways
+    // is closed after connectionTimeout. Node enforces the request deadline only when the server is
+    // created with it (hence `http` too), checking on an interval (30 s by default): a quarter of the
+    // timeout closes a slow sender within 1.25 x REQUEST_TIMEOUT_MS.
+    requestTimeout: config.requestTimeoutMs,
+    connectionTimeout: config.connectionTimeoutMs,
+    http: {
+      requestTimeout: config.requestTimeoutMs,
+      connectionsCheckingInterval: config.requestTimeoutMs > 0 ? Math.min(30_000, Math.max(100, config.requestTimeoutMs / 4)) : 30_000
+    },
     // While closing, requests that still arrive on open connections are served (the store is still open)
     // rather than refused with 503: a load balancer cannot resend a POST it has already sent.
     return503OnClosing: false,
     routerOptions: { maxParamLength: 200 }
   })
 
+  limitConnectionsPerPeer(app.server, config.maxConnectionsPerIp, trustedPeer)
   accessLog(app)
   // Every response carries its request id (set on arrival: streamed responses such as SSE skip onSend).
   app.addHook('onRequest', (request, reply, done) => {

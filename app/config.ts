@@ -1,7 +1,10 @@
 // The one place where every setting, limit and mode is read from the environment, typed and defaulted.
 // Two profiles: production (NODE_ENV=production: safe defaults, secrets required) and development
 // (anything else: introspection, query UI and ad-hoc queries open, a fixed development JWT secret).
+import { existsSync, readFileSync } from 'node:fs'
+import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
+import { trustProxyRanges } from './peers.ts'
 
 export type Profile = 'production' | 'development'
 
@@ -11,6 +14,12 @@ export interface Config {
   port: number
   logLevel: string
   bodyLimitBytes: number
+  /** Longest a client may take to send a whole request, headers and body (slow senders get 408 and are closed); 0 = no limit. */
+  requestTimeoutMs: number
+  /** A connection with no traffic either way for this long is closed (clients that stop reading); 0 = no limit. */
+  connectionTimeoutMs: number
+  /** Open connections per direct peer address, counted on the sockets (TRUST_PROXY peers exempt); 0 = no cap. */
+  maxConnectionsPerIp: number
   /** Seconds a graceful shutdown may take before the process exits anyway. */
   shutdownGraceMs: number
   /** On shutdown, idle keep-alive connections stay open this long (a request arriving on one is served), then close. */
@@ -76,6 +85,8 @@ export interface Config {
     retryAfterSec: number
   }
   corsOrigins: string[]
+  /** Prometheus metrics: null = GET /metrics on the API port (development default), 0 = not served (production default), else their own port. */
+  metricsPort: number | null
   introspection: boolean
   queryUi: boolean
   persistedOnly: boolean
@@ -110,7 +121,7 @@ export interface Config {
   }
 }
 
-const DEV_JWT_SECRET = 'development-only-secret-change-me-0123456789abcdef'
+export const DEV_JWT_SECRET = 'development-only-secret-change-me-0123456789abcdef'
 const DEV_PARTNER_SECRET_KEY = 'development-only-partner-key-change-me-0123456789'
 
 // The contract's namespace must not change with the deployment (stubs generated against one
@@ -126,6 +137,9 @@ const schema = {
     PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000 },
     LOG_LEVEL: { type: 'string' },
     BODY_LIMIT_BYTES: { type: 'integer', minimum: 1024, default: 1048576 },
+    REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 0, default: 30000 },
+    CONNECTION_TIMEOUT_MS: { type: 'integer', minimum: 0, default: 60000 },
+    MAX_CONNECTIONS_PER_IP: { type: 'integer', minimum: 0, default: 100 },
     SHUTDOWN_GRACE_MS: { type: 'integer', minimum: 0, default: 10000 },
     SHUTDOWN_IDLE_DRAIN_MS: { type: 'integer', minimum: 0 },
     DATABASE_URL: { type: 'string' },
@@ -133,7 +147,7 @@ const schema = {
     DATABASE_SCHEMA: { type: 'string' },
     DATABASE_APPLICATION_NAME: { type: 'string', default: 'graphql-query-service' },
     SQLITE_PATH: { type: 'string', default: 'data/service.db' },
-    DEMO_DATA: { type: 'boolean', default: true },
+    DEMO_DATA: { type: 'boolean' },
     REDIS_URL: { type: 'string' },
     REDIS_PREFIX: { type: 'string', default: 'gqs:' },
     JWT_ALGORITHMS: { type: 'string' },
@@ -171,6 +185,7 @@ const schema = {
     PRESSURE_SAMPLE_INTERVAL_MS: { type: 'integer', minimum: 10, default: 500 },
     PRESSURE_RETRY_AFTER_SEC: { type: 'integer', minimum: 1, default: 5 },
     CORS_ORIGINS: { type: 'string', default: '' },
+    METRICS_PORT: { type: 'integer', minimum: 0, maximum: 65535 },
     INTROSPECTION: { type: 'boolean' },
     QUERY_UI: { type: 'boolean' },
     PERSISTED_ONLY: { type: 'boolean' },
@@ -204,25 +219,88 @@ function optional (value: unknown): string | null {
   return typeof value === 'string' && value !== '' ? value : null
 }
 
-/** Reads the configuration from `env` (process.env by default); throws a clear error when it is unusable. */
-export function loadConfig (env: Record<string, string | undefined> = process.env): Config {
-  // env: false: only `env` is read (env-schema would otherwise merge process.env under it).
-  const e = envSchema<Env>({ schema, data: env, dotenv: false, env: false })
+/** Every problem of an unusable configuration, one line each ("Configuration: ..."), found in one pass. */
+export class ConfigError extends Error {
+  readonly problems: string[]
+  constructor (problems: string[]) {
+    super(problems.map((problem) => `Configuration: ${problem}`).join('\n'))
+    this.name = 'ConfigError'
+    this.problems = problems
+  }
+}
+
+/**
+ * The process environment, over the settings of a `.env` file in the working directory when there is
+ * one (the format of .env.example): a variable set in the environment wins over the file.
+ */
+export function environment (path = '.env'): Record<string, string | undefined> {
+  return existsSync(path) ? { ...parseEnv(readFileSync(path, 'utf8')), ...process.env } : process.env
+}
+
+/** An origin as browsers send it (lower-case host, default port dropped), or null when `entry` is not one. */
+function origin (entry: string): string | null {
+  let url: URL
+  try { url = new URL(entry) } catch { return null }
+  const bare = ['http:', 'https:'].includes(url.protocol) && !url.username && !url.password && url.pathname === '/' && !url.search && !url.hash
+  return bare ? url.origin : null
+}
+
+/** For the service and its commands: the configuration, or every problem on stderr (one line each) and exit code 1. */
+export function loadConfigOrExit (): Config {
+  try {
+    return loadConfig()
+  } catch (err) {
+    console.error((err as Error).message)
+    process.exit(1)
+  }
+}
+
+/**
+ * Reads the configuration from `env` (the process environment and `.env` by default); throws a
+ * ConfigError naming every missing or invalid setting when it is unusable.
+ */
+export function loadConfig (env: Record<string, string | undefined> = environment()): Config {
+  const problems: string[] = []
+  let e: Env
+  try {
+    // env: false: only `env` is read (env-schema would otherwise merge process.env under it).
+    e = envSchema<Env>({ schema, data: env, dotenv: false, env: false })
+  } catch (err) {
+    // Type errors, all of them (Ajv's allErrors); the checks below still run on the text values.
+    for (const error of (err as { errors?: { instancePath: string; message?: string }[] }).errors ?? []) {
+      problems.push(`${error.instancePath.slice(1)} ${error.message}`)
+    }
+    if (problems.length === 0) throw err
+    e = env
+  }
   const profile: Profile = e.NODE_ENV === 'production' ? 'production' : 'development'
   const prod = profile === 'production'
   const pick = <T>(value: T | undefined, dev: T, production: T): T => value ?? (prod ? production : dev)
 
   const publicKey = optional(e.JWT_PUBLIC_KEY)
   const secret = optional(e.JWT_SECRET) ?? (prod || publicKey ? null : DEV_JWT_SECRET)
-  if (!secret && !publicKey) {
-    throw new Error('Configuration: set JWT_SECRET (HS256) or JWT_PUBLIC_KEY (RS256/ES256) in production')
-  }
-  if (secret && secret.length < 32) throw new Error('Configuration: JWT_SECRET must be at least 32 characters')
+  if (!secret && !publicKey) problems.push('set JWT_SECRET (HS256) or JWT_PUBLIC_KEY (RS256/ES256) in production')
+  if (secret && secret.length < 32) problems.push('JWT_SECRET must be at least 32 characters')
   const algorithms = list(e.JWT_ALGORITHMS)
   const partnerSecretKey = optional(e.PARTNER_SECRET_KEY) ?? (prod ? null : DEV_PARTNER_SECRET_KEY)
   if (!partnerSecretKey || partnerSecretKey.length < 32) {
-    throw new Error('Configuration: set PARTNER_SECRET_KEY (at least 32 characters) in production; it seals partner passwords')
+    problems.push('set PARTNER_SECRET_KEY (at least 32 characters) in production; it seals partner passwords')
   }
+  // The interface: "The interactive query UI is disabled in production as well." A contradicting setting refuses to start.
+  if (prod && String(e.QUERY_UI) === 'true') problems.push('QUERY_UI cannot be turned on in production (the query UI is for development only)')
+  // CORS_ORIGINS is an allowlist of exact origins: a near miss (a path, `*`) fails the start instead of never matching.
+  const corsOrigins = list(e.CORS_ORIGINS).map((entry) => {
+    const allowed = origin(entry)
+    if (!allowed) problems.push(`CORS_ORIGINS entry "${entry}" is not an origin (expected scheme://host[:port], e.g. https://app.example.com)`)
+    return allowed ?? entry
+  })
+  if (e.METRICS_PORT !== undefined && e.METRICS_PORT !== 0 && String(e.METRICS_PORT) === String(e.PORT ?? 3000)) {
+    problems.push('METRICS_PORT must differ from PORT (metrics get a port of their own)')
+  }
+  for (const entry of list(e.TRUST_PROXY)) {
+    if (!trustProxyRanges(entry)) problems.push(`TRUST_PROXY entry "${entry}" is not an address, a CIDR or one of loopback, linklocal, uniquelocal`)
+  }
+  if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
   const port = e.PORT as number
   const namespaceBase = (e.SOAP_NAMESPACE_BASE as string).replace(/\/+$/, '')
   if (!/^[A-Za-z][A-Za-z0-9+.-]*:[^\s"<>&']+$/.test(namespaceBase)) {
@@ -239,6 +317,9 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     port,
     logLevel: (e.LOG_LEVEL as string | undefined) ?? (prod ? 'info' : 'debug'),
     bodyLimitBytes: e.BODY_LIMIT_BYTES as number,
+    requestTimeoutMs: e.REQUEST_TIMEOUT_MS as number,
+    connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS as number,
+    maxConnectionsPerIp: e.MAX_CONNECTIONS_PER_IP as number,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
     shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS as number | undefined, 0, 1000),
     databaseUrl: optional(e.DATABASE_URL),
@@ -246,7 +327,7 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     databaseSchema: optional(e.DATABASE_SCHEMA),
     databaseApplicationName: e.DATABASE_APPLICATION_NAME as string,
     sqlitePath: e.SQLITE_PATH as string,
-    demoData: e.DEMO_DATA as boolean,
+    demoData: pick(e.DEMO_DATA as boolean | undefined, true, false),
     redisUrl: optional(e.REDIS_URL),
     redisPrefix: e.REDIS_PREFIX as string,
     jwt: {
@@ -291,7 +372,8 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
       sampleIntervalMs: e.PRESSURE_SAMPLE_INTERVAL_MS as number,
       retryAfterSec: e.PRESSURE_RETRY_AFTER_SEC as number
     },
-    corsOrigins: list(e.CORS_ORIGINS),
+    corsOrigins: [...new Set(corsOrigins)],
+    metricsPort: e.METRICS_PORT !== undefined ? e.METRICS_PORT as number : prod ? 0 : null,
     introspection: pick(e.INTROSPECTION as boolean | undefined, true, false),
     queryUi: pick(e.QUERY_UI as boolean | undefined, true, false),
     persistedOnly: pick(e.PERSISTED_ONLY as boolean | undefined, false, true),

@@ -2,7 +2,7 @@
 // the same for it. At info and above (production): one access line per request, after the response
 // (request id, method, URL, client IP as trusted, status, time), without headers. At debug and trace (the development
 // default): Fastify's request logging too, with request headers, credentials redacted.
-import type { FastifyInstance, FastifyServerOptions } from 'fastify'
+import { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Config } from './config.ts'
 
 export interface LoggingOptions {
@@ -14,11 +14,12 @@ function verbose (level: string): boolean {
   return level === 'debug' || level === 'trace'
 }
 
-export function serverLogging (config: Pick<Config, 'logLevel'>, options: LoggingOptions = {}): Pick<FastifyServerOptions, 'logger' | 'disableRequestLogging'> {
+export function serverLogging (config: Pick<Config, 'logLevel'>, options: LoggingOptions = {}): Pick<FastifyServerOptions, 'logger' | 'logController'> {
   if (options.logger === false) return { logger: false }
   const level = options.logger?.level || config.logLevel
   return {
-    disableRequestLogging: !verbose(level),
+    // Through a LogController: Fastify 5 deprecates the top-level disableRequestLogging option (FSTDEP023).
+    logController: new LogController({ disableRequestLogging: !verbose(level) }),
     logger: {
       level,
       redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-api-key"]'], censor: '[redacted]' },

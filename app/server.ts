@@ -1,18 +1,23 @@
 // Runs the service: loads the configuration, builds the app, listens, and shuts down gracefully
 // (in-flight requests finish, subscriptions complete, stores close) on SIGINT/SIGTERM.
+// A start that fails (a bad setting, an unreachable store, a manifest that does not match) prints
+// one line per problem on stderr, never a stack trace, and exits with 1.
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.ts'
-import { loadConfig } from './config.ts'
+import { loadConfigOrExit } from './config.ts'
 
-let config
+const config = loadConfigOrExit()
+
+/** An error's message on one line (a driver's message may span several). */
+const oneLine = (err: unknown) => String((err as Error).message ?? err).replace(/\s*\n\s*/g, ' ')
+
+let app
 try {
-  config = loadConfig()
+  app = await buildApp(config)
 } catch (err) {
-  console.error((err as Error).message)
+  console.error(`Could not start: ${oneLine(err)}`)
   process.exit(1)
 }
-
-const app = await buildApp(config)
 
 closeWithGrace({ delay: config.shutdownGraceMs }, async ({ signal, err }) => {
   if (err) app.log.error({ err }, 'shutting down after an error')
@@ -24,6 +29,6 @@ try {
   await app.listen({ host: config.host, port: config.port })
   app.log.info({ profile: config.profile, store: app.store.kind, pubsub: config.redisUrl ? 'redis' : 'in-process' }, 'service ready')
 } catch (err) {
-  app.log.error({ err }, 'could not start')
+  console.error(`Could not start: ${oneLine(err)}`)
   process.exit(1)
 }

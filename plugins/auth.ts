@@ -54,7 +54,12 @@ export default fp(async function auth (app: FastifyInstance) {
   app.decorate('authenticate', function authenticate (authorization: string | undefined): Caller | null {
     if (authorization === undefined || authorization === '') return null
     const match = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/.exec(authorization)
-    if (!match) throw new AppError('UNAUTHENTICATED', 'Invalid Authorization header: expected "Bearer <token>"')
+    if (!match) {
+      // "Bearer abc" has the right form with a token that is not a JWT: say which part is wrong.
+      throw new AppError('UNAUTHENTICATED', authorization.startsWith('Bearer ')
+        ? 'Malformed bearer token: a JWT is three base64url parts separated by dots'
+        : 'Invalid Authorization header: expected "Bearer <token>"')
+    }
     const token = match[1]!
     const known = verified.get(token)
     if (known !== undefined) {

@@ -13,26 +13,9 @@ export const CORS_ALLOWED_HEADERS = ['content-type', 'authorization', 'apollo-re
 export const CORS_EXPOSED_HEADERS = ['x-request-id', 'retry-after']
 export const CORS_MAX_AGE_SEC = 600
 
-/**
- * Checks each configured entry is an origin (scheme://host[:port], nothing else) and returns it in the
- * form browsers send (lower-case host, default port dropped), so a near miss matches or fails the start
- * instead of silently never matching. A path is refused, and so is `*`: the setting is an allowlist.
- */
-export function allowedOrigins (entries: string[]): Set<string> {
-  const origins = new Set<string>()
-  for (const entry of entries) {
-    let url: URL | null = null
-    try { url = new URL(entry) } catch { /* reported below */ }
-    if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password || url.pathname !== '/' || url.search || url.hash) {
-      throw new Error(`Configuration: CORS_ORIGINS entry "${entry}" is not an origin (expected scheme://host[:port], e.g. https://app.example.com)`)
-    }
-    origins.add(url.origin)
-  }
-  return origins
-}
-
 export default fp(async function cors (app: FastifyInstance) {
-  const origins = allowedOrigins(app.config.corsOrigins)
+  // Origins in the form browsers send them, checked by app/config.ts (a bad entry refuses to start).
+  const origins = new Set(app.config.corsOrigins)
   if (origins.size === 0) return
 
   await app.register(fastifyCors, {

@@ -2,6 +2,10 @@
 // HTTP requests and latency by route, GraphQL operations by name and outcome, GraphQL error codes,
 // rate-limit rejections, SOAP faults, open subscriptions, and the process defaults (CPU, memory,
 // event loop lag, GC). Scrape each instance directly: the load balancer does not expose /metrics.
+// Where they are served (METRICS_PORT): on a port of their own (Prometheus's convention) when it is set;
+// on the API port in development when it is not; nowhere in production when it is not (or is 0). The
+// API port of a production instance never serves them: operation names and error rates are not public.
+import { createServer } from 'node:http'
 import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
@@ -212,7 +216,32 @@ export default fp(async function metrics (app: FastifyInstance) {
 
   app.decorate('metricsRegistry', registry)
 
-  app.get('/metrics', { config: { rateLimit: false } }, async (_request, reply) => {
-    return reply.type(registry.contentType).send(await registry.metrics())
-  })
+  const port = app.config.metricsPort
+  if (port === null) {
+    app.get('/metrics', { config: { rateLimit: false } }, async (_request, reply) => {
+      return reply.type(registry.contentType).send(await registry.metrics())
+    })
+  } else if (port > 0) {
+    // A plain HTTP server on HOST:METRICS_PORT with GET /metrics only, opened and closed with the app.
+    const metricsServer = createServer((request, response) => {
+      if (request.method !== 'GET' || request.url?.split('?')[0] !== '/metrics') {
+        response.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('Not found: GET /metrics\n')
+        return
+      }
+      registry.metrics().then(
+        (text) => response.writeHead(200, { 'content-type': registry.contentType }).end(text),
+        (err: unknown) => { app.log.error({ err }, 'metrics collection failed'); response.writeHead(500).end() })
+    })
+    app.addHook('onReady', async () => {
+      await new Promise<void>((resolve, reject) => {
+        metricsServer.once('error', reject)
+        metricsServer.listen(port, app.config.host, () => { metricsServer.off('error', reject); resolve() })
+      })
+      app.log.info({ port }, 'metrics served on their own port')
+    })
+    app.addHook('onClose', async () => {
+      metricsServer.closeAllConnections()
+      await new Promise((resolve) => metricsServer.close(resolve))
+    })
+  }
 }, { name: 'metrics', dependencies: ['config'] })

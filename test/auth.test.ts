@@ -3,10 +3,17 @@
 import { test } from 'tap'
 import { createHmac, generateKeyPairSync } from 'node:crypto'
 import { createSigner } from 'fast-jwt'
-import { gql, listenTestApp, TEST_JWT_SECRET } from './helpers/app.ts'
+import { spawnSync } from 'node:child_process'
+import { gql, listenTestApp, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from './helpers/app.ts'
+import { processEnv, REPO } from './helpers/server-process.ts'
 
 const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
 const now = () => Math.floor(Date.now() / 1000)
+
+/** Runs `npm run token -- <args>` as a process (node app/auth/mint-token.ts) with only `env` set. */
+function mint (args: string[], env: Record<string, string> = {}) {
+  return spawnSync(process.execPath, ['app/auth/mint-token.ts', ...args], { cwd: REPO, env: processEnv(env), encoding: 'utf8' })
+}
 
 function hs256 (payload: object, header: object = { alg: 'HS256', typ: 'JWT' }, secret = TEST_JWT_SECRET): string {
   const unsigned = `${b64(header)}.${b64(payload)}`
@@ -45,6 +52,10 @@ test('the token boundary refuses bad tokens before execution (401, UNAUTHENTICAT
   t.equal(expired.body.errors[0].message, 'Token expired')
   const basic = await gql(url, '{ users { id } }', undefined, { authorization: 'Basic dXNlcjpwYXNz' })
   t.equal(basic.status, 401)
+  t.equal(basic.body.errors[0].message, 'Invalid Authorization header: expected "Bearer <token>"')
+  const malformed = await gql(url, '{ users { id } }', undefined, { authorization: 'Bearer abc' })
+  t.equal(malformed.status, 401)
+  t.equal(malformed.body.errors[0].message, 'Malformed bearer token: a JWT is three base64url parts separated by dots', '"Bearer abc" has the expected form: the token is what is wrong')
   // The valid token works, and a cookie is never read.
   const ok = await gql(url, '{ user(id: "2") { email adminNotes } }', undefined, { authorization: `Bearer ${valid}` })
   t.same(ok.body.data, { user: { email: 'ada@example.com', adminNotes: null } })
@@ -222,12 +233,32 @@ test('introspection is open in development and the SDL shows the @auth directive
   t.same(body.data.__type.fields.map((f: { name: string }) => f.name), ['id', 'name', 'email', 'createdAt', 'adminNotes'])
 })
 
-test('npm run token mints a token the service accepts', async (t) => {
-  const { execFileSync } = await import('node:child_process')
+test('npm run token mints a token the service accepts, says which key signed it, and takes --expires-in 1h', async (t) => {
   const { url } = await listenTestApp(t)
-  const minted = execFileSync(process.execPath, ['app/auth/mint-token.ts', '--sub', '1', '--role', 'ADMIN'], {
-    env: { ...process.env, JWT_SECRET: TEST_JWT_SECRET }, encoding: 'utf8'
-  }).trim()
-  const { body } = await gql(url, '{ user(id: "4") { adminNotes } }', undefined, { authorization: `Bearer ${minted}` })
+  const minted = mint(['--sub', '1', '--role', 'ADMIN', '--expires-in', '1h'], { JWT_SECRET: TEST_JWT_SECRET })
+  t.equal(minted.status, 0, minted.stderr)
+  const { body } = await gql(url, '{ user(id: "4") { adminNotes } }', undefined, { authorization: `Bearer ${minted.stdout.trim()}` })
   t.same(body.data, { user: { adminNotes: 'Prefers COBOL' } })
+  const claims = JSON.parse(Buffer.from(minted.stdout.trim().split('.')[1]!, 'base64url').toString())
+  t.equal(claims.exp - claims.iat, 3600, '--expires-in 1h is an hour')
+  t.match(minted.stderr, /^Signed with JWT_SECRET \(HS256\); expires in 3600 s\.$/m)
+  t.equal(mint(['--sub', '1', '--expires-in', '15m']).status, 0, 'minutes too')
+  const bad = mint(['--sub', '1', '--expires-in', 'soon'])
+  t.equal(bad.status, 2)
+  t.match(bad.stderr, /usage: .*--expires-in/)
+})
+
+test('npm run token without JWT_SECRET: the development key, said so; refused in production', async (t) => {
+  const development = mint(['--sub', '2'])
+  t.equal(development.status, 0)
+  t.match(development.stdout, /^[\w-]+\.[\w-]+\.[\w-]+\n$/, 'the token alone on stdout')
+  t.match(development.stderr, /Signed with the development key \(JWT_SECRET is not set\)/)
+  const production = mint(['--sub', '2'], { NODE_ENV: 'production', PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY })
+  t.equal(production.status, 1, 'refused')
+  t.equal(production.stdout, '', 'nothing minted')
+  t.match(production.stderr, /^Configuration: set JWT_SECRET \(HS256\) or JWT_PUBLIC_KEY/)
+  t.notMatch(production.stderr, /^\s+at /m, 'no stack trace')
+  const publicKeyOnly = mint(['--sub', '2'], { NODE_ENV: 'production', PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, JWT_PUBLIC_KEY: generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey.export({ type: 'spki', format: 'pem' }) as string })
+  t.equal(publicKeyOnly.status, 1)
+  t.match(publicKeyOnly.stderr, /^Set JWT_PRIVATE_KEY/)
 })

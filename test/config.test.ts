@@ -14,6 +14,7 @@ test('development profile: open for building, fixed development secret, embedded
   t.equal(config.queryUi, true)
   t.equal(config.persistedOnly, false)
   t.equal(config.databaseUrl, null)
+  t.equal(config.demoData, true, 'a new embedded store starts with the demo data set')
   t.equal(config.redisUrl, null)
   t.same(config.limits.budgets, { anonymous: 1000, USER: 10000, ADMIN: 100000, SERVICE: 100000 })
   t.match(config.limits, { maxDepth: 10, timeoutMs: 10000, maxStringLength: 1000, rateRequests: 100, rateCostUnits: 100000, rateWindowMs: 60000 })
@@ -29,6 +30,7 @@ test('production profile: safe defaults, secrets required', async (t) => {
   t.equal(config.queryUi, false)
   t.equal(config.persistedOnly, true)
   t.equal(config.logLevel, 'info')
+  t.equal(config.demoData, false, 'no demo data in a new production store')
 })
 
 test('every value is configurable and typed; bad values are refused clearly', async (t) => {
@@ -40,6 +42,12 @@ test('every value is configurable and typed; bad values are refused clearly', as
   t.same(config.jwt.algorithms, ['HS384'])
   t.throws(() => loadConfig({ MAX_DEPTH: 'deep' }), /MAX_DEPTH/)
   t.throws(() => loadConfig({ PORT: '70000' }), /PORT/)
+  t.equal(loadConfig({}).metricsPort, null, 'development: /metrics on the API port')
+  t.equal(loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET, PARTNER_SECRET_KEY: SECRET }).metricsPort, 0, 'production: not served')
+  t.equal(loadConfig({ METRICS_PORT: '9464' }).metricsPort, 9464)
+  t.throws(() => loadConfig({ PORT: '9464', METRICS_PORT: '9464' }), /METRICS_PORT must differ from PORT/)
+  t.same(loadConfig({ TRUST_PROXY: 'loopback, 10.0.0.0/8, fd00::1' }).trustProxy, ['loopback', '10.0.0.0/8', 'fd00::1'])
+  t.throws(() => loadConfig({ TRUST_PROXY: '10.0.0.1, lb.internal, 10.0.0.0/33' }), /TRUST_PROXY entry "lb.internal"[^]*TRUST_PROXY entry "10.0.0.0\/33"/)
 })
 
 test('only the given environment is read (nothing leaks in from process.env)', async (t) => {

@@ -13,8 +13,8 @@ test('answers a query from the store over HTTP', async (t) => {
   t.same(body.extensions.cost, { requested: 60, budget: 1000, remaining: 100000 - 60 })
 })
 
-test('a request id sent by the client is echoed', async (t) => {
-  const { url } = await listenTestApp(t)
+test('a request id sent by a trusted proxy is echoed', async (t) => {
+  const { url } = await listenTestApp(t, { TRUST_PROXY: '127.0.0.1' })
   const { headers } = await gql(url, '{ users { id } }', undefined, { 'x-request-id': 'trace-123' })
   t.equal(headers.get('x-request-id'), 'trace-123')
 })

@@ -1,12 +1,12 @@
 // Operations basics: health, readiness, redacted logs, graceful shutdown (in-process and of the real process).
 import { test } from 'tap'
 import { Writable } from 'node:stream'
-import { spawn } from 'node:child_process'
 import { buildApp } from '../app/app.ts'
 import { openSqliteStore } from '../app/store/sqlite.ts'
 import { loadDemoData } from '../app/store/sample-data.ts'
 import { gql, listenTestApp, testConfig, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY, type TestLike } from './helpers/app.ts'
 import { mintToken } from '../app/auth/mint-token.ts'
+import { startService } from './helpers/server-process.ts'
 
 test('liveness and readiness; readiness reflects a failing store', async (t) => {
   const { url, store } = await listenTestApp(t)
@@ -23,7 +23,8 @@ test('liveness and readiness; readiness reflects a failing store', async (t) => 
 async function appLoggingTo (t: TestLike, level: string) {
   const lines: string[] = []
   const stream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
-  const config = testConfig({ LOG_LEVEL: level })
+  // Requests come from 127.0.0.1 as from the load balancer, whose X-Request-Id is kept.
+  const config = testConfig({ LOG_LEVEL: level, TRUST_PROXY: '127.0.0.1' })
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)
   const app = await buildApp(config, { store, logger: { stream } })
@@ -68,26 +69,21 @@ test('closing finishes in-flight requests', async (t) => {
   t.ok(Date.now() - started < 5000, `closed promptly (${Date.now() - started} ms)`)
 })
 
-test('npm start runs the service on its own Node; SIGTERM shuts it down cleanly', async (t) => {
+test('npm start: the service is the process that receives signals; SIGTERM to npm stops it gracefully', async (t) => {
   const dir = t.testdir()
-  const child = spawn(process.execPath, ['app/server.ts'], {
-    env: { ...process.env, PORT: '0', SQLITE_PATH: `${dir}/service.db`, JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, LOG_LEVEL: 'info', NODE_ENV: 'development' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let output = ''
-  child.stdout.on('data', (d) => { output += d })
-  child.stderr.on('data', (d) => { output += d })
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${output}`)), 15000)
-    child.stdout.on('data', () => {
-      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)
-      if (match) { clearTimeout(timer); resolve(match[1]!) }
-    })
-  })
-  const { body } = await gql(url, '{ users { name } }')
-  t.equal(body.data.users[1].name, 'Ada Lovelace', 'a new embedded store starts with the demo data set')
-  const exit = new Promise<number | null>((resolve) => child.on('exit', resolve))
-  child.kill('SIGTERM')
-  t.equal(await exit, 0)
-  t.match(output, /"signal":"SIGTERM","msg":"shutting down"/)
+  const server = await startService(t, { PORT: '0', HOST: '127.0.0.1', SQLITE_PATH: `${dir}/service.db`, JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, LOG_LEVEL: 'info', NODE_ENV: 'development' }, { command: ['npm', 'start'] })
+  const pid = Number(/"pid":(\d+)/.exec(server.stdout())![1])
+  t.not(pid, server.child.pid, 'npm runs the service in a process of its own')
+  const alive = () => { try { process.kill(pid, 0); return true } catch { return false } }
+  t.teardown(() => { if (alive()) process.kill(pid, 'SIGKILL') })
+  const { body } = await gql(server.url, '{ users { name } }')
+  t.equal(body.data.users[1].name, 'Ada Lovelace', 'a new embedded store starts with the demo data set in development')
+  t.notMatch(server.stderr(), /FSTDEP|DeprecationWarning/, 'no deprecation warning at start')
+  // As a process manager does: the signal goes to the process it started (npm), not to a process group.
+  server.child.kill('SIGTERM')
+  t.equal(await server.exited, 0, 'npm exits with the service\'s exit code')
+  t.match(server.stdout(), /"signal":"SIGTERM","msg":"shutting down"/, 'the service received SIGTERM and shut down gracefully')
+  for (let i = 0; i < 50 && alive(); i++) await new Promise((r) => setTimeout(r, 100))
+  t.notOk(alive(), 'no server process is left running')
+  await t.rejects(fetch(`${server.url}/health/live`), 'nothing listens any more')
 })

@@ -4,7 +4,7 @@ import { openPostgresStore } from '../app/store/postgres.ts'
 import { openSqliteStore } from '../app/store/sqlite.ts'
 import { loadDemoData, seed } from '../app/store/sample-data.ts'
 import type { Store } from '../app/store/types.ts'
-import { freshSchema, TEST_DATABASE_URL } from './helpers/postgres.ts'
+import { freshSchema, postgresRelay, TEST_DATABASE_URL } from './helpers/postgres.ts'
 
 type Open = (t: Test) => Promise<Store>
 
@@ -107,26 +107,15 @@ test('sqlite store persists in its file across reopening', async (t) => {
 })
 
 test('postgres: an unreachable database is SERVICE_UNAVAILABLE, and the store recovers when it returns', async (t) => {
-  const { createServer, connect } = await import('node:net')
-  // A relay between the store and PostgreSQL that the test can cut and restore.
-  const sockets = new Set<import('node:net').Socket>()
-  const relay = createServer((client) => {
-    const upstream = connect(5432, '127.0.0.1')
-    for (const s of [client, upstream]) { sockets.add(s); s.on('close', () => sockets.delete(s)); s.on('error', () => {}) }
-    client.pipe(upstream).pipe(client)
-  })
-  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve))
-  const port = (relay.address() as import('node:net').AddressInfo).port
-  const url = TEST_DATABASE_URL.replace(/@[^/]+\//, `@127.0.0.1:${port}/`)
-  const store = await openPostgresStore({ url, poolSize: 2, schema: await freshSchema(t, 'outage') })
-  t.teardown(async () => { await store.close(); relay.close() })
+  const relay = await postgresRelay(t)
+  const store = await openPostgresStore({ url: relay.url, poolSize: 2, schema: await freshSchema(t, 'outage') })
+  t.teardown(() => store.close())
   await store.createUser({ id: 'u1', name: 'Before', email: 'before@example.com' })
 
-  relay.close()
-  for (const s of sockets) s.destroy()
+  relay.cut()
   await t.rejects(store.usersByIds(['u1']), { code: 'SERVICE_UNAVAILABLE', message: 'The database is unavailable; retry shortly' })
   await t.rejects(store.ping(), { code: 'SERVICE_UNAVAILABLE' })
 
-  await new Promise<void>((resolve) => relay.listen(port, '127.0.0.1', resolve))
+  await relay.restore()
   t.match(await store.usersByIds(['u1']), [{ name: 'Before' }], 'recovered by itself')
 })

@@ -5,7 +5,7 @@
 // and sealed with PARTNER_SECRET_KEY (PasswordDigest); --text-only stores the hash alone, and the
 // partner can then use PasswordText only.
 import { parseArgs } from 'node:util'
-import { loadConfig } from '../config.ts'
+import { loadConfigOrExit } from '../config.ts'
 import { openStore } from '../store/index.ts'
 import type { Store, UserRow } from '../store/types.ts'
 import { hashPassword, sealPassword } from './partner-secrets.ts'
@@ -50,7 +50,7 @@ if (import.meta.main) {
     console.error('usage: npm run partner:create -- --login <login> --password <password> [--user-id <id>] [--name <name>] [--email <email>] [--text-only]')
     process.exit(2)
   }
-  const config = loadConfig()
+  const config = loadConfigOrExit()
   const store = await openStore(config)
   try {
     const user = await createPartnerAccount(store, config.soap.partnerSecretKey, {

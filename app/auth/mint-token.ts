@@ -1,11 +1,14 @@
 // npm run token -- --sub 42 --role ADMIN [--expires-in 1h]
 // Mints a token with the configured key, for development and load tests (issuance is outside the interface).
+// The token alone goes to stdout (TOKEN=$(npm run -s token -- ...)); which key signed it goes to stderr.
 import { parseArgs } from 'node:util'
 import { createSigner } from 'fast-jwt'
-import { loadConfig } from '../config.ts'
+import { DEV_JWT_SECRET, loadConfigOrExit, type Config } from '../config.ts'
 import { ROLES, type Role } from '../store/types.ts'
 
-export function mintToken (jwt: ReturnType<typeof loadConfig>['jwt'], sub: string, role: Role, expiresInSec = 3600): string {
+type JwtConfig = Config['jwt']
+
+export function mintToken (jwt: JwtConfig, sub: string, role: Role, expiresInSec = 3600): string {
   const key = jwt.privateKey ?? jwt.secret
   if (!key) throw new Error('Set JWT_PRIVATE_KEY (or JWT_SECRET) to mint tokens')
   const sign = createSigner({
@@ -18,18 +21,45 @@ export function mintToken (jwt: ReturnType<typeof loadConfig>['jwt'], sub: strin
   return sign({ sub, role })
 }
 
+/** Which configured key mintToken signs with, in words. */
+export function signingKey (jwt: JwtConfig): string {
+  if (jwt.privateKey) return `JWT_PRIVATE_KEY (${jwt.algorithms[0]})`
+  if (jwt.secret === DEV_JWT_SECRET) return 'the development key (JWT_SECRET is not set): only a service in the development profile without JWT_SECRET accepts it'
+  return `JWT_SECRET (${jwt.algorithms[0]})`
+}
+
+const UNIT_SECONDS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400 }
+
+/** "3600", "90s", "15m", "1h", "7d" → seconds; null for anything else. */
+export function durationSeconds (text: string): number | null {
+  const match = /^(\d{1,9})([smhd]?)$/.exec(text)
+  if (!match) return null
+  const seconds = Number(match[1]) * UNIT_SECONDS[match[2] || 's']!
+  return seconds > 0 ? seconds : null
+}
+
 if (import.meta.main) {
-  const { values } = parseArgs({
-    options: {
-      sub: { type: 'string' },
-      role: { type: 'string', default: 'USER' },
-      'expires-in': { type: 'string', default: '3600' }
-    }
-  })
-  const role = values.role as Role
-  if (!values.sub || !ROLES.includes(role)) {
-    console.error(`usage: npm run token -- --sub <user id> [--role ${ROLES.join('|')}] [--expires-in seconds]`)
+  const usage = `usage: npm run token -- --sub <user id> [--role ${ROLES.join('|')}] [--expires-in 3600|90s|15m|1h|7d]`
+  let values
+  try {
+    values = parseArgs({ options: { sub: { type: 'string' }, role: { type: 'string', default: 'USER' }, 'expires-in': { type: 'string', default: '3600' } } }).values
+  } catch (err) {
+    console.error(`${(err as Error).message}\n${usage}`)
     process.exit(2)
   }
-  console.log(mintToken(loadConfig().jwt, values.sub, role, Number(values['expires-in'])))
+  const role = values.role as Role
+  const expiresInSec = durationSeconds(values['expires-in'])
+  if (!values.sub || !ROLES.includes(role) || expiresInSec === null) {
+    console.error(usage)
+    process.exit(2)
+  }
+  // In production a missing key is a configuration error: nothing is minted with another key.
+  const { jwt } = loadConfigOrExit()
+  try {
+    console.log(mintToken(jwt, values.sub, role, expiresInSec))
+  } catch (err) {
+    console.error((err as Error).message)
+    process.exit(1)
+  }
+  console.error(`Signed with ${signingKey(jwt)}; expires in ${expiresInSec} s.`)
 }

@@ -1,7 +1,7 @@
 // npm run seed -- --users 10000 --messages 50000
 // Loads realistic users and messages into the configured store (SQLITE_PATH or DATABASE_URL).
 import { parseArgs } from 'node:util'
-import { loadConfig } from '../config.ts'
+import { loadConfigOrExit } from '../config.ts'
 import { openStore } from './index.ts'
 import { seed } from './sample-data.ts'
 
@@ -18,7 +18,7 @@ if (!Number.isInteger(users) || users < 0 || !Number.isInteger(messages) || mess
   process.exit(2)
 }
 
-const config = loadConfig()
+const config = loadConfigOrExit()
 const store = await openStore(config)
 const started = performance.now()
 await seed(store, users, messages)

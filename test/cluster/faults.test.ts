@@ -147,7 +147,7 @@ test('faults during traffic: answered clearly, readiness reflects them, recovery
     const ws = wsClient(lb.pinned[1]!, { authToken: `Bearer ${token('after-redis-subscriber')}` })
     t.teardown(() => ws.dispose())
     const received = collect(ws, `subscription { messageAdded(roomId: "${room}") { content } }`)
-    await eventually('the subscription open on b', async () => /graphql_open_subscriptions\{transport="ws"\} 1/.test((await request(`${b.url}/metrics`)).text))
+    await eventually('the subscription open on b', async () => /graphql_open_subscriptions\{transport="ws"\} 1/.test((await request(b.metricsUrl)).text))
     // The subscription may reach b's Redis subscriber connection a moment after it re-subscribed: post until delivered.
     await eventually('a message posted on a delivered on b', async () => {
       await gql(lb.pinned[0]!, 'mutation Post($room: String!) { postMessage(roomId: $room, content: "after the outage") { id } }', { room }, { token: token('bg-1') })

@@ -8,7 +8,6 @@
 // test can tell client addresses apart and check that the instances saw the right one.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { createServer, type AddressInfo } from 'node:net'
 import http from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -22,6 +21,7 @@ import { openPostgresStore } from '../../app/store/postgres.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { createPartnerAccount } from '../../app/auth/create-partner.ts'
 import type { Role } from '../../app/store/types.ts'
+import { freePort } from '../helpers/server-process.ts'
 
 export const REPO = new URL('../..', import.meta.url).pathname.replace(/\/$/, '')
 export const PG_URL = process.env.CLUSTER_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -53,14 +53,6 @@ function track (child: ChildProcess): ChildProcess {
 function exited (child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve()
   return new Promise((resolve) => child.once('exit', () => resolve()))
-}
-
-export async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
 }
 
 export function uniqueName (prefix: string): string {
@@ -220,8 +212,10 @@ async function pingRedis (port: number): Promise<boolean> {
 export interface Instance {
   name: string
   port: number
-  /** Direct URL (bypassing nginx): for probes and metrics only. */
+  /** Direct URL (bypassing nginx): for probes only. */
   url: string
+  /** The instance's metrics listener (METRICS_PORT), as Prometheus scrapes it. */
+  metricsUrl: string
   env: Record<string, string>
   /** Every JSON log line the process wrote, across restarts. */
   logs: any[]
@@ -237,12 +231,14 @@ export interface Instance {
 
 export async function startInstance (t: TestLike, name: string, env: Record<string, string>): Promise<Instance> {
   const port = await freePort()
+  const metricsPort = await freePort()
   let output = ''
   const fullEnv: Record<string, string> = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     NODE_ENV: 'production',
     HOST: '127.0.0.1',
     PORT: String(port),
+    METRICS_PORT: String(metricsPort),
     LOG_LEVEL: 'info',
     JWT_SECRET,
     PARTNER_SECRET_KEY,
@@ -258,6 +254,7 @@ export async function startInstance (t: TestLike, name: string, env: Record<stri
     name,
     port,
     url: `http://127.0.0.1:${port}`,
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
     env: fullEnv,
     logs: [],
     output: () => output,

@@ -104,7 +104,7 @@ test('two instances behind nginx', async (t) => {
     const overSse = collect(sseClient(lb.pinned[1]!, `Bearer ${token('sse-subscriber')}`), query)
     t.teardown(() => { overWs.dispose(); overSse.dispose() })
     await eventually('both subscriptions open on instance b', async () => {
-      const metrics = (await request(`${b.url}/metrics`)).text
+      const metrics = (await request(b.metricsUrl)).text
       return /graphql_open_subscriptions\{transport="ws"\} 1/.test(metrics) && /graphql_open_subscriptions\{transport="sse"\} 1/.test(metrics)
     })
 
@@ -165,7 +165,8 @@ test('two instances behind nginx', async (t) => {
     const metrics = await request(`${lb.url}/metrics`, { from: '127.0.0.17' })
     t.equal(metrics.status, 404)
     t.equal(metrics.json().errors[0].extensions.code, 'NOT_FOUND')
-    t.equal((await request(`${a.url}/metrics`)).status, 200, 'each instance serves its metrics to a scraper')
+    t.equal((await request(a.metricsUrl)).status, 200, 'each instance serves its metrics to a scraper on METRICS_PORT')
+    t.equal((await request(`${a.url}/metrics`)).status, 404, 'and not on its API port')
 
     const tooLarge = await request(`${lb.url}/graphql`, { method: 'POST', from: '127.0.0.17', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: 'x'.repeat(1_100_000) }) })
     t.equal(tooLarge.status, 413)

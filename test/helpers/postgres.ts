@@ -2,6 +2,7 @@
 // test's own, dropped afterwards. Fails with a clear message when the server is missing.
 import pg from 'pg'
 import { randomBytes } from 'node:crypto'
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net'
 import type { TestLike } from './app.ts'
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -23,4 +24,29 @@ export async function freshSchema (t: TestLike, label: string): Promise<string> 
     await c.end()
   })
   return schema
+}
+
+/**
+ * A relay between a store and PostgreSQL that a test cuts (the server becomes unreachable: listener
+ * closed, open connections dropped) and restores on the same port. `url` is TEST_DATABASE_URL through it.
+ */
+export async function postgresRelay (t: TestLike) {
+  const target = new URL(TEST_DATABASE_URL)
+  const sockets = new Set<Socket>()
+  const relay = createServer((client) => {
+    const upstream = connect(Number(target.port || 5432), target.hostname)
+    for (const s of [client, upstream]) { sockets.add(s); s.on('close', () => sockets.delete(s)); s.on('error', () => {}) }
+    client.pipe(upstream).pipe(client)
+  })
+  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve))
+  const port = (relay.address() as AddressInfo).port
+  t.teardown(() => { relay.close() })
+  return {
+    url: TEST_DATABASE_URL.replace(/@[^/]+\//, `@127.0.0.1:${port}/`),
+    cut () {
+      relay.close()
+      for (const s of sockets) s.destroy()
+    },
+    restore: () => new Promise<void>((resolve) => relay.listen(port, '127.0.0.1', resolve))
+  }
 }

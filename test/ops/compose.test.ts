@@ -45,6 +45,9 @@ test('docker-compose.yml: nginx, two app replicas, PostgreSQL and Redis', async 
     t.same(service.depends_on, { postgres: { condition: 'service_healthy' }, redis: { condition: 'service_healthy' } }, `${name} starts once its stores are healthy`)
     t.match(JSON.stringify(service.healthcheck?.test), /\/health\/ready/, `${name} is healthy when ready`)
     t.ok(Number.parseInt(service.stop_grace_period ?? '10') * 1000 > Number(env.SHUTDOWN_GRACE_MS ?? 10000), 'the container is given longer than the graceful shutdown')
+    t.match(env.METRICS_PORT, /^[1-9]\d*$/, `${name} serves metrics on a port of their own (production serves none on the API port)`)
+    t.not(env.METRICS_PORT, env.PORT)
+    t.notOk(service.ports, `${name} publishes no port: clients go through nginx, Prometheus scrapes the backend network`)
   }
   t.same(appServices[0]![1], appServices[1]![1], 'the replicas are identical')
 

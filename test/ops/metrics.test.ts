@@ -1,4 +1,4 @@
-// Prometheus metrics and request ids, through a listening server.
+// Prometheus metrics (on the API port in development, on METRICS_PORT when set) and request ids, through a listening server.
 import { test } from 'tap'
 import { Writable } from 'node:stream'
 import { buildApp } from '../../app/app.ts'
@@ -7,6 +7,7 @@ import { loadDemoData } from '../../app/store/sample-data.ts'
 import { mintToken } from '../../app/auth/mint-token.ts'
 import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { collect, eventually, sseClient, wsClient } from '../subscriptions/clients.ts'
+import { freePort } from '../helpers/server-process.ts'
 
 /** Parses the text exposition format into `name{labels} value` → number. */
 function parseMetrics (text: string): Map<string, number> {
@@ -88,10 +89,10 @@ test('operation names are bounded: a client cannot grow the label set without li
   t.ok(names.has('(anonymous)'))
 })
 
-test('every response carries a request id; a caller-supplied x-request-id is kept; log lines carry it', async (t) => {
+test('every response carries a request id; the load balancer\'s x-request-id is kept; log lines carry it', async (t) => {
   const lines: string[] = []
   const stream = new Writable({ write (chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb() } })
-  const config = testConfig({ LOG_LEVEL: 'info' })
+  const config = testConfig({ LOG_LEVEL: 'info', TRUST_PROXY: '127.0.0.1' })
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)
   const app = await buildApp(config, { store, logger: { stream } })
@@ -143,3 +144,27 @@ test('operations are counted by the operation that executed, even when the reque
   const { samples } = await scrape(url)
   t.equal(sample(samples, 'graphql_operations_total', { operation_name: 'LateName', operation_type: 'query', outcome: 'success' }), 1)
 })
+
+test('production: /metrics is not served on the API port (METRICS_PORT unset)', async (t) => {
+  const { url } = await listenTestApp(t, { NODE_ENV: 'production' })
+  const response = await fetch(`${url}/metrics`)
+  t.equal(response.status, 404)
+  t.match(await response.json(), { errors: [{ extensions: { code: 'NOT_FOUND' } }] })
+})
+
+for (const profile of ['production', 'development']) {
+  test(`${profile}: METRICS_PORT serves the metrics on a port of their own, and only there`, async (t) => {
+    const port = await freePort()
+    const { url, app } = await listenTestApp(t, { NODE_ENV: profile, METRICS_PORT: String(port) })
+    await fetch(`${url}/health/live`)
+    t.equal((await fetch(`${url}/metrics`)).status, 404, 'not on the API port')
+    const metricsUrl = `http://127.0.0.1:${port}`
+    const { response, samples } = await scrape(metricsUrl)
+    t.equal(response.status, 200)
+    t.match(response.headers.get('content-type'), /^text\/plain; version=0\.0\.4/)
+    t.equal(sample(samples, 'http_requests_total', { method: 'GET', route: '/health/live', status_code: '200' }), 1, 'the API port\'s requests are counted')
+    t.equal((await fetch(`${metricsUrl}/graphql`)).status, 404, 'nothing else on the metrics port')
+    await app.close()
+    await t.rejects(fetch(`${metricsUrl}/metrics`), 'closed with the app')
+  })
+}

@@ -66,7 +66,7 @@ test('identity comes from connection_init: good, missing, bad, expired, wrong ty
   anonymous.dispose()
 
   const refusals: [Record<string, unknown>, RegExp][] = [
-    [{ authToken: 'Bearer not-a-jwt' }, /^Forbidden: Invalid Authorization header/],
+    [{ authToken: 'Bearer not-a-jwt' }, /^Forbidden: Malformed bearer token/],
     [{ authToken: `Bearer ${token('2').slice(0, -2)}xx` }, /^Forbidden: Invalid token$/],
     [{ authToken: token('2') }, /^Forbidden: Invalid Authorization header/],
     [{ authToken: 42 }, /^Forbidden: authToken must be a string/]

@@ -1,0 +1,63 @@
+// Runs the service as a real process (`node app/server.ts`, or `npm start`) for tests of what only a
+// process shows: its start-up output, its exit code, how it takes signals. The environment is only
+// PATH and HOME plus what the test gives, so nothing of the test runner's own environment leaks in.
+import { spawn, type ChildProcessByStdio } from 'node:child_process'
+import { createServer, type AddressInfo } from 'node:net'
+import type { Readable } from 'node:stream'
+import type { TestLike } from './app.ts'
+
+export const REPO = new URL('../..', import.meta.url).pathname.replace(/\/$/, '')
+
+export interface SpawnedService {
+  child: ChildProcessByStdio<null, Readable, Readable>
+  /** Everything written so far on stdout and stderr. */
+  stdout (): string
+  stderr (): string
+  /** The exit code (or the signal's name). */
+  exited: Promise<number | string | null>
+}
+
+export function processEnv (env: Record<string, string>): Record<string, string> {
+  return { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env }
+}
+
+/** Spawns `command` (node app/server.ts by default) and collects its output; ended by the test's teardown. */
+export function spawnService (t: TestLike, env: Record<string, string>, options: { command?: string[]; cwd?: string } = {}): SpawnedService {
+  const [file, ...args] = options.command ?? [process.execPath, `${REPO}/app/server.ts`]
+  const child = spawn(file!, args, { cwd: options.cwd ?? REPO, env: processEnv(env), stdio: ['ignore', 'pipe', 'pipe'] })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.on('data', (d) => { stdout += d })
+  child.stderr.on('data', (d) => { stderr += d })
+  const exited = new Promise<number | string | null>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal)))
+  t.teardown(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+    // A grandchild the signal did not reach would hold the pipes, and with them this test process, open.
+    child.stdout.destroy()
+    child.stderr.destroy()
+  })
+  return { child, exited, stdout: () => stdout, stderr: () => stderr }
+}
+
+/** Spawns the service and waits until it listens; `url` is the address it logged. */
+export async function startService (t: TestLike, env: Record<string, string>, options: { command?: string[]; cwd?: string } = {}): Promise<SpawnedService & { url: string }> {
+  const spawned = spawnService(t, env, options)
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the service did not start:\n${spawned.stdout()}${spawned.stderr()}`)), 20000)
+    spawned.exited.then((code) => { clearTimeout(timer); reject(new Error(`the service exited (${code}):\n${spawned.stdout()}${spawned.stderr()}`)) }, () => {})
+    spawned.child.stdout.on('data', () => {
+      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(spawned.stdout())
+      if (match) { clearTimeout(timer); resolve(match[1]!) }
+    })
+  })
+  return { ...spawned, url }
+}
+
+/** A port free on 127.0.0.1 a moment ago, for a listener that cannot take port 0 (e.g. METRICS_PORT, where 0 means off). */
+export async function freePort (): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}

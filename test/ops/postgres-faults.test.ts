@@ -1,0 +1,69 @@
+// PostgreSQL faults as a client sees them through a listening server, and the README's fault table
+// checked against what is observed here: a connection killed under a query (pg_terminate_backend) and
+// an unreachable server both answer SERVICE_UNAVAILABLE, and the service recovers by itself.
+import { test } from 'tap'
+import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import pg from 'pg'
+import { openPostgresStore } from '../../app/store/postgres.ts'
+import { loadDemoData } from '../../app/store/sample-data.ts'
+import { gql, listenTestApp } from '../helpers/app.ts'
+import { freshSchema, postgresRelay, TEST_DATABASE_URL } from '../helpers/postgres.ts'
+import { REPO } from '../helpers/server-process.ts'
+
+/** The code the README's fault table gives for the row starting with `phase`. */
+function readmeCodes (phase: string): string[] {
+  const row = readFileSync(`${REPO}/README.md`, 'utf8').split('\n').find((line) => line.startsWith(`| ${phase}`))
+  if (!row) throw new Error(`README: no fault table row for "${phase}"`)
+  return [...row.matchAll(/`([A-Z_]{3,})`/g)].map((m) => m[1]!)
+}
+
+const code = (body: { errors?: { extensions?: { code?: string } }[] }) => body.errors?.[0]?.extensions?.code
+
+test('a PostgreSQL connection killed under a query: SERVICE_UNAVAILABLE, then served on a fresh connection', async (t) => {
+  const schema = await freshSchema(t, 'killed')
+  const applicationName = `gqs-killed-${randomBytes(4).toString('hex')}`
+  const store = await openPostgresStore({ url: TEST_DATABASE_URL, poolSize: 2, schema, applicationName })
+  t.teardown(() => store.close())
+  await loadDemoData(store)
+  const { url } = await listenTestApp(t, {}, { store, demo: false })
+  t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), undefined, 'served before the fault')
+
+  // A lock holds the service's query in PostgreSQL while its connection is terminated.
+  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL })
+  await admin.connect()
+  t.teardown(() => admin.end())
+  await admin.query('BEGIN')
+  await admin.query(`LOCK TABLE ${schema}.users IN ACCESS EXCLUSIVE MODE`)
+  const pending = gql(url, '{ users(limit: 1) { id } }')
+  for (let i = 0; i < 100; i++) {
+    const { rows } = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [applicationName])
+    if (rows[0].n > 0) break
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  const { rows } = await admin.query('SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1', [applicationName])
+  t.ok(rows[0].n > 0, 'the service\'s connections were terminated')
+  await admin.query('ROLLBACK')
+
+  const killed = await pending
+  t.equal(code(killed.body), 'SERVICE_UNAVAILABLE', 'the query on the killed connection')
+  t.equal(killed.body.errors[0].message, 'The database is unavailable; retry shortly')
+  t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), undefined, 'the next one is served on a fresh connection')
+  t.same(readmeCodes('PostgreSQL connections killed'), ['SERVICE_UNAVAILABLE'], 'the README\'s fault table says the same')
+})
+
+test('PostgreSQL unreachable: SERVICE_UNAVAILABLE and readiness 503, served again when it returns', async (t) => {
+  const relay = await postgresRelay(t)
+  const store = await openPostgresStore({ url: relay.url, poolSize: 2, schema: await freshSchema(t, 'unreachable') })
+  t.teardown(() => store.close())
+  await loadDemoData(store)
+  const { url } = await listenTestApp(t, {}, { store, demo: false })
+
+  relay.cut()
+  t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), 'SERVICE_UNAVAILABLE')
+  t.equal((await fetch(`${url}/health/ready`)).status, 503)
+  t.same(readmeCodes('PostgreSQL unreachable'), ['SERVICE_UNAVAILABLE'], 'the README\'s fault table says the same')
+
+  await relay.restore()
+  t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), undefined, 'served again, by itself')
+})

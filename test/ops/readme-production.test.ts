@@ -1,0 +1,44 @@
+// The README's copy-paste production start, run as written by bash: both secrets, the manifest, a seeded
+// store, `npm start` in the background, a persisted GET, and a SIGTERM that stops the service. Only the
+// port and the store's path are changed, so the test neither collides with a service on 3000 nor
+// writes into the repository.
+import { test } from 'tap'
+import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { freePort, processEnv, REPO } from '../helpers/server-process.ts'
+
+/** The README's ```sh block that starts the production profile. */
+function productionStart (): string {
+  const blocks = [...readFileSync(`${REPO}/README.md`, 'utf8').matchAll(/```sh\n([^]*?)```/g)].map((m) => m[1]!)
+  const block = blocks.find((b) => b.includes('NODE_ENV=production') && b.includes('PARTNER_SECRET_KEY=') && b.includes('npm start'))
+  if (!block) throw new Error('README: no copy-paste production start (a sh block with NODE_ENV=production, PARTNER_SECRET_KEY and npm start)')
+  return block
+}
+
+test('the README\'s production start works as written', async (t) => {
+  const dir = t.testdir()
+  const port = await freePort()
+  const block = productionStart()
+  t.match(block, /JWT_SECRET=/, 'names JWT_SECRET')
+  t.match(block, /PERSISTED_MANIFEST=/, 'names PERSISTED_MANIFEST')
+  const script = `set -e\nexport PORT=${port}\n` + block.replaceAll(':3000', `:${port}`).replaceAll('data/production.db', `${dir}/production.db`)
+  const bash = spawn('bash', ['-c', script], { cwd: REPO, env: processEnv({}), stdio: ['ignore', 'pipe', 'pipe'] })
+  let stdout = ''
+  let stderr = ''
+  bash.stdout.on('data', (d) => { stdout += d })
+  bash.stderr.on('data', (d) => { stderr += d })
+  const timer = setTimeout(() => bash.kill('SIGKILL'), 60_000)
+  const code = await new Promise<number | null>((resolve) => bash.on('exit', resolve))
+  clearTimeout(timer)
+  t.equal(code, 0, `the block ran to its end:\n${stderr}`)
+  // curl's answer has no newline: it runs from '{"data"' to the service's next log line.
+  const start = stdout.indexOf('{"data":')
+  t.ok(start >= 0, `the persisted query answered:\n${stdout.slice(-2000)}`)
+  const end = stdout.indexOf('{"level"', start)
+  const answer = JSON.parse(stdout.slice(start, end < 0 ? undefined : end).trim())
+  t.equal(answer.data.users.length, 3, 'with the three seeded users')
+  t.notOk(answer.errors)
+  t.match(stdout, /"signal":"SIGTERM","msg":"shutting down"/, 'kill %1 stopped the service gracefully')
+  t.notMatch(stderr, /Configuration:|Could not start|FSTDEP/)
+  await t.rejects(fetch(`http://127.0.0.1:${port}/health/live`), 'nothing listens any more')
+})

@@ -1,0 +1,82 @@
+// Starting the real process: configuration errors (all at once, one line each, no stack trace), the
+// optional .env file, and the production profile's empty store (demo data is for development). Each
+// process runs in a directory of its own, so a developer's .env in the repository plays no part.
+import { test } from 'tap'
+import { createSigner } from 'fast-jwt'
+import { REPO, spawnService, startService } from '../helpers/server-process.ts'
+import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
+
+const USERS_QUERY_ID = 'sha256:208530398fd1690d830741395fe1d351fff92fd45fa1ddc0410b336c598d30a0'
+
+test('bad settings: every problem is reported at once, one line each, without a stack trace', async (t) => {
+  const dir = t.testdir()
+  const service = spawnService(t, {
+    NODE_ENV: 'production', QUERY_UI: 'true', CORS_ORIGINS: 'https://app.example.com/api', PORT: '70000', MAX_DEPTH: 'deep', SQLITE_PATH: `${dir}/service.db`
+  }, { cwd: dir })
+  t.equal(await service.exited, 1, 'exit code 1')
+  const lines = service.stderr().trim().split('\n')
+  t.same(lines.filter((line) => !line.startsWith('Configuration: ')), [], `every line names a setting:\n${service.stderr()}`)
+  for (const setting of ['JWT_SECRET', 'PARTNER_SECRET_KEY', 'QUERY_UI', 'CORS_ORIGINS', 'PORT', 'MAX_DEPTH']) {
+    t.ok(lines.some((line) => line.includes(setting)), `${setting} reported`)
+  }
+  t.equal(lines.length, 6, 'one line per problem')
+  t.notMatch(service.stderr(), /^\s+at /m, 'no stack trace')
+  t.equal(service.stdout(), '', 'nothing else printed')
+})
+
+test('the commands (seed, partner:create, token) report configuration problems the same way', async (t) => {
+  for (const command of ['app/store/seed.ts', 'app/auth/create-partner.ts', 'app/auth/mint-token.ts']) {
+    const args = command.endsWith('create-partner.ts') ? ['--login', 'acme', '--password', 'a-long-random-password'] : command.endsWith('mint-token.ts') ? ['--sub', '1'] : []
+    const dir = t.testdir()
+    const run = spawnService(t, { NODE_ENV: 'production', SQLITE_PATH: `${dir}/service.db` }, { command: [process.execPath, `${REPO}/${command}`, ...args], cwd: dir })
+    t.equal(await run.exited, 1, `${command}: exit code 1`)
+    t.same(run.stderr().trim().split('\n').map((line) => line.replace(/ .*/, '')), ['Configuration:', 'Configuration:'], `${command}: one line per missing secret:\n${run.stderr()}`)
+  }
+})
+
+test('a start that fails after the configuration (a missing manifest) says so in one line', async (t) => {
+  const dir = t.testdir()
+  const service = spawnService(t, { JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, PORT: '0', LOG_LEVEL: 'warn', SQLITE_PATH: `${dir}/service.db`, PERSISTED_MANIFEST: `${dir}/no-such-manifest.json` }, { cwd: dir })
+  t.equal(await service.exited, 1)
+  t.match(service.stderr(), /^Could not start: .*no-such-manifest\.json/)
+  t.equal(service.stderr().trim().split('\n').length, 1, service.stderr())
+  t.notMatch(service.stderr(), /^\s+at /m, 'no stack trace')
+})
+
+test('.env in the working directory is read when present; the environment wins over it', async (t) => {
+  const secret = 'a-secret-that-only-the-dotenv-file-holds-0123456789'
+  const dir = t.testdir({
+    '.env': [
+      '# a copy of .env.example, edited',
+      'NODE_ENV=production',
+      `JWT_SECRET=${secret}                 # the production key`,
+      `PARTNER_SECRET_KEY="${TEST_PARTNER_SECRET_KEY}"`,
+      'HOST=127.0.0.1',
+      'PORT=1                                # overridden by the environment',
+      'LOG_LEVEL=info',
+      ''
+    ].join('\n')
+  })
+  // Production requires both secrets: it starts only because the file supplies them.
+  const service = await startService(t, { PORT: '0' }, { cwd: dir })
+  const token = createSigner({ key: secret, algorithm: 'HS256', expiresIn: 60_000 })({ sub: '1', role: 'ADMIN' })
+  const query = (authorization: string) => fetch(`${service.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization }, body: '{"query":"{ __typename }"}' })
+  const accepted = await query(`Bearer ${token}`)
+  t.equal(accepted.status, 200, 'a token signed with the file\'s JWT_SECRET is accepted')
+  t.match(await accepted.json(), { errors: [{ extensions: { code: 'PERSISTED_QUERY_REQUIRED' } }] }, 'the production profile (persisted queries only)')
+  const devKey = createSigner({ key: TEST_JWT_SECRET, algorithm: 'HS256', expiresIn: 60_000 })({ sub: '1', role: 'ADMIN' })
+  t.equal((await query(`Bearer ${devKey}`)).status, 401, 'another key is refused')
+})
+
+test('production: a new embedded store starts empty (DEMO_DATA is on by default in development only)', async (t) => {
+  const dir = t.testdir()
+  const env = { NODE_ENV: 'production', JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', PERSISTED_MANIFEST: `${REPO}/persisted/manifest.json` }
+  const users = async (url: string) => {
+    const response = await fetch(`${url}/graphql?queryId=${USERS_QUERY_ID}&variables=%7B%7D`, { headers: { 'apollo-require-preflight': 'true' } })
+    return ((await response.json()) as { data: { users: { name: string }[] } }).data.users
+  }
+  const production = await startService(t, { ...env, SQLITE_PATH: `${dir}/production.db` }, { cwd: dir })
+  t.same(await users(production.url), [], 'no demo users')
+  const withDemo = await startService(t, { ...env, SQLITE_PATH: `${dir}/demo.db`, DEMO_DATA: 'true' }, { cwd: dir })
+  t.equal((await users(withDemo.url))[0]?.name, 'Admin', 'DEMO_DATA=true still loads them')
+})
