@@ -43,10 +43,11 @@ export default fp(async function auth (app: FastifyInstance) {
     if (typeof claims.sub !== 'string' || claims.sub === '' || !ROLES.includes(role as Role)) {
       throw new AppError('UNAUTHENTICATED', 'Invalid token claims')
     }
-    const caller: Caller = Object.freeze({ id: claims.sub, role: role as Role })
-    if (typeof claims.exp === 'number') {
+    const expiresAt = typeof claims.exp === 'number' ? claims.exp * 1000 : undefined
+    const caller: Caller = Object.freeze({ id: claims.sub, role: role as Role, ...(expiresAt !== undefined ? { expiresAt } : {}) })
+    if (expiresAt !== undefined) {
       if (verified.size >= VERIFIED_TOKENS_MAX) verified.delete(verified.keys().next().value!)
-      verified.set(token, { caller, expiresAt: claims.exp * 1000 })
+      verified.set(token, { caller, expiresAt })
     }
     return caller
   }

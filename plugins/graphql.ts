@@ -45,8 +45,9 @@ export default fp(async function graphql (app: FastifyInstance) {
     logInternal: (err) => app.log.error({ err }, 'GraphQL request failed')
   } satisfies FormatOptions)
 
-  // `subscription`: Mercurius's pub/sub over the service's emitter, which the subscription resolvers
-  // read their events from (plugins/subscriptions.ts).
+  // `subscription` on: only then does Mercurius's defineResolvers take the Subscription fields'
+  // { subscribe, resolve } pairs (plugins/subscriptions.ts). Its pub/sub is not used: the resolvers
+  // read the service's emitter themselves (app/graphql/topic-stream.ts).
   await app.register(mercurius, { schema: schemaSDL, resolvers, routes: false, jit: 0, cache: false, subscription: { emitter: app.emitter } })
 
   // Directive requirements are parsed once per directive node, not per resolved field.

@@ -12,15 +12,15 @@ import fp from 'fastify-plugin'
 import websocket from '@fastify/websocket'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { WebSocket } from 'ws'
-import { assignLifeCycleHooksToContext } from 'mercurius/lib/hooks.js'
-import symbols from 'mercurius/lib/symbols.js'
-import { GRAPHQL_TRANSPORT_WS, GRAPHQL_WS } from 'mercurius/lib/subscription-protocol.js'
+import { DEPRECATED_GRAPHQL_WS_PROTOCOL } from 'graphql-ws'
 import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
-import { formatError, formatThrown } from '../app/graphql/error-format.ts'
+import { formatThrown } from '../app/graphql/error-format.ts'
+import { operationStarter } from '../app/graphql/operations.ts'
 import { createSseHandler } from '../app/graphql/sse-handler.ts'
-import { subscriptionAdmitter, subscriptionContext, subscriptionResolvers, type PreparedSubscription } from '../app/graphql/subscriptions.ts'
-import { GraphQLWsConnection } from '../app/graphql/ws-connection.ts'
+import { subscriptionResolvers } from '../app/graphql/subscriptions.ts'
+import { topicStream } from '../app/graphql/topic-stream.ts'
+import { SUBPROTOCOLS, legacyWsConnection, transportWsServer, type GraphQLWebSocket } from '../app/graphql/websocket.ts'
 
 export interface SubscriptionStats {
   webSockets: number
@@ -41,8 +41,8 @@ declare module 'fastify' {
   }
 }
 
-/** Supported subprotocols, preferred first; the first is the default for a client that names none. */
-export const SUBPROTOCOLS = [GRAPHQL_TRANSPORT_WS, GRAPHQL_WS]
+/** Events a subscriber that does not read may have queued before the oldest are dropped. */
+const MAX_QUEUED_EVENTS = 1000
 
 /** How long startup waits for the Redis pub/sub connections. */
 const PUBSUB_READY_TIMEOUT_MS = 10_000
@@ -97,21 +97,33 @@ async function pubSubReady (emitter: unknown, timeoutMs: number): Promise<void> 
 export default fp(async function subscriptions (app: FastifyInstance) {
   const { config } = app
   const { ws, limits } = config
-  const connections = new Set<GraphQLWsConnection>()
+  const connections = new Set<GraphQLWebSocket>()
   const eventStreams = new Set<() => void>()
   const counter = connectionCounter(ws.maxConnectionsPerClient)
   let shuttingDown = false
   await pubSubReady(app.emitter, PUBSUB_READY_TIMEOUT_MS)
 
   app.graphql.defineResolvers({
-    Subscription: subscriptionResolvers({ roomTopic: app.roomTopic, maxCountTarget: limits.maxCountTarget })
+    Subscription: subscriptionResolvers({
+      roomTopic: app.roomTopic,
+      subscribe: (topic) => topicStream(app.emitter, topic, { maxQueued: MAX_QUEUED_EVENTS }),
+      maxCountTarget: limits.maxCountTarget
+    })
   })
 
-  const prepare = subscriptionAdmitter(() => app.graphqlPipeline)
-  const domainDeps = { store: app.store, events: app.events, caps: limits }
-  const contextFor = (caller: Caller | null, prepared: PreparedSubscription, request: FastifyRequest) =>
-    subscriptionContext(domainDeps, caller, prepared, request) as unknown as Record<string, unknown>
   const formatErrors = (err: unknown) => formatThrown(err, app.graphqlErrorOptions)
+  const start = operationStarter(() => app.graphqlPipeline, () => app.graphqlErrorOptions, limits.maxResponseBytes)
+  const wsOptions = {
+    schema: () => app.graphql.schema,
+    start,
+    authenticate: (authorization: string | undefined) => app.authenticate(authorization),
+    admitCaller: (caller: Caller | null) => counter.acquire(userKey(caller)),
+    formatErrors,
+    initTimeoutMs: ws.initTimeoutMs,
+    keepAliveMs: ws.keepAliveMs,
+    maxOperations: ws.maxSubscriptionsPerConnection
+  }
+  const openTransportWs = transportWsServer(wsOptions)
 
   // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
   app.addHook('preClose', async () => {
@@ -155,38 +167,19 @@ export default fp(async function subscriptions (app: FastifyInstance) {
     // Checked at the upgrade too; this take is the one that counts (concurrent upgrades).
     const releaseIp = counter.acquire([`ip:${request.ip}`])
     if (!releaseIp) return socket.close(1013, 'Too many connections from this address')
-    const graphql = app.graphql as unknown as Record<symbol, unknown>
-    const connection = new GraphQLWsConnection(socket, {
-      request,
-      context: assignLifeCycleHooksToContext({ app, pubsub: app.graphql.pubsub, request }, graphql[symbols.kHooks]),
-      subscriber: app.graphql.pubsub,
-      app,
-      defaultSubprotocol: SUBPROTOCOLS[0]!,
-      keepAliveMs: ws.keepAliveMs,
-      initTimeoutMs: ws.initTimeoutMs,
-      maxSubscriptions: ws.maxSubscriptionsPerConnection,
-      authenticate: (authorization) => app.authenticate(authorization),
-      admit: (caller) => counter.acquire(userKey(caller)),
-      prepare,
-      contextFor,
-      formatErrors,
-      errorFormatter: (execution) => ({
-        response: { data: execution.data ?? null, errors: (execution.errors ?? []).map((e) => formatError(e, app.graphqlErrorOptions)) }
-      }),
-      onClosed: (closed) => {
-        connections.delete(closed)
-        releaseIp()
-      }
-    })
+    const connection = socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL
+      ? legacyWsConnection(socket, request.ip, wsOptions)
+      : openTransportWs(socket, request.ip)
     connections.add(connection)
+    void connection.closed.then(() => {
+      connections.delete(connection)
+      releaseIp()
+    })
   })
 
   const serveEventStream = createSseHandler({
-    app,
-    prepare,
-    contextFor,
+    start,
     formatErrors,
-    formatError: (err) => formatError(err, app.graphqlErrorOptions),
     track: (stop) => {
       eventStreams.add(stop)
       return () => eventStreams.delete(stop)

@@ -9,6 +9,8 @@ import type { InputCaps } from './input.ts'
 export interface Caller {
   id: string
   role: Role
+  /** When the credential that identified the caller expires (epoch ms); long-lived connections end then. */
+  expiresAt?: number
 }
 
 /** Things that happened, for subscribers (GraphQL subscriptions, across instances through Redis). */

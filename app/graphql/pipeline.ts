@@ -15,7 +15,7 @@
 // admitted execution and kept with the plan. Mercurius builds the schema (resolvers, mercurius-auth's
 // @auth wrappers) and is not on the request path.
 import { createRequire } from 'node:module'
-import { GraphQLError, getVariableValues, type ExecutionResult, type GraphQLSchema } from 'graphql'
+import { GraphQLError, createSourceEventStream, getVariableValues, type ExecutionResult, type GraphQLSchema } from 'graphql'
 import type { CompiledQuery } from 'graphql-jit'
 import { AppError, Messages } from '../errors.ts'
 import { LruMap } from '../lru-map.ts'
@@ -189,8 +189,15 @@ export function createPipeline (options: PipelineOptions): Pipeline {
       return result instanceof Promise ? withinDeadline(result, limits.timeoutMs) : Promise.resolve(result)
     },
     async subscribe (admission) {
-      // Each event is resolved with fresh loaders (see the messageAdded resolver); no deadline applies to a stream.
-      return admission.compiled.subscribe!(undefined, contextOf(admission, Infinity), admission.variables)
+      // No deadline applies to a stream; each event is resolved with fresh loaders (see the messageAdded resolver).
+      const context = contextOf(admission, Infinity)
+      const { operation, compiled, variables } = admission
+      // The source stream comes from graphql-js's createSourceEventStream: graphql-jit 0.8 hands the
+      // subscribe resolver the operation's variables instead of the field's arguments. Each event is
+      // then executed by the operation's compiled query, with the event as its root value.
+      const source = await createSourceEventStream({ schema: options.schema(), document: operation.document, operationName: operation.name, variableValues: variables, contextValue: context })
+      if (!(Symbol.asyncIterator in source)) return source
+      return mapStream(source, (event) => compiled.query(event, context, variables))
     },
     get cacheStats () { return { entries: cache.size, bytes: cache.weight } }
   }
@@ -205,4 +212,21 @@ function withinDeadline (execution: Promise<ExecutionResult>, timeoutMs: number)
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<ExecutionResult>((resolve) => { timer = setTimeout(resolve, timeoutMs, TIMED_OUT) })
   return Promise.race([execution, timeout]).finally(() => clearTimeout(timer))
+}
+
+/** A stream's values, each mapped (awaited in order); `return()` reaches the source. */
+export function mapStream<A, B> (source: AsyncIterable<A>, map: (value: A) => B | Promise<B>): AsyncIterableIterator<B> {
+  const from = source[Symbol.asyncIterator]()
+  const iterator: AsyncIterableIterator<B> = {
+    async next () {
+      const step = await from.next()
+      return step.done ? { done: true, value: undefined } : { done: false, value: await map(step.value) }
+    },
+    async return () {
+      await from.return?.()
+      return { done: true, value: undefined }
+    },
+    [Symbol.asyncIterator]: () => iterator
+  }
+  return iterator
 }

@@ -1,28 +1,25 @@
-// Subscriptions over server-sent events: the graphql-sse protocol in distinct connections mode (one
+// Operations over server-sent events: the graphql-sse protocol in distinct connections mode (one
 // POST /graphql with Accept: text/event-stream per operation), the caller taken from the Authorization
-// header by the route. graphql-sse's handler speaks the protocol; this adapter owns the response
-// (hijacked from Fastify) so that a client that leaves, or a server that closes, ends the operation and
-// releases its pub/sub listener, and runs each operation through the same checks and context as
-// WebSocket subscriptions.
+// header by the route. graphql-sse's handler speaks the protocol; each operation is admitted and
+// started through the pipeline (app/graphql/operations.ts) and handed to it as its result or stream.
+// This adapter owns the response (hijacked from Fastify) so that a client that leaves, or a server
+// that closes, ends the operation and releases its pub/sub listener.
 import { createHandler, type ExecutionResult, type RequestParams } from 'graphql-sse'
 import type { OutgoingHttpHeaders } from 'node:http'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { SubscriptionContext } from 'mercurius/lib/subscriber.js'
-import type { Caller } from '../domain/context.ts'
-import type { PreparedSubscription } from './subscriptions.ts'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { StartOperation } from './operations.ts'
+import type { GraphQLRequestParams } from './persisted.ts'
 
-/** One stream's state: its pub/sub queue (Mercurius's per-subscription context) and its running operation. */
+/** One stream's state: its running operation, once started. */
 interface StreamState {
-  subscription: SubscriptionContext
   operation: AsyncIterator<unknown> | null
+  /** The client left, or the server is closing. */
+  stopped: boolean
 }
 
 export interface SseOptions {
-  app: FastifyInstance
-  prepare (params: Record<string, unknown>, caller: Caller | null, ip: string, transport: 'SSE'): Promise<PreparedSubscription>
-  contextFor (caller: Caller | null, prepared: PreparedSubscription, request: FastifyRequest): Record<string, unknown>
+  start: StartOperation
   formatErrors (err: unknown): unknown[]
-  formatError (err: unknown): unknown
   /** Registers a running stream's stop function (graceful shutdown); returns its unregistration. */
   track (stop: () => void): () => void
 }
@@ -36,50 +33,31 @@ function isAsyncIterator (value: unknown): value is AsyncIterator<unknown> {
 }
 
 export function createSseHandler (options: SseOptions) {
-  const { app } = options
   const handler = createHandler<FastifyRequest, StreamState, Record<PropertyKey, unknown>>({
-    // Each operation is validated in onSubscribe, with our rules, before graphql-sse sees it.
-    validate: () => [],
     // No stream reservations: distinct connections mode only.
     authenticate: () => null,
     onSubscribe: async (req, params: RequestParams) => {
       const request = req.raw
       try {
-        const prepared = await options.prepare(params as unknown as Record<string, unknown>, request.caller, request.ip, 'SSE')
-        const contextValue: Record<PropertyKey, unknown> = {
-          ...options.contextFor(request.caller, prepared, request),
-          app,
-          pubsub: req.context.subscription
+        const { answer } = await options.start({ params: params as unknown as GraphQLRequestParams, transport: 'SSE', caller: request.caller, ip: request.ip })
+        if (isAsyncIterator(answer)) {
+          // The client left while the operation was being admitted: end what it started.
+          if (req.context.stopped) await answer.return?.()
+          req.context.operation = answer
         }
-        return {
-          schema: app.graphql.schema,
-          document: prepared.document,
-          variableValues: prepared.variables,
-          operationName: prepared.operationName ?? undefined,
-          contextValue
-        }
+        // graphql-sse streams a result as one `next` event then `complete`, and a stream event by event.
+        return answer as ExecutionResult | AsyncIterable<ExecutionResult>
       } catch (err) {
-        // Refused before it started: graphql-sse streams a returned result as one `next` event, then
-        // `complete` (the `data` key is what marks it as a result).
+        // Refused before it started (the `data` key is what marks it as a result).
         return { data: undefined, errors: options.formatErrors(err) } as unknown as ExecutionResult
       }
-    },
-    onOperation: (_ctx, req, _args, result) => {
-      if (isAsyncIterator(result)) req.context.operation = result
-    },
-    onNext: (_ctx, _req, result) => {
-      if (!result.errors || result.errors.length === 0) return
-      return { ...result, errors: result.errors.map((e) => (e instanceof Error ? options.formatError(e) : e)) } as ExecutionResult
     }
   })
 
   return async function serveEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void> {
-    const state: StreamState = {
-      subscription: new SubscriptionContext({ pubsub: app.graphql.pubsub, fastify: app }),
-      operation: null
-    }
+    const state: StreamState = { operation: null, stopped: false }
     const stop = () => {
-      state.subscription.close()
+      state.stopped = true
       void state.operation?.return?.()
     }
     const untrack = options.track(stop)

@@ -1,16 +1,10 @@
-// Subscriptions, independent of their carrier (WebSocket or server-sent events): the resolvers of
-// Subscription.count and Subscription.messageAdded, and the checks every subscription operation passes
-// before it starts: the admission pipeline's, for both carriers.
-import type { DocumentNode } from 'graphql'
-import type { FastifyRequest } from 'fastify'
-import type { Caller, DomainDeps, DomainEvent } from '../domain/context.ts'
-import { createDomainContext } from '../domain/context.ts'
+// The Subscription resolvers, independent of their carrier (WebSocket or server-sent events; every
+// subscription is admitted by the pipeline first): Subscription.count and Subscription.messageAdded.
+import type { DomainEvent } from '../domain/context.ts'
 import { createLoaders } from '../domain/loaders.ts'
 import { normalizeRoomId } from '../domain/input.ts'
-import { AppError, badInput } from '../errors.ts'
-import type { CostReport, GraphQLContext } from './context.ts'
-import type { Pipeline } from './pipeline.ts'
-import type { GraphQLRequestParams } from './persisted.ts'
+import { badInput } from '../errors.ts'
+import type { GraphQLContext } from './context.ts'
 
 /** How often `count` emits. The interface says "one value about every second". */
 export const COUNT_INTERVAL_MS = 1000
@@ -58,43 +52,23 @@ export function assertCountTarget (target: number, max: number): number {
   return target
 }
 
-/** The part of Mercurius's per-subscription SubscriptionContext (`context.pubsub`) used here. */
-interface TopicSubscriber {
-  closed: boolean
-  subscribe (topic: string): Promise<AsyncIterable<unknown>>
-  close (): boolean
-}
-
-/**
- * Subscribes to a topic and returns its event queue. If the subscription was closed while the emitter
- * was registering the listener (the client left during the Redis SUBSCRIBE round trip), Mercurius's
- * close already ran and would never remove this listener: release it now.
- */
-async function subscribeTopic (subscriber: TopicSubscriber, topic: string): Promise<AsyncIterable<unknown>> {
-  const queue = await subscriber.subscribe(topic)
-  if (subscriber.closed) {
-    subscriber.closed = false
-    subscriber.close()
-  }
-  return queue
-}
-
 export interface SubscriptionResolverOptions {
   roomTopic (roomId: string): string
+  /** The events of a pub/sub topic (app/graphql/topic-stream.ts over the service's emitter). */
+  subscribe (topic: string): Promise<AsyncIterableIterator<unknown>>
   maxCountTarget: number
   countIntervalMs?: number
 }
 
 /** The Subscription resolvers, in Mercurius's { subscribe, resolve } form. */
-export function subscriptionResolvers ({ roomTopic, maxCountTarget, countIntervalMs = COUNT_INTERVAL_MS }: SubscriptionResolverOptions) {
+export function subscriptionResolvers ({ roomTopic, subscribe, maxCountTarget, countIntervalMs = COUNT_INTERVAL_MS }: SubscriptionResolverOptions) {
   return {
     count: {
       subscribe: (_root: unknown, { target }: { target: number }) => countUpTo(assertCountTarget(target, maxCountTarget), countIntervalMs),
       resolve: (value: number) => value
     },
     messageAdded: {
-      subscribe: (_root: unknown, { roomId }: { roomId: string }, ctx: GraphQLContext) =>
-        subscribeTopic((ctx as unknown as { pubsub: TopicSubscriber }).pubsub, roomTopic(normalizeRoomId(roomId))),
+      subscribe: (_root: unknown, { roomId }: { roomId: string }) => subscribe(roomTopic(normalizeRoomId(roomId))),
       resolve: (event: DomainEvent, _args: unknown, ctx: GraphQLContext) => {
         // Each event is resolved like a request of its own: fresh loaders (the author goes through
         // them), so a long-lived subscription neither serves stale rows nor accumulates a cache.
@@ -102,37 +76,5 @@ export function subscriptionResolvers ({ roomTopic, maxCountTarget, countInterva
         return event.message
       }
     }
-  }
-}
-
-export interface PreparedSubscription {
-  document: DocumentNode
-  variables: Record<string, unknown>
-  operationName: string | null
-  cost: CostReport
-}
-
-/**
- * Admits a subscription through the pipeline (the same plan cache, checks and budgets as every other
- * operation; a WebSocket operation spends a request of the budget there). Queries and mutations are
- * not served on these carriers yet. Throws when refused; nothing has started then.
- */
-export function subscriptionAdmitter (pipeline: () => Pipeline) {
-  return async function prepare (params: GraphQLRequestParams, caller: Caller | null, ip: string, transport: 'WS' | 'SSE'): Promise<PreparedSubscription> {
-    const { operation, variables, cost } = await pipeline().admit({ params, transport, caller, ip })
-    if (operation.type !== 'subscription') {
-      throw new AppError('BAD_REQUEST', `Only subscriptions are served here: send ${operation.type === 'query' ? 'queries' : 'mutations'} by HTTP POST`)
-    }
-    return { document: operation.document, variables, operationName: operation.name, cost }
-  }
-}
-
-/** Our part of a subscription's GraphQL context: a domain context of its own, under the connection's caller. */
-export function subscriptionContext (deps: DomainDeps, caller: Caller | null, prepared: PreparedSubscription, request: FastifyRequest) {
-  return {
-    domain: createDomainContext(deps, caller),
-    operationName: prepared.operationName,
-    cost: prepared.cost,
-    request
   }
 }

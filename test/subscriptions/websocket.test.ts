@@ -248,12 +248,32 @@ test('subscription documents are validated and limited like any operation', asyn
     { extensions: { code: 'BAD_USER_INPUT' } })
   t.match(await errorOf('subscription { count(target: 101) }'),
     { message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } })
-  t.match(await errorOf('{ users { id } }'),
-    { message: 'Only subscriptions are served here: send queries by HTTP POST', extensions: { code: 'BAD_REQUEST' } })
   t.match(await errorOf('subscription {'), { extensions: { code: 'GRAPHQL_PARSE_FAILED' } })
   t.equal(app.subscriptionStats().webSocketSubscriptions, 0, 'nothing was started')
   // The connection survives refused operations.
   t.ok((await collect(client, 'subscription { count(target: 0) }').done).completed)
+})
+
+test('queries and mutations run over the socket too, through the same admission as over HTTP', async (t) => {
+  const { url, token } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '20' })
+  const admin = wsClient(url, { authToken: `Bearer ${token('1', 'ADMIN')}` })
+  t.teardown(() => admin.dispose())
+  t.same((await collect(admin, '{ user(id: "2") { name email } }').done).values, [{ data: { user: { name: 'Ada Lovelace', email: 'ada@example.com' } } }])
+  const created = await collect(admin, 'mutation { createUser(input: { name: "Over WS", email: "ws@example.com" }) { name } }').done
+  t.same(created.values, [{ data: { createUser: { name: 'Over WS' } } }])
+  t.ok(created.completed)
+  const anonymous = wsClient(url)
+  t.teardown(() => anonymous.dispose())
+  t.match((await collect(anonymous, '{ users(limit: 30) { id } }').done).error, [{ extensions: { code: 'COST_LIMIT_EXCEEDED' } }], 'priced as over HTTP')
+  t.match((await collect(anonymous, 'mutation { deleteUser(id: "2") }').done).values, [{ data: null, errors: [{ extensions: { code: 'UNAUTHENTICATED' } }] }], 'authorized as over HTTP')
+
+  const legacy = await rawSocket(url, 'graphql-ws')
+  legacy.send({ type: 'connection_init' })
+  await legacy.next('connection_ack')
+  legacy.send({ id: 'q', type: 'start', payload: { query: '{ user(id: "3") { name } }' } })
+  t.same((await legacy.next('data')).payload, { data: { user: { name: 'Alan Turing' } } }, 'the legacy subprotocol too')
+  t.match(await legacy.next('complete'), { id: 'q' })
+  legacy.socket.close()
 })
 
 test('persisted-only mode applies to subscriptions too', async (t) => {
@@ -262,4 +282,20 @@ test('persisted-only mode applies to subscriptions too', async (t) => {
   t.teardown(() => client.dispose())
   const outcome = await collect(client, COUNT).done
   t.match((outcome.error as any[])[0], { extensions: { code: 'PERSISTED_QUERY_REQUIRED' } })
+})
+
+test('a connection ends when its token expires: closed with 4403, its subscriptions with it', async (t) => {
+  const { url, config } = await listenTestApp(t)
+  const shortLived = createSigner({
+    key: config.jwt.secret!,
+    expiresIn: 1500,
+    ...(config.jwt.issuer ? { iss: config.jwt.issuer } : {}),
+    ...(config.jwt.audience ? { aud: config.jwt.audience } : {})
+  })({ sub: '1', role: 'ADMIN' })
+  const client = wsClient(url, { authToken: `Bearer ${shortLived}` })
+  t.teardown(() => client.dispose())
+  const running = collect(client, 'subscription { count(target: 100) }')
+  const closed = await client.closed
+  t.match(closed, { code: 4403, reason: 'Forbidden: Token expired' })
+  t.ok(running.outcome.values.length < 5, `the subscription delivered ${running.outcome.values.length} events, then stopped with the connection`)
 })
