@@ -17,7 +17,7 @@ import { seed } from '../app/store/sample-data.ts'
 import { runFanout, fanoutUnavailable } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
 import { checkThresholds, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
-import { baselineScenarios, restBaselineOf, serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
+import { baselineScenarios, peerScenarios, restBaselineOf, serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
 import { createBenchPartner, discoverPersisted, PERSISTED_MANIFEST, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
 
 if (Number(process.versions.node.split('.')[0]) < 24) {
@@ -241,13 +241,13 @@ async function warmUp (server: ServerProcess, scenario: HttpScenario): Promise<R
   return total
 }
 
-function startProcess (scenario: { name: string; target: 'service' | 'baseline'; store: StoreKind; env?: Record<string, string> }): Promise<ServerProcess> {
+function startProcess (scenario: { name: string; target: 'service' | 'baseline'; store: StoreKind; env?: Record<string, string>; script?: string }): Promise<ServerProcess> {
   const profileArgs = options.profile
     ? ['--cpu-prof', `--cpu-prof-dir=${join(REPO_ROOT, 'bench/profiles')}`, `--cpu-prof-name=${scenario.name}-${startedAt.toISOString().replace(/[:.]/g, '-')}.cpuprofile`]
     : []
   return startServer({
     name: scenario.name,
-    script: scenario.target === 'service' ? 'app/server.ts' : 'bench/baseline-server.ts',
+    script: scenario.script ?? (scenario.target === 'service' ? 'app/server.ts' : 'bench/baseline-server.ts'),
     env: { ...envFor(scenario.store), ...scenario.env, LIMIT_BODY_FILE: join(work, 'list-body.json') },
     logDir: work,
     nodeArgs: profileArgs
@@ -432,9 +432,10 @@ async function main (): Promise<number> {
 
   const [limit, restList, restUser, restMessages, restCreate] = baselineScenarios(data, 'sqlite')
   const [usersList, userById, persistedGet, messagesAuthors, createUser] = serviceScenarios(data, 'sqlite')
+  const peers = peerScenarios(data)
   const groups: (Group | 'subscription-fanout')[] = [
-    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, scenarios: [usersList!] },
-    { label: 'user', store: 'sqlite', limit: limit!, rest: restUser!, scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable)] },
+    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, scenarios: [usersList!, ...peers.list] },
+    { label: 'user', store: 'sqlite', limit: limit!, rest: restUser!, scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable), ...peers.user] },
     { label: 'messages', store: 'sqlite', limit: limit!, rest: restMessages!, scenarios: [messagesAuthors!] },
     { label: 'create', store: 'sqlite', limit: limit!, rest: restCreate!, scenarios: [createUser!] },
     'subscription-fanout'

@@ -50,6 +50,8 @@ export interface HttpScenario {
   quickCheck (body: string): boolean
   /** Extra environment for the service process. */
   env?: Record<string, string>
+  /** The server to start for a `service` row when it is not the service itself (the peers: bench/peer-server.ts). */
+  script?: string
   /** Null when the transport answers as expected; otherwise why the scenario is skipped. */
   unavailable? (): string | null
 }
@@ -286,6 +288,35 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       quickCheck: jsonOk
     }
   ]
+}
+
+/**
+ * What users would pick instead: Apollo Server 5 and graphql-yoga 5 (bench/peer-server.ts) answering
+ * the same two requests as users-list and user-by-id from the same store, in the same groups, so their
+ * ratios to `rest` (and so to the service) come from the same run.
+ */
+export function peerScenarios (data: BenchData): { list: HttpScenario[]; user: HttpScenario[] } {
+  const peers = [['apollo', 'Apollo Server 5'], ['yoga', 'graphql-yoga 5']] as const
+  const user = rotate(data.users)
+  const row = (peer: string, shape: 'list' | 'user', description: string, next: () => RequestSpec): HttpScenario => ({
+    name: `${peer}-${shape === 'list' ? 'users-list' : 'user-by-id'}`,
+    target: 'service',
+    script: 'bench/peer-server.ts',
+    env: { PEER: peer },
+    store: 'sqlite',
+    shape,
+    description,
+    next,
+    verify: checked(shape),
+    quickCheck: jsonOk
+  })
+  return {
+    list: peers.map(([peer, title]) => row(peer, 'list', `${title}, stock setup: POST ${USERS_LIST_QUERY}`, () => gqlPost(USERS_LIST_QUERY, undefined))),
+    user: peers.map(([peer, title]) => row(peer, 'user', `${title}, stock setup (no auth, no limits): POST user(id: $id) { id name email }`, () => {
+      const { id, token } = user()
+      return gqlPost(USER_BY_ID_QUERY, { id }, token)
+    }))
+  }
 }
 
 /** The `rest` baseline each scenario is compared with. */

@@ -85,7 +85,8 @@ test('GET never runs a mutation, and requires a header that forces a CORS prefli
   t.same(await bare.json(), { errors: [{ message: 'GET requests must carry a header that forces a CORS preflight (CSRF protection): Content-Type: application/json, or apollo-require-preflight: true', extensions: { code: 'BAD_REQUEST' } }] })
   const simpleType = await fetch(persistedGetUrl(url, USER_BY_ID, { id: '2' }), { headers: { 'content-type': 'text/plain' } })
   t.equal(simpleType.status, 400, 'a "simple" content type forces no preflight')
-  for (const headers of [{ 'apollo-require-preflight': 'true' }, { 'x-apollo-operation-name': 'UserById' }, { 'content-type': 'application/json' }]) {
+  const preflightForcing: Record<string, string>[] = [{ 'apollo-require-preflight': 'true' }, { 'x-apollo-operation-name': 'UserById' }, { 'content-type': 'application/json' }]
+  for (const headers of preflightForcing) {
     const ok = await fetch(persistedGetUrl(url, USER_BY_ID, { id: '2' }), { headers })
     t.equal(ok.status, 200, `accepted with ${Object.keys(headers)[0]}`)
   }
