@@ -8,8 +8,9 @@ import fp from 'fastify-plugin'
 import mercurius from 'mercurius'
 import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
-import type { ArgumentNode, DirectiveNode, ListValueNode } from 'graphql'
+import { isObjectType, type ArgumentNode, type DirectiveNode, type GraphQLSchema, type ListValueNode } from 'graphql'
 import { meets, type AccessRequirement } from '../app/domain/authorization.ts'
+import { assertBeforeDeadline } from '../app/domain/context.ts'
 import { forbidden, unauthenticated } from '../app/errors.ts'
 import type { GraphQLContext } from '../app/graphql/context.ts'
 import type { FormatOptions } from '../app/graphql/error-format.ts'
@@ -38,6 +39,27 @@ function requirementsOf (directive: DirectiveNode): AccessRequirement[] {
   return (requires?.values ?? []).map((v) => (v as { value: string }).value as AccessRequirement)
 }
 
+/**
+ * Every field that has a resolver (root fields, Message.author, the @auth-wrapped fields) first checks
+ * the operation's deadline: once "Query timeout" has been answered, the rest of the execution reads
+ * and writes nothing more. (The deadline timer cannot interrupt synchronous work; that work is bounded
+ * by the cost budget and the answer cap instead.) Plain property fields have no resolver, so graphql-jit
+ * keeps inlining them.
+ */
+function stopResolversAtDeadline (schema: GraphQLSchema): void {
+  for (const type of Object.values(schema.getTypeMap())) {
+    if (!isObjectType(type) || type.name.startsWith('__') || type === schema.getSubscriptionType()) continue
+    for (const field of Object.values(type.getFields())) {
+      const resolve = field.resolve
+      if (!resolve) continue
+      field.resolve = (parent, args, context: GraphQLContext, info) => {
+        assertBeforeDeadline(context.domain)
+        return resolve(parent, args, context, info)
+      }
+    }
+  }
+}
+
 export default fp(async function graphql (app: FastifyInstance) {
   const { config } = app
   app.decorate('graphqlErrorOptions', {
@@ -62,6 +84,8 @@ export default fp(async function graphql (app: FastifyInstance) {
       return caller ? forbidden('Not allowed to read this field') : unauthenticated()
     }
   })
+
+  stopResolversAtDeadline(app.graphql.schema)
 
   app.decorateRequest('graphqlOperation', null)
   app.decorate('graphqlPipeline', createPipeline({

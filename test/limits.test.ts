@@ -157,6 +157,19 @@ test('execution timeout: "Query timeout" with code TIMEOUT, prompt answer, no wr
   t.same((await store.listUsers(100)).filter((u) => u.name === 'Second'), [])
 })
 
+test('after the deadline no resolver reads anything more: a slow page of messages leaves its authors unread', async (t) => {
+  const { url, store } = await listenTestApp(t, { QUERY_TIMEOUT_MS: '100' })
+  const messagesByRoom = store.messagesByRoom.bind(store)
+  store.messagesByRoom = async (roomId, limit) => { await new Promise((r) => setTimeout(r, 300)); return messagesByRoom(roomId, limit) }
+  let authorReads = 0
+  const usersByIds = store.usersByIds.bind(store)
+  store.usersByIds = async (ids) => { authorReads++; return usersByIds(ids) }
+  const { body } = await gql(url, '{ messages(roomId: "general", limit: 5) { content author { name } } }')
+  t.match(body.errors, [{ message: 'Query timeout', code: 'TIMEOUT' }])
+  await new Promise((r) => setTimeout(r, 500))
+  t.equal(authorReads, 0, 'Message.author checked the deadline before loading')
+})
+
 test('request rate limit: per IP when anonymous, per user when authenticated, 429 with Retry-After', async (t) => {
   const { url, token } = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '3' })
   const remaining: (string | null)[] = []
