@@ -38,8 +38,9 @@ export function ifNoneMatchHits (header: string | undefined, etag: string): bool
   })
 }
 
+/** A WebSocket upgrade that happened (not merely a GET carrying an Upgrade header, which is answered like any GET). */
 function isUpgrade (request: FastifyRequest): boolean {
-  return request.headers.upgrade !== undefined
+  return request.ws
 }
 
 export function createHttpCache (options: HttpCacheOptions): Hooks {

@@ -6,7 +6,7 @@
 // - `apollo-require-preflight` or `x-apollo-operation-name` (the headers Apollo Server's CSRF
 //   prevention accepts; easy to add for mobile apps and curl).
 // The same rule as Apollo Server's csrfPrevention, so clients configured for it work here.
-// WebSocket handshakes (GET with Upgrade, which a page cannot forge) are checked by their own Origin rule.
+// WebSocket handshakes (real upgrades, which a page cannot forge) are checked by their own Origin rule.
 import type { FastifyRequest, onRequestHookHandler } from 'fastify'
 import { AppError } from '../errors.ts'
 
@@ -22,6 +22,7 @@ export function forcesPreflight (headers: FastifyRequest['headers']): boolean {
 }
 
 export const requirePreflightHeader: onRequestHookHandler = (request, _reply, done) => {
-  if (request.headers.upgrade !== undefined || forcesPreflight(request.headers)) return done()
+  // request.ws: an upgrade that really happened (@fastify/websocket), not merely an Upgrade header on a plain GET.
+  if (request.ws || forcesPreflight(request.headers)) return done()
   done(new AppError('BAD_REQUEST', 'GET requests must carry a header that forces a CORS preflight (CSRF protection): Content-Type: application/json, or apollo-require-preflight: true'))
 }
