@@ -10,6 +10,7 @@ import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import type { ArgumentNode, DirectiveNode, ListValueNode } from 'graphql'
 import { meets, type AccessRequirement } from '../app/domain/authorization.ts'
+import { cursorKey } from '../app/domain/pages.ts'
 import { forbidden, unauthenticated } from '../app/errors.ts'
 import type { GraphQLContext } from '../app/graphql/context.ts'
 import type { FormatOptions } from '../app/graphql/error-format.ts'
@@ -68,7 +69,7 @@ export default fp(async function graphql (app: FastifyInstance) {
     schema: () => app.graphql.schema,
     limits: config.limits,
     introspection: config.introspection,
-    domain: { store: app.store, events: app.events, caps: config.limits },
+    domain: { store: app.store, events: app.events, caps: config.limits, cursorKey: cursorKey(config.cursorSecret) },
     persisted: () => app.persistedQueries,
     chargeCost: (caller, ip, cost) => app.chargeCost(caller, ip, cost),
     spendRequest: (caller, ip) => app.spendRequest(caller, ip)
