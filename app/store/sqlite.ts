@@ -53,11 +53,12 @@ export function openSqliteStore (path: string): Store {
     userById: prepare(`SELECT ${USER_COLUMNS} FROM users WHERE id = ?`),
     listUsers: prepare(`SELECT ${USER_COLUMNS} FROM users ORDER BY created_at, id LIMIT ?`),
     // Row values compare as the ORDER BY sorts, so these read the (created_at, id) index from the position on.
+    // Message columns are qualified: the output column `id` is the id as text, which would sort "10" before "9".
     usersAfter: prepare(`SELECT ${USER_COLUMNS} FROM users WHERE (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?`),
-    messagesAfter: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?`),
-    messagesFirst: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? ORDER BY created_at, id LIMIT ?`),
-    messagesBefore: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`),
-    messagesLast: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? ORDER BY created_at DESC, id DESC LIMIT ?`),
+    messagesAfter: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? AND (created_at, id) > (?, ?) ORDER BY messages.created_at, messages.id LIMIT ?`),
+    messagesFirst: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? ORDER BY messages.created_at, messages.id LIMIT ?`),
+    messagesBefore: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? AND (created_at, id) < (?, ?) ORDER BY messages.created_at DESC, messages.id DESC LIMIT ?`),
+    messagesLast: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? ORDER BY messages.created_at DESC, messages.id DESC LIMIT ?`),
     insertUser: prepare(`INSERT INTO users (id, name, email, role, admin_notes, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING ${USER_COLUMNS}`),
     deleteUser: prepare('DELETE FROM users WHERE id = ?'),
     messagesByRoom: prepare(`SELECT ${MESSAGE_COLUMNS} FROM (SELECT * FROM messages WHERE room_id = ? ORDER BY id DESC LIMIT ?) AS messages ORDER BY messages.id`),
