@@ -4,7 +4,8 @@
 import { test } from 'tap'
 import { ApolloClient, HttpLink, InMemoryCache, gql as apolloGql, type DocumentNode } from '@apollo/client'
 import { relayStylePagination } from '@apollo/client/utilities'
-import { listenTestApp } from './helpers/app.ts'
+import { countingStore } from './helpers/counting-store.ts'
+import { gql, listenTestApp } from './helpers/app.ts'
 import { STORE_KINDS, at, duplicates, emptyStore, seedRoom, seedUsers } from './helpers/paging.ts'
 
 // Paging a large list is many requests in a minute: the rate limits are not under test here.
@@ -152,3 +153,54 @@ for (const kind of STORE_KINDS) {
 }
 
 const byNumber = (a: string, b: string) => Number(a) - Number(b)
+
+test('cursors are opaque and tamper-evident: forged, foreign, damaged and other-key cursors are BAD_USER_INPUT and read nothing', async (t) => {
+  const { store, calls } = countingStore()
+  const authors = await seedUsers(store, 30)
+  await seedRoom(store, 'a', authors, 30)
+  await seedRoom(store, 'b', authors, 30)
+  const { url } = await listenTestApp(t, { CURSOR_SECRET: 'cursor-secret-for-this-test-0123456789abcdef' }, { store, demo: false })
+  const other = await listenTestApp(t, { CURSOR_SECRET: 'another-cursor-secret-0123456789abcdefghijk' }, { store, demo: false })
+  const users = 'query ($after: String) { usersConnection(first: 5, after: $after) { edges { cursor node { id } } pageInfo { endCursor } } }'
+  const room = 'query ($room: String!, $after: String, $before: String, $first: Int, $last: Int) { messagesConnection(roomId: $room, first: $first, after: $after, last: $last, before: $before) { edges { node { id } } pageInfo { endCursor startCursor } } }'
+
+  const userCursor = (await gql(url, users)).body.data.usersConnection.pageInfo.endCursor as string
+  const roomCursor = (await gql(url, room, { room: 'a', first: 5 })).body.data.messagesConnection.pageInfo.endCursor as string
+  t.match(userCursor, /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{22}$/, 'opaque: base64url payload and MAC')
+  t.equal((await gql(url, users, { after: userCursor })).body.data.usersConnection.edges.length, 5, 'a genuine cursor reads on')
+
+  const [payload, mac] = userCursor.split('.') as [string, string]
+  const forgedPayload = Buffer.from(JSON.stringify(['2000-01-01T00:00:00.000Z', authors[0]])).toString('base64url')
+  const flip = (s: string, i: number) => s.slice(0, i) + (s[i] === 'A' ? 'B' : 'A') + s.slice(i + 1)
+  const refused: [string, string, Record<string, unknown>][] = [
+    ['garbage', users, { after: 'not-a-cursor' }],
+    ['empty', users, { after: '' }],
+    ['a position of the client\'s choosing with a copied MAC', users, { after: `${forgedPayload}.${mac}` }],
+    ['one character of the payload changed', users, { after: `${flip(payload, 3)}.${mac}` }],
+    ['one character of the MAC changed', users, { after: `${payload}.${flip(mac, 5)}` }],
+    ['the MAC spelled non-canonically', users, { after: `${payload}.${mac}=` }],
+    ['three parts', users, { after: `${userCursor}.x` }],
+    ['very long', users, { after: 'x'.repeat(999) }],
+    ['a users cursor for messages', room, { room: 'a', first: 5, after: userCursor }],
+    ['a cursor of room a for room b', room, { room: 'b', first: 5, after: roomCursor }],
+    ['a cursor of room a as before for room b', room, { room: 'b', last: 5, before: roomCursor }],
+    ['first with before', room, { room: 'a', first: 5, before: roomCursor }],
+    ['first and last', room, { room: 'a', first: 5, last: 5 }]
+  ]
+  calls.length = 0
+  for (const [label, query, variables] of refused) {
+    const response = await gql(url, query, variables)
+    t.equal(response.status, 200, label)
+    t.equal(response.body.errors?.[0]?.extensions?.code, 'BAD_USER_INPUT', `${label}: BAD_USER_INPUT (${response.body.errors?.[0]?.message})`)
+    t.equal(response.body.data, null, `${label}: no rows`)
+  }
+  t.same(calls.filter((c) => c.method === 'usersAfter' || c.method === 'messagesPage'), [], 'no refused cursor reached the store')
+
+  // A cursor signed with another key (another deployment, or before CURSOR_SECRET was rotated).
+  const stale = await gql(other.url, users, { after: userCursor })
+  t.match(stale.body.errors, [{ message: 'Invalid after cursor: pass a cursor this list returned', extensions: { code: 'BAD_USER_INPUT' } }])
+  // Page sizes are capped like limit, before anything runs.
+  for (const [variables, message] of [[{ room: 'a', first: 101 }, 'first must be between 1 and 100'], [{ room: 'a', last: 0 }, 'last must be between 1 and 100']] as const) {
+    t.match((await gql(url, room, variables)).body.errors, [{ message, extensions: { code: 'BAD_USER_INPUT' } }])
+  }
+})
