@@ -98,6 +98,9 @@ export interface Config {
   /** How many persisted GET responses' ETags are remembered for If-None-Match (304 without executing). */
   cacheMaxEntries: number
 
+  /** The secret page cursors' signing key is derived from: CURSOR_SECRET, else PARTNER_SECRET_KEY (under a label of its own). */
+  cursorSecret: string
+
   soap: {
     /** The public base URL written as the WSDL's endpoint address; null: the address the request came to. */
     publicUrl: string | null
@@ -200,6 +203,7 @@ const schema = {
     SOAP_MAX_ATTRIBUTES: { type: 'integer', minimum: 4, default: 32 },
     WSSE_MAX_AGE_SEC: { type: 'integer', minimum: 1, default: 300 },
     PARTNER_SECRET_KEY: { type: 'string' },
+    CURSOR_SECRET: { type: 'string' },
     WS_ALLOWED_ORIGINS: { type: 'string', default: '' },
     WS_INIT_TIMEOUT_MS: { type: 'integer', minimum: 1, default: 3000 },
     WS_MAX_CONNECTIONS_PER_CLIENT: { type: 'integer', minimum: 1, default: 50 },
@@ -286,6 +290,11 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
   if (!partnerSecretKey || partnerSecretKey.length < 32) {
     problems.push('set PARTNER_SECRET_KEY (at least 32 characters) in production; it seals partner passwords')
   }
+  // Cursors need a key every instance shares; PARTNER_SECRET_KEY already is one (required in production),
+  // and the key is derived under a label of its own, so no new secret is required. CURSOR_SECRET
+  // separates them: rotating it invalidates open cursors only, never partner passwords.
+  const cursorSecret = optional(e.CURSOR_SECRET)
+  if (cursorSecret !== null && cursorSecret.length < 32) problems.push('CURSOR_SECRET must be at least 32 characters')
   // The interface: "The interactive query UI is disabled in production as well." A contradicting setting refuses to start.
   if (prod && String(e.QUERY_UI) === 'true') problems.push('QUERY_UI cannot be turned on in production (the query UI is for development only)')
   // CORS_ORIGINS is an allowlist of exact origins: a near miss (a path, `*`) fails the start instead of never matching.
@@ -382,6 +391,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     apqMaxDocumentBytes: e.APQ_MAX_DOCUMENT_BYTES as number,
     cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC as number,
     cacheMaxEntries: e.CACHE_MAX_ENTRIES as number,
+    cursorSecret: cursorSecret ?? partnerSecretKey,
     soap: {
       publicUrl,
       namespaceBase,

@@ -11,6 +11,7 @@ import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import { isObjectType, type ArgumentNode, type DirectiveNode, type GraphQLSchema, type ListValueNode } from 'graphql'
 import { meets, type AccessRequirement } from '../app/domain/authorization.ts'
 import { assertBeforeDeadline } from '../app/domain/context.ts'
+import { cursorKey } from '../app/domain/pages.ts'
 import { forbidden, unauthenticated } from '../app/errors.ts'
 import type { GraphQLContext } from '../app/graphql/context.ts'
 import type { FormatOptions } from '../app/graphql/error-format.ts'
@@ -92,7 +93,7 @@ export default fp(async function graphql (app: FastifyInstance) {
     schema: () => app.graphql.schema,
     limits: config.limits,
     introspection: config.introspection,
-    domain: { store: app.store, events: app.events, caps: config.limits },
+    domain: { store: app.store, events: app.events, caps: config.limits, cursorKey: cursorKey(config.cursorSecret) },
     persisted: () => app.persistedQueries,
     chargeCost: (caller, ip, cost) => app.chargeCost(caller, ip, cost),
     spendRequest: (caller, ip) => app.spendRequest(caller, ip)

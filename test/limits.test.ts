@@ -93,6 +93,35 @@ test('page sizes are capped with a clear error, before execution', async (t) => 
   t.equal((await gql(url, '{ users(limit: 100) { id } }')).body.data.users.length, 5, 'at the cap')
 })
 
+test('connections are priced like lists: edges (and their node) times first/last, pageInfo once, fragments too', async (t) => {
+  const { store, calls } = countingStore()
+  const { url } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '300', MAX_PAGE_SIZE: '100' }, { store })
+  const cost = async (query: string, variables?: Record<string, unknown>) => (await gql(url, query, variables)).body.extensions.cost.requested
+  // 1 (the connection) + 50 x (cursor 1 + node (1 + id, name)) + pageInfo (1 + 2): as users(limit: 50) { id name } prices 50 x 2.
+  const page = 'query ($n: Int) { usersConnection(first: $n) { edges { cursor node { id name } } pageInfo { hasNextPage endCursor } } }'
+  t.equal(await cost(page, { n: 50 }), 1 + 50 * 4 + 3, 'a variable first')
+  t.equal(await cost('{ usersConnection(first: 7) { edges { cursor node { id name } } pageInfo { hasNextPage endCursor } } }'), 1 + 7 * 4 + 3, 'a literal first')
+  t.equal(await cost(page), 1 + 20 * 4 + 3, 'no first: the default page of 20')
+  t.equal(await cost('query ($d: Int = 10) { usersConnection(first: $d) { edges { node { id } } } }'), 1 + 10 * 2, 'a variable default')
+  t.equal(await cost('{ messagesConnection(roomId: "general", last: 10) { edges { node { content author { name } } } } }'), 1 + 10 * (1 + 1 + 2), 'last prices as first')
+  t.equal(await cost('{ usersConnection(first: 30) { ...Page } } fragment Page on UserConnection { edges { ...Edge } } fragment Edge on UserEdge { node { id } }'), 1 + 30 * 2, 'through fragments')
+  t.equal(await cost('{ usersConnection(first: 5) { pageInfo { hasNextPage } } }'), 1 + 2, 'pageInfo alone is not multiplied')
+
+  calls.length = 0
+  const over = await gql(url, '{ usersConnection(first: 100) { edges { node { id name } } } }') // 1 + 100 x 3
+  t.match(over.body.errors, [{ message: 'Query cost 301 exceeds the budget of 300 for this caller', extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 301 } }])
+  const aliases = Array.from({ length: 20 }, (_, i) => `p${i}: usersConnection(first: 10) { edges { node { id } } }`).join(' ') // 20 x 21
+  t.match((await gql(url, `{ ${aliases} }`)).body.errors, [{ extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 420 } }], 'aliased connections each priced')
+  const capped = await gql(url, 'query ($n: Int) { messagesConnection(roomId: "general", last: $n) { edges { node { id } } } }', { n: 101 })
+  t.match(capped.body.errors, [{ message: 'last must be between 1 and 100', extensions: { code: 'BAD_USER_INPUT' } }], 'capped as a page size')
+  // Fragments spread many times are analysed once: 2^40 fields per edge are priced in a few steps and refused.
+  const chain = fragmentChain(40).replace('{ users(limit: 1) { ...F0 } }', '{ usersConnection(first: 2) { edges { node { ...F0 } } } }')
+  const bomb = await gql(url, chain)
+  t.match(bomb.body.errors, [{ extensions: { code: 'COST_LIMIT_EXCEEDED' } }])
+  t.ok(bomb.body.errors[0].extensions.cost > 2 ** 40)
+  t.same(calls, [], 'nothing refused reached the store')
+})
+
 test('strings over the cap are rejected with "Too long", as literals and as variables, in queries and mutations', async (t) => {
   const { store, calls } = countingStore()
   const { url, token } = await listenTestApp(t, {}, { store })

@@ -24,6 +24,8 @@ export interface DomainDeps {
   store: Store
   events: Events
   caps: InputCaps
+  /** Signs and checks page cursors (app/domain/pages.ts). */
+  cursorKey: Buffer
 }
 
 export interface DomainContext extends DomainDeps {

@@ -24,6 +24,9 @@ export function assertWithinCaps (value: unknown, caps: InputCaps, path: string)
   }
 }
 
+/** The page size of a list read without one (GraphQL's `limit` default, a connection without `first`/`last`, SOAP's ListUsers). */
+export const DEFAULT_PAGE_SIZE = 20
+
 /** A page size argument (`limit`/`first`): a positive integer no larger than the cap. */
 export function assertPageSize (value: number, caps: Pick<InputCaps, 'maxPageSize'>, name = 'limit'): number {
   if (!Number.isInteger(value) || value < 1 || value > caps.maxPageSize) {

@@ -3,6 +3,7 @@ import { badInput, notFound } from '../errors.ts'
 import { ROLES, type Role, type UserPatch, type UserRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
 import { assertBeforeDeadline, type DomainContext } from './context.ts'
+import { readPage, type Connection } from './pages.ts'
 import { assertPageSize, assertText, assertWithinCaps, normalizeEmail, normalizeName } from './input.ts'
 
 export interface CreateUserInput {
@@ -38,6 +39,13 @@ export async function listUsers (ctx: DomainContext, limit: number): Promise<Use
   const users = await ctx.store.listUsers(assertPageSize(limit, ctx.caps))
   for (const user of users) ctx.loaders.userById.prime(user.id, user)
   return users
+}
+
+/** A page of users, oldest first, after the `after` cursor (GraphQL usersConnection, SOAP ListUsers page tokens). */
+export async function listUsersPage (ctx: DomainContext, args: { first?: number | null; after?: string | null }): Promise<Connection<UserRow>> {
+  const page = await readPage(ctx, 'users', '', { first: args.first, after: args.after }, (_direction, from, limit) => ctx.store.usersAfter(from, limit))
+  for (const { node } of page.edges) ctx.loaders.userById.prime(node.id, node)
+  return page
 }
 
 export async function createUser (ctx: DomainContext, input: CreateUserInput): Promise<UserRow> {

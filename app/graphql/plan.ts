@@ -19,7 +19,7 @@ import {
   type VariableDefinitionNode
 } from 'graphql'
 import { AppError } from '../errors.ts'
-import { assertPageSize, type InputCaps } from '../domain/input.ts'
+import { DEFAULT_PAGE_SIZE, assertPageSize, type InputCaps } from '../domain/input.ts'
 
 export interface PlanLimits extends InputCaps {
   maxDepth: number
@@ -140,6 +140,8 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
     if (definition.kind !== Kind.OPERATION_DEFINITION) continue
     const root = rootType(schema, definition.operation)
     const facts = analysis.of(root, definition.selectionSet)
+    // Lists without a page size of their own directly under the root count once.
+    facts.cost = sum([facts.cost, facts.itemsCost])
     if (definition.operation === 'mutation') {
       const writes = rootFieldCount(definition.selectionSet, fragments, new Set())
       if (writes > limits.maxMutationsPerOperation) {
@@ -212,6 +214,28 @@ interface SelectionFacts {
   depth: number
   introspects: boolean
   cost: Cost
+  /**
+   * The cost of the lists in this selection that have no page argument of their own (a connection's
+   * edges): the connection field holding the selection multiplies it by its page size; anywhere else
+   * it counts once.
+   */
+  itemsCost: Cost
+}
+
+/** What multiplies a list's or a connection's items: a number, or a function of the variables. */
+type Multiplier = number | ((variables: Record<string, unknown>) => number)
+
+function scale (multiplier: Multiplier, cost: Cost): Cost {
+  if (typeof multiplier === 'number' && typeof cost === 'number') return multiplier * cost
+  if (cost === 0) return 0
+  return (variables, memo) => (typeof multiplier === 'number' ? multiplier : multiplier(variables)) *
+    (typeof cost === 'number' ? cost : evaluate(cost, variables, memo))
+}
+
+/** A list item costs at least 1, even with an empty-priced selection. */
+function atLeastOne (cost: Cost): Cost {
+  if (typeof cost === 'number') return Math.max(1, cost)
+  return (variables, memo) => Math.max(1, evaluate(cost, variables, memo))
 }
 
 /** Sums costs; a function only when one of the parts is. */
@@ -240,7 +264,8 @@ function evaluate (f: CostFunction, variables: Record<string, unknown>, memo: Ma
 /**
  * The one walk over selections: a leaf costs 1 (`__typename` too), an object field 1 plus its
  * selection, a list field its page argument (literal, variable or default) times its selection (at
- * least 1), a list of keys one item per key. Aliases and repeats are each priced (alias bombs).
+ * least 1), a list of keys one item per key, a connection (an object field with `first`/`last`) 1 plus
+ * its selection with its edges multiplied by its page size. Aliases and repeats are each priced (alias bombs).
  */
 class SelectionAnalysis {
   readonly #schema: GraphQLSchema
@@ -260,10 +285,12 @@ class SelectionAnalysis {
     let depth = 0
     let introspects = false
     const costs: Cost[] = []
+    const itemsCosts: Cost[] = []
     const take = (facts: SelectionFacts, levels: number) => {
       if (facts.depth + levels > depth) depth = facts.depth + levels
       introspects ||= facts.introspects
       costs.push(facts.cost)
+      itemsCosts.push(facts.itemsCost)
     }
     for (const selection of selectionSet.selections) {
       if (selection.kind === Kind.FIELD) {
@@ -275,54 +302,70 @@ class SelectionAnalysis {
         if (facts) take(facts, 0)
       }
     }
-    return { depth, introspects, cost: sum(costs) }
+    return { depth, introspects, cost: sum(costs), itemsCost: sum(itemsCosts) }
   }
 
   #field (parent: GraphQLObjectType, name: string, node: import('graphql').FieldNode): SelectionFacts {
     if (INTROSPECTION_FIELDS.has(name)) {
       // The schema's own description: one level, priced by its number of fields.
-      return { depth: 1, introspects: true, cost: 1 + (node.selectionSet ? this.#fieldCount(node.selectionSet) : 0) }
+      return { depth: 1, introspects: true, cost: 1 + (node.selectionSet ? this.#fieldCount(node.selectionSet) : 0), itemsCost: 0 }
     }
     const field: GraphQLField<unknown, unknown> | undefined = parent.getFields()[name]
-    if (!field || !node.selectionSet) return { depth: 1, introspects: false, cost: 1 }
+    if (!field || !node.selectionSet) return { depth: 1, introspects: false, cost: 1, itemsCost: 0 }
     const named = getNamedType(field.type)
     const child = isObjectType(named) || isInterfaceType(named)
       ? this.of(named as GraphQLObjectType, node.selectionSet)
-      : { depth: 0, introspects: false, cost: 0 }
+      : { depth: 0, introspects: false, cost: 0, itemsCost: 0 }
     const facts = { depth: child.depth + 1, introspects: child.introspects }
-    if (!isListType(getNullableType(field.type))) return { ...facts, cost: sum([1, child.cost]) }
-    return { ...facts, cost: this.#listCost(field, node, child.cost) }
+    if (isListType(getNullableType(field.type))) {
+      // A list: its multiplier times its selection (at least 1). Without a page or key argument of its
+      // own it is the items of the connection it lies in (edges), which that connection multiplies.
+      const multiplier = this.#multiplier(field, node, 1)
+      const cost = scale(multiplier ?? 1, atLeastOne(sum([child.cost, child.itemsCost])))
+      return multiplier === null ? { ...facts, cost: 0, itemsCost: cost } : { ...facts, cost, itemsCost: 0 }
+    }
+    // An object: 1 plus its selection. A connection (an object field with a page argument) multiplies
+    // the lists it holds (edges, and the node under each) by its page size; pageInfo is priced once.
+    // Without a page size given it reads the default page, and is priced so.
+    const multiplier = this.#multiplier(field, node, DEFAULT_PAGE_SIZE)
+    return { ...facts, cost: sum([1, child.cost, scale(multiplier ?? 1, child.itemsCost)]), itemsCost: 0 }
   }
 
-  /** A list field: its multiplier (page size, number of keys) times its selection's cost, at least 1. */
-  #listCost (field: GraphQLField<unknown, unknown>, node: import('graphql').FieldNode, childCost: Cost): Cost {
-    const multipliers: ((variables: Record<string, unknown>) => number)[] = []
-    let constant = 1
+  /**
+   * A field's multiplier: the largest of its page arguments (literal, variable or default; capped as a
+   * page size) and the lengths of its list arguments; `absent` when none is given; null when the field
+   * has no such argument.
+   */
+  #multiplier (field: GraphQLField<unknown, unknown>, node: import('graphql').FieldNode, absent: number): Multiplier | null {
+    const variable: ((variables: Record<string, unknown>) => number)[] = []
+    let constant = 0
+    let any = false
     for (const arg of field.args) {
       const given = node.arguments?.find((a) => a.name.value === arg.name)?.value
       const page = PAGE_ARGUMENTS.has(arg.name)
       const keys = isListType(getNullableType(arg.type))
       if (!page && !keys) continue
+      any = true
       const caps = this.#caps
       const measure = (value: unknown): number => {
         if (page && typeof value === 'number') return assertPageSize(value, caps, arg.name)
         if (keys && Array.isArray(value)) return Math.max(1, value.length)
-        return 1
+        return 0
       }
       if (given?.kind === Kind.VARIABLE) {
-        const variable = given.name.value
+        const name = given.name.value
         const fallback = arg.defaultValue
-        multipliers.push((variables) => measure(variables[variable] ?? fallback))
+        variable.push((variables) => measure(variables[name] ?? fallback))
       } else {
         constant = Math.max(constant, measure(given === undefined ? arg.defaultValue : literalNumberOrList(given)))
       }
     }
-    const each = (c: number) => Math.max(1, c)
-    if (multipliers.length === 0 && typeof childCost === 'number') return constant * each(childCost)
-    return (variables, memo) => {
+    if (!any) return null
+    if (variable.length === 0) return constant || absent
+    return (variables) => {
       let multiplier = constant
-      for (const m of multipliers) multiplier = Math.max(multiplier, m(variables))
-      return multiplier * each(typeof childCost === 'number' ? childCost : evaluate(childCost, variables, memo))
+      for (const m of variable) multiplier = Math.max(multiplier, m(variables))
+      return multiplier || absent
     }
   }
 

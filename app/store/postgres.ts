@@ -26,7 +26,12 @@ const MIGRATIONS: string[] = [
      created_at TIMESTAMPTZ NOT NULL
    );
    CREATE INDEX messages_room ON messages (room_id, id);
-   CREATE INDEX messages_author ON messages (author_id);`
+   CREATE INDEX messages_author ON messages (author_id);`,
+  // Keyset pages: user ids compare bytewise (COLLATE "C", as sqlite compares them), whatever the
+  // database's collation, so both stores page in the same order; a room's messages by (created_at, id).
+  // Each page is one index range, whatever the table's size.
+  `CREATE INDEX users_keyset ON users (created_at, id COLLATE "C");
+   CREATE INDEX messages_room_created ON messages (room_id, created_at, id);`
 ]
 
 // Arbitrary constant: the advisory lock that serialises migrations across instances.
@@ -48,6 +53,13 @@ function query (name: string, text: string) {
 const q = {
   usersByIds: query('users_by_ids', `SELECT ${USER_COLUMNS} FROM users WHERE id = ANY($1::text[])`),
   listUsers: query('list_users', `SELECT ${USER_COLUMNS} FROM users ORDER BY created_at, id LIMIT $1`),
+  usersFirst: query('users_first', `SELECT ${USER_COLUMNS} FROM users ORDER BY created_at, id COLLATE "C" LIMIT $1`),
+  usersAfter: query('users_after', `SELECT ${USER_COLUMNS} FROM users WHERE (created_at, id COLLATE "C") > ($1::timestamptz, $2::text COLLATE "C") ORDER BY created_at, id COLLATE "C" LIMIT $3`),
+  // Message columns are qualified in ORDER BY: the output column `id` is the id as text ("10" before "9").
+  messagesFirst: query('messages_first', `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = $1 ORDER BY messages.created_at, messages.id LIMIT $2`),
+  messagesAfter: query('messages_after', `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = $1 AND (created_at, id) > ($2::timestamptz, $3::bigint) ORDER BY messages.created_at, messages.id LIMIT $4`),
+  messagesLast: query('messages_last', `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = $1 ORDER BY messages.created_at DESC, messages.id DESC LIMIT $2`),
+  messagesBefore: query('messages_before', `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = $1 AND (created_at, id) < ($2::timestamptz, $3::bigint) ORDER BY messages.created_at DESC, messages.id DESC LIMIT $4`),
   insertUser: query('insert_user', `INSERT INTO users (id, name, email, role, admin_notes, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${USER_COLUMNS}`),
   deleteUser: query('delete_user', 'DELETE FROM users WHERE id = $1'),
   messagesByRoom: query('messages_by_room', `SELECT ${MESSAGE_COLUMNS} FROM (SELECT * FROM messages WHERE room_id = $1 ORDER BY id DESC LIMIT $2) AS messages ORDER BY messages.id`),
@@ -112,6 +124,9 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
     async listUsers (limit) {
       return (await pool.query<UserRow>(q.listUsers([limit]))).rows
     },
+    async usersAfter (from, limit) {
+      return (await pool.query<UserRow>(from ? q.usersAfter([from.createdAt, from.id, limit]) : q.usersFirst([limit]))).rows
+    },
     createUser: (user) => insertUser(pool, user),
     insertUsers: (users) => transaction(async (client) => {
       const rows: UserRow[] = []
@@ -143,6 +158,12 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
     },
     async messagesByRoom (roomId, limit) {
       return (await pool.query<MessageRow>(q.messagesByRoom([roomId, limit]))).rows
+    },
+    async messagesPage (roomId, direction, from, limit) {
+      const text = direction === 'after'
+        ? (from ? q.messagesAfter([roomId, from.createdAt, from.id, limit]) : q.messagesFirst([roomId, limit]))
+        : (from ? q.messagesBefore([roomId, from.createdAt, from.id, limit]) : q.messagesLast([roomId, limit]))
+      return (await pool.query<MessageRow>(text)).rows
     },
     async createMessage (m: NewMessage) {
       return (await pool.query<MessageRow>(q.insertMessage([m.roomId, m.content, m.authorId, m.createdAt ?? isoNow()]))).rows[0]!

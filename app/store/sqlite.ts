@@ -29,7 +29,9 @@ const MIGRATIONS: string[] = [
      created_at TEXT NOT NULL
    );
    CREATE INDEX messages_room ON messages (room_id, id);
-   CREATE INDEX messages_author ON messages (author_id);`
+   CREATE INDEX messages_author ON messages (author_id);`,
+  // Keyset pages of a room read (room_id, created_at, id) in order: one index range per page, whatever the table's size.
+  'CREATE INDEX messages_room_created ON messages (room_id, created_at, id);'
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
@@ -50,6 +52,13 @@ export function openSqliteStore (path: string): Store {
     usersByIds: prepare(`SELECT ${USER_COLUMNS} FROM users WHERE id IN (SELECT value FROM json_each(?))`),
     userById: prepare(`SELECT ${USER_COLUMNS} FROM users WHERE id = ?`),
     listUsers: prepare(`SELECT ${USER_COLUMNS} FROM users ORDER BY created_at, id LIMIT ?`),
+    // Row values compare as the ORDER BY sorts, so these read the (created_at, id) index from the position on.
+    // Message columns are qualified: the output column `id` is the id as text, which would sort "10" before "9".
+    usersAfter: prepare(`SELECT ${USER_COLUMNS} FROM users WHERE (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?`),
+    messagesAfter: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? AND (created_at, id) > (?, ?) ORDER BY messages.created_at, messages.id LIMIT ?`),
+    messagesFirst: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? ORDER BY messages.created_at, messages.id LIMIT ?`),
+    messagesBefore: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? AND (created_at, id) < (?, ?) ORDER BY messages.created_at DESC, messages.id DESC LIMIT ?`),
+    messagesLast: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? ORDER BY messages.created_at DESC, messages.id DESC LIMIT ?`),
     insertUser: prepare(`INSERT INTO users (id, name, email, role, admin_notes, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING ${USER_COLUMNS}`),
     deleteUser: prepare('DELETE FROM users WHERE id = ?'),
     messagesByRoom: prepare(`SELECT ${MESSAGE_COLUMNS} FROM (SELECT * FROM messages WHERE room_id = ? ORDER BY id DESC LIMIT ?) AS messages ORDER BY messages.id`),
@@ -95,6 +104,10 @@ export function openSqliteStore (path: string): Store {
     async listUsers (limit) {
       return stmt.listUsers.all(limit) as unknown as UserRow[]
     },
+    async usersAfter (from, limit) {
+      const rows = from ? stmt.usersAfter.all(from.createdAt, from.id, limit) : stmt.listUsers.all(limit)
+      return rows as unknown as UserRow[]
+    },
     async createUser (user) {
       return insertUser(user)
     },
@@ -126,6 +139,12 @@ export function openSqliteStore (path: string): Store {
     },
     async messagesByRoom (roomId, limit) {
       return stmt.messagesByRoom.all(roomId, limit) as unknown as MessageRow[]
+    },
+    async messagesPage (roomId, direction, from, limit) {
+      const rows = direction === 'after'
+        ? (from ? stmt.messagesAfter.all(roomId, from.createdAt, Number(from.id), limit) : stmt.messagesFirst.all(roomId, limit))
+        : (from ? stmt.messagesBefore.all(roomId, from.createdAt, Number(from.id), limit) : stmt.messagesLast.all(roomId, limit))
+      return rows as unknown as MessageRow[]
     },
     async createMessage (m: NewMessage) {
       return stmt.insertMessage.get(m.roomId, m.content, m.authorId, m.createdAt ?? isoNow()) as unknown as MessageRow

@@ -21,6 +21,15 @@ export interface MessageRow {
   createdAt: string
 }
 
+/** Where a keyset page starts or ends: the (createdAt, id) of a row, the order both stores page in. */
+export interface Position {
+  createdAt: string
+  id: string
+}
+
+/** Which way a keyset page reads from its position: `after` it (oldest first) or `before` it (newest first). */
+export type Direction = 'after' | 'before'
+
 export interface NewUser {
   id?: string
   name: string
@@ -59,6 +68,8 @@ export interface Store {
   readonly kind: 'sqlite' | 'postgres'
   usersByIds (ids: readonly string[]): Promise<UserRow[]>
   listUsers (limit: number): Promise<UserRow[]>
+  /** Up to `limit` users after `from` in (createdAt, id) order, oldest first; from the start when `from` is null. */
+  usersAfter (from: Position | null, limit: number): Promise<UserRow[]>
   /** Throws AppError CONFLICT when the e-mail is taken. */
   createUser (user: NewUser): Promise<UserRow>
   /** Bulk insert for seeding; ignores nothing, fails whole on a conflict. */
@@ -68,6 +79,11 @@ export interface Store {
   deleteUser (id: string): Promise<boolean>
   /** The newest `limit` messages of a room, oldest first. */
   messagesByRoom (roomId: string, limit: number): Promise<MessageRow[]>
+  /**
+   * Up to `limit` messages of a room in (createdAt, id) order from `from` (exclusive; the start or the
+   * end when null): `after` reads oldest first, `before` newest first. A message id is an integer.
+   */
+  messagesPage (roomId: string, direction: Direction, from: Position | null, limit: number): Promise<MessageRow[]>
   createMessage (message: NewMessage): Promise<MessageRow>
   insertMessages (messages: readonly NewMessage[]): Promise<number>
   countUsers (): Promise<number>

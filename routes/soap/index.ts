@@ -9,6 +9,7 @@
 // so a throttled partner's toolkit can still load it. Throttling answers 429 with Retry-After.
 // Other application-wide hooks (metrics, load shedding) apply as to any route.
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { cursorKey } from '../../app/domain/pages.ts'
 import { AppError, ErrorCodes, type ErrorCode } from '../../app/errors.ts'
 import type { SoapVersion } from './envelope.ts'
 import { SoapFault, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
@@ -68,6 +69,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     store: app.store,
     events: app.events,
     caps: config.limits,
+    cursorKey: cursorKey(config.cursorSecret),
     mutationCost: config.limits.mutationCost,
     xmlLimits: { maxElements: config.soap.maxElements, maxAttributes: config.soap.maxAttributes },
     timeoutMs: config.limits.timeoutMs,

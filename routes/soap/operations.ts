@@ -1,12 +1,13 @@
 // The one description of the SOAP UserService, per version: element types, operations, what each
 // operation calls in the domain. Dispatch (index.ts/service.ts), argument reading and response writing,
 // and the WSDL (wsdl.ts) are all generated from it, so they cannot drift apart.
-// Versions: v2 is a non-breaking extension of v1 (it adds createdAt to User and the ListUsers operation);
-// a breaking change would be a v3 beside them.
+// Versions: v2 is a non-breaking extension of v1 (it adds createdAt to User and the ListUsers operation,
+// which later gained optional paging elements); a breaking change would be a v3 beside them.
 import { WRITE_RULES, visibleUser, type WriteRule } from '../../app/domain/authorization.ts'
 import type { DomainContext } from '../../app/domain/context.ts'
-import { assertPageSize, type InputCaps } from '../../app/domain/input.ts'
-import { createUser, deleteUser, getExistingUser, listUsers, updateUser } from '../../app/domain/users.ts'
+import { DEFAULT_PAGE_SIZE, assertPageSize, type InputCaps } from '../../app/domain/input.ts'
+import { createUser, deleteUser, getExistingUser, listUsersPage, updateUser } from '../../app/domain/users.ts'
+import { badInput } from '../../app/errors.ts'
 import type { UserRow } from '../../app/store/types.ts'
 
 export type ScalarType = 'string' | 'int' | 'boolean' | 'dateTime'
@@ -21,15 +22,16 @@ export interface Field {
 }
 
 export type Args = Record<string, string | number | boolean | null | undefined>
-export type Result = UserRow | UserRow[] | boolean
+/** An operation's answer: the value of each output element by name; an undefined one is left out. */
+export type Result = Record<string, UserRow | UserRow[] | boolean | string | undefined>
 
 export interface Operation {
   name: string
   /** The first service version that has it. */
   since: number
   input: Field[]
-  /** The single child of <NameResponse>. */
-  output: Field
+  /** The children of <NameResponse>, in order. */
+  output: Field[]
   /** The domain's rule for a write (who may call it, priced as a write); null for a read any partner may make. */
   write: WriteRule | null
   run (ctx: DomainContext, args: Args): Promise<Result>
@@ -45,8 +47,6 @@ export interface ServiceVersion {
   operations: Map<string, Operation>
 }
 
-const DEFAULT_LIST_LIMIT = 20
-
 const userFields: Array<Field & { since: number; of: keyof UserRow }> = [
   { name: 'id', type: 'string', since: 1, of: 'id' },
   { name: 'name', type: 'string', since: 1, of: 'name' },
@@ -60,41 +60,52 @@ const operations: Operation[] = [
     name: 'GetUser',
     since: 1,
     input: [{ name: 'id', type: 'string' }],
-    output: { name: 'user', type: 'User' },
+    output: [{ name: 'user', type: 'User' }],
     write: null,
-    run: async (ctx, args) => visibleUser(ctx.caller, await getExistingUser(ctx, args.id as string))
+    run: async (ctx, args) => ({ user: visibleUser(ctx.caller, await getExistingUser(ctx, args.id as string)) })
   },
   {
     name: 'CreateUser',
     since: 1,
     input: [{ name: 'name', type: 'string' }, { name: 'email', type: 'string' }],
-    output: { name: 'user', type: 'User' },
+    output: [{ name: 'user', type: 'User' }],
     write: WRITE_RULES.createUser,
-    run: async (ctx, args) => visibleUser(ctx.caller, await createUser(ctx, { name: args.name as string, email: args.email as string }))
+    run: async (ctx, args) => ({ user: visibleUser(ctx.caller, await createUser(ctx, { name: args.name as string, email: args.email as string })) })
   },
   {
     name: 'UpdateUser',
     since: 1,
     input: [{ name: 'id', type: 'string' }, { name: 'name', type: 'string', optional: true }, { name: 'email', type: 'string', optional: true }],
-    output: { name: 'user', type: 'User' },
+    output: [{ name: 'user', type: 'User' }],
     write: WRITE_RULES.updateUser,
-    run: async (ctx, args) => visibleUser(ctx.caller, await updateUser(ctx, args.id as string, { name: args.name as string | null | undefined, email: args.email as string | null | undefined }))
+    run: async (ctx, args) => ({ user: visibleUser(ctx.caller, await updateUser(ctx, args.id as string, { name: args.name as string | null | undefined, email: args.email as string | null | undefined })) })
   },
   {
     name: 'DeleteUser',
     since: 1,
     input: [{ name: 'id', type: 'string' }],
-    output: { name: 'deleted', type: 'boolean' },
+    output: [{ name: 'deleted', type: 'boolean' }],
     write: WRITE_RULES.deleteUser,
-    run: (ctx, args) => deleteUser(ctx, args.id as string)
+    run: async (ctx, args) => ({ deleted: await deleteUser(ctx, args.id as string) })
   },
   {
     name: 'ListUsers',
     since: 2,
-    input: [{ name: 'limit', type: 'int', optional: true }],
-    output: { name: 'user', type: 'User', optional: true, many: true },
+    // limit: the first page only (as first shipped). pageSize/pageToken: keyset paging, the same pages
+    // as GraphQL's usersConnection; nextPageToken (a signed cursor) is answered only to a paging call
+    // that has more to read, so clients built before paging never see an element they do not know.
+    input: [{ name: 'limit', type: 'int', optional: true }, { name: 'pageSize', type: 'int', optional: true }, { name: 'pageToken', type: 'string', optional: true }],
+    output: [{ name: 'user', type: 'User', optional: true, many: true }, { name: 'nextPageToken', type: 'string', optional: true }],
     write: null,
-    run: async (ctx, args) => (await listUsers(ctx, (args.limit as number | null | undefined) ?? DEFAULT_LIST_LIMIT)).map((u) => visibleUser(ctx.caller, u))
+    run: async (ctx, args) => {
+      const paging = args.pageSize != null || args.pageToken != null
+      if (paging && args.limit != null) throw badInput('ListUsers: send limit or pageSize/pageToken, not both', { field: 'limit' })
+      const page = await listUsersPage(ctx, { first: pageSizeOf(args), after: args.pageToken as string | null | undefined })
+      return {
+        user: page.edges.map(({ node }) => visibleUser(ctx.caller, node)),
+        nextPageToken: paging && page.pageInfo.hasNextPage ? page.pageInfo.endCursor ?? undefined : undefined
+      }
+    }
   }
 ]
 
@@ -127,11 +138,17 @@ export function namespaceOf (version: ServiceVersion, namespaceBase: string): st
  */
 export function costOf (operation: Operation, args: Args, version: ServiceVersion, limits: Pick<InputCaps, 'maxPageSize'> & { mutationCost: number }): number {
   const perUser = version.userFields.length
+  const main = operation.output[0]!
   let cost = 1
-  if (operation.output.type === 'User') {
-    cost = operation.output.many ? assertPageSize((args.limit as number | null | undefined) ?? DEFAULT_LIST_LIMIT, limits) * perUser : 1 + perUser
+  if (main.type === 'User') {
+    cost = main.many ? assertPageSize(pageSizeOf(args), limits, args.pageSize != null ? 'pageSize' : 'limit') * perUser : 1 + perUser
   }
   return operation.write ? cost + limits.mutationCost - 1 : cost
+}
+
+/** A list call's page size: pageSize or limit, the default page size without either. */
+function pageSizeOf (args: Args): number {
+  return (args.pageSize as number | null | undefined) ?? (args.limit as number | null | undefined) ?? DEFAULT_PAGE_SIZE
 }
 
 /** The soapAction of an operation, as the WSDL announces it. */

@@ -26,6 +26,8 @@ export interface SoapServiceOptions {
   store: Store
   events: Events
   caps: InputCaps
+  /** Signs and checks ListUsers page tokens (the domain's page cursors). */
+  cursorKey: Buffer
   /** What a write costs on top of its selection (as a GraphQL mutation field). */
   mutationCost: number
   xmlLimits: XmlLimits
@@ -137,14 +139,20 @@ function userXml (user: UserRow, fields: Field[], element: string): string {
   return xml + `</${element}>`
 }
 
-function resultXml (result: Result, output: Field, userFields: Field[]): string {
-  if (typeof result === 'boolean') return `<${output.name}>${result}</${output.name}>`
-  if (Array.isArray(result)) return result.map((u) => userXml(u, userFields, output.name)).join('')
-  return userXml(result, userFields, output.name)
+function resultXml (result: Result, output: Field[], userFields: Field[]): string {
+  let xml = ''
+  for (const field of output) {
+    const value = result[field.name]
+    if (value === undefined) continue
+    if (typeof value === 'boolean' || typeof value === 'string') xml += `<${field.name}>${escapeXml(String(value))}</${field.name}>`
+    else if (Array.isArray(value)) xml += value.map((u) => userXml(u, userFields, field.name)).join('')
+    else xml += userXml(value, userFields, field.name)
+  }
+  return xml
 }
 
 export function createSoapService (options: SoapServiceOptions) {
-  const { store, events, caps, timeoutMs, wsSecurity } = options
+  const { store, events, caps, cursorKey, timeoutMs, wsSecurity } = options
   const pricing = { maxPageSize: caps.maxPageSize, mutationCost: options.mutationCost }
 
   /** Per service version: its namespace and the envelope text around a response, built once. */
@@ -196,7 +204,7 @@ export function createSoapService (options: SoapServiceOptions) {
     await admission.spendCost(caller, costOf(operation, args, version, pricing))
 
     const deadline = Date.now() + timeoutMs
-    const ctx = createDomainContext({ store, events, caps }, caller, deadline)
+    const ctx = createDomainContext({ store, events, caps, cursorKey }, caller, deadline)
     let timer: NodeJS.Timeout | undefined
     const timeout = new Promise<never>((_resolve, reject) => {
       timer = setTimeout(() => reject(new AppError('TIMEOUT', Messages.queryTimeout)), timeoutMs)

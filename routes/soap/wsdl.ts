@@ -65,7 +65,7 @@ export function buildWsdl (version: ServiceVersion, namespaceBase: string, addre
   sequence(schema.ele(XS, 'xs:complexType').att('name', 'User'), version.userFields)
   for (const op of operations) {
     sequence(schema.ele(XS, 'xs:element').att('name', op.name).ele(XS, 'xs:complexType'), op.input)
-    sequence(schema.ele(XS, 'xs:element').att('name', `${op.name}Response`).ele(XS, 'xs:complexType'), [op.output])
+    sequence(schema.ele(XS, 'xs:element').att('name', `${op.name}Response`).ele(XS, 'xs:complexType'), op.output)
   }
   sequence(schema.ele(XS, 'xs:element').att('name', 'ServiceFault').ele(XS, 'xs:complexType'), [
     { name: 'code', type: 'string' },
