@@ -141,6 +141,31 @@ async function seedStore (store: StoreKind): Promise<{ ids: string[]; adminId: s
   }
 }
 
+/**
+ * Cursors for the page-50 scenario: the service signs them, so the probe pages through the users and
+ * keeps end cursors spread over the whole list (every 1/40th), each the start of a full page.
+ */
+async function pageCursors (url: string): Promise<string[]> {
+  const stride = Math.max(1, Math.floor(options.users / 50 / 40))
+  const cursors: string[] = []
+  let after: string | null = null
+  for (let page = 0; cursors.length < 40; page++) {
+    const response: Response = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: 'query ($after: String) { usersConnection(first: 50, after: $after) { pageInfo { hasNextPage endCursor } } }', variables: { after } }),
+      signal: AbortSignal.timeout(10_000)
+    })
+    type PageInfo = { hasNextPage: boolean; endCursor: string | null }
+    const info: PageInfo | undefined = (await response.json() as { data?: { usersConnection?: { pageInfo: { hasNextPage: boolean; endCursor: string | null } } } }).data?.usersConnection?.pageInfo
+    // The last page has fewer than 50 users after it: stop before it.
+    if (!info?.hasNextPage || !info.endCursor) break
+    after = info.endCursor
+    if (page % stride === 0) cursors.push(info.endCursor)
+  }
+  return cursors.slice(0, -1)
+}
+
 async function dropPostgresSchema (): Promise<void> {
   const { default: pg } = await import('pg')
   const client = new pg.Client({ connectionString: process.env.DATABASE_URL })
@@ -425,16 +450,17 @@ async function main (): Promise<number> {
     data.listBody = sample.body
     writeFileSync(join(work, 'list-body.json'), sample.body)
     data.persistedUnavailable = await discoverPersisted(probe.url, data) ?? undefined
+    data.pageCursors = await pageCursors(probe.url)
     soapUnavailable = await discoverSoap(probe.url, data, seeded.partner)
   } finally {
     await probe.stop()
   }
 
   const [limit, restList, restUser, restMessages, restCreate] = baselineScenarios(data, 'sqlite')
-  const [usersList, userById, persistedGet, messagesAuthors, createUser] = serviceScenarios(data, 'sqlite')
+  const [usersList, usersPage, userById, persistedGet, messagesAuthors, createUser] = serviceScenarios(data, 'sqlite')
   const peers = peerScenarios(data)
   const groups: (Group | 'subscription-fanout')[] = [
-    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, scenarios: [usersList!, ...peers.list] },
+    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, scenarios: [usersList!, usersPage!, ...peers.list] },
     { label: 'user', store: 'sqlite', limit: limit!, rest: restUser!, scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable), ...peers.user] },
     { label: 'messages', store: 'sqlite', limit: limit!, rest: restMessages!, scenarios: [messagesAuthors!] },
     { label: 'create', store: 'sqlite', limit: limit!, rest: restCreate!, scenarios: [createUser!] },

@@ -19,6 +19,8 @@ export interface BenchData {
   persistedUserQueryId?: string
   /** Why persisted-get is skipped, when it is. */
   persistedUnavailable?: string
+  /** Signed cursors at positions spread over the users (the page-50 scenario starts after each in turn). */
+  pageCursors?: string[]
   /** A partner login for the SOAP scenario, when the SOAP transport exists. */
   soap?: { path: string; login: string; password: string }
 }
@@ -59,6 +61,7 @@ export interface HttpScenario {
 export const USERS_LIST_QUERY = '{ users { id name createdAt } }'
 export const USER_BY_ID_QUERY = 'query UserById($id: ID!) { user(id: $id) { id name email } }'
 export const MESSAGES_QUERY = 'query RoomMessages($roomId: String!) { messages(roomId: $roomId, limit: 50) { content author { name } } }'
+export const USERS_PAGE_QUERY = 'query UsersPage($after: String) { usersConnection(first: 50, after: $after) { edges { node { id name createdAt } } pageInfo { hasNextPage endCursor } } }'
 export const CREATE_USER_MUTATION = 'mutation CreateUser($input: CreateUserInput!) { createUser(input: $input) { id name email createdAt } }'
 
 // A new object per request: autocannon writes Content-Length into the headers it is given.
@@ -231,8 +234,25 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
   const user = rotate(data.users)
   const persistedUser = rotate(data.users)
   const room = rotate(data.rooms)
+  const cursor = rotate(data.pageCursors ?? [''])
   return [
     usersList,
+    {
+      name: 'users-page-50',
+      target: 'service',
+      store,
+      shape: 'list',
+      description: 'POST usersConnection(first: 50, after: $cursor) { edges { node { id name createdAt } } pageInfo }, anonymous, cursors spread over all users (keyset: the same cost wherever the page starts)',
+      next: () => gqlPost(USERS_PAGE_QUERY, { after: cursor() }),
+      verify: (_request, response) => {
+        const body = parse(response)
+        if (typeof body === 'string') return body
+        const edges = body.data.usersConnection?.edges
+        return Array.isArray(edges) && edges.length === 50 && edges.every((e: any) => exactKeys(e.node, ['id', 'name', 'createdAt'])) ? null : `expected 50 edges, got ${JSON.stringify(edges)?.slice(0, 200)}`
+      },
+      quickCheck: jsonOk,
+      unavailable: () => data.pageCursors?.length ? null : 'no cursors (the probe could not page through users)'
+    },
     {
       name: 'user-by-id',
       target: 'service',

@@ -75,7 +75,7 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
   const written = JSON.parse(readFileSync(join(out, file), 'utf8')) as RunReport
   const byName = new Map(written.results.map((r) => [r.name, r]))
   for (const name of ['limit', 'rest-list', 'rest-user', 'rest-messages', 'rest-create', 'rest-list-postgres',
-    'users-list', 'user-by-id', 'messages-authors', 'create-user', 'users-list-postgres',
+    'users-list', 'users-page-50', 'user-by-id', 'messages-authors', 'create-user', 'users-list-postgres',
     'apollo-users-list', 'yoga-users-list', 'apollo-user-by-id', 'yoga-user-by-id']) {
     const r = byName.get(name)
     t.equal(r?.status, 'ok', `${name} ran and answered correctly${r?.reason ? `: ${r.reason}` : ''}`)
