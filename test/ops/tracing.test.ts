@@ -12,6 +12,7 @@ import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { gql, listenTestApp, testConfig, type TestLike } from '../helpers/app.ts'
 import { listenSoapApp } from '../soap/helpers.ts'
+import { collect, sseClient, wsClient } from '../subscriptions/clients.ts'
 
 interface ExportedSpan {
   traceId: string
@@ -153,6 +154,27 @@ test('a SOAP call by node-soap: server span under its traceparent, SOAP operatio
   await t.rejects((client as unknown as Record<string, (args: unknown) => Promise<unknown>>).GetUserAsync!({ id: '2' }))
   const failed = await exported(soapApp.app, () => receiver.spans.find((s) => s.attributes['rpc.system'] === 'soap' && s.status?.code === 2))
   t.equal(failed.attributes['error.type'], 'UNAUTHENTICATED')
+})
+
+test('operations over WebSocket and server-sent events are spans too, with their store calls under them', async (t) => {
+  const receiver = await otlpReceiver(t)
+  const { app, url } = await listenTestApp(t, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' })
+  const ws = wsClient(url)
+  t.teardown(() => ws.dispose())
+  const overWs = await collect(ws, 'query OverWs { users(limit: 1) { id } }').done
+  t.equal(overWs.values.length, 1)
+  const sse = sseClient(url)
+  t.teardown(() => sse.dispose())
+  const overSse = await collect(sse, 'query OverSse { users(limit: 1) { id } }').done
+  t.equal(overSse.values.length, 1)
+
+  const wsOperation = await exported(app, () => receiver.spans.find((s) => s.name === 'query OverWs'))
+  t.notOk(wsOperation.parentSpanId, 'a WebSocket operation is a trace of its own (the upgrade is no request span)')
+  t.ok(receiver.spans.some((s) => s.parentSpanId === wsOperation.spanId && s.name === 'listUsers'))
+  const sseOperation = await exported(app, () => receiver.spans.find((s) => s.name === 'query OverSse'))
+  const sseServer = await exported(app, () => receiver.spans.find((s) => s.spanId === sseOperation.parentSpanId))
+  t.equal(sseServer.name, 'POST /graphql', 'an event stream\'s operation is under its request\'s span, which ends with the stream')
+  t.ok(receiver.spans.some((s) => s.parentSpanId === sseOperation.spanId && s.name === 'listUsers'))
 })
 
 test('OTLP protobuf by default, to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given', async (t) => {
