@@ -8,6 +8,7 @@ import { AppError, type ErrorCode } from './errors.ts'
 import { formatError } from './graphql/error-format.ts'
 import type { Store } from './store/types.ts'
 import configPlugin from '../plugins/config.ts'
+import tracingPlugin from '../plugins/tracing.ts'
 import corsPlugin from '../plugins/cors.ts'
 import storePlugin from '../plugins/store.ts'
 import metricsPlugin from '../plugins/metrics.ts'
@@ -104,6 +105,9 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   })
 
   await app.register(configPlugin, { config })
+  // Tracing next (when configured): its server span starts before any other route hook, so it covers
+  // them, and it wraps every route declared after it.
+  await app.register(tracingPlugin)
   // CORS first: preflights are answered before rate limiting, and every answer (429s too) carries the headers.
   await app.register(corsPlugin)
   // Metrics next, so every route's responses are counted; then load shedding, before any real work.

@@ -122,6 +122,23 @@ export interface Config {
     /** Interval of protocol keep-alive messages on idle WebSocket connections; 0 turns them off. */
     keepAliveMs: number
   }
+  /** OpenTelemetry tracing, from the standard OTEL_* variables; null: off (no SDK loaded, no hooks, no spans). */
+  tracing: TracingConfig | null
+}
+
+export type OtlpProtocol = 'http/protobuf' | 'http/json'
+export const TRACE_SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const
+
+export interface TracingConfig {
+  /** Where spans are POSTed (OTLP over HTTP): OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. */
+  tracesUrl: string
+  protocol: OtlpProtocol
+  /** Extra export request headers (e.g. a vendor's API key), as the OTEL_EXPORTER_OTLP_HEADERS text: k=v,k2=v2. */
+  headers: string
+  serviceName: string
+  sampler: typeof TRACE_SAMPLERS[number]
+  /** The ratio of the *traceidratio samplers (0 to 1). */
+  samplerRatio: number
 }
 
 export const DEV_JWT_SECRET = 'development-only-secret-change-me-0123456789abcdef'
@@ -209,7 +226,19 @@ const schema = {
     WS_MAX_CONNECTIONS_PER_CLIENT: { type: 'integer', minimum: 1, default: 50 },
     WS_MAX_SUBSCRIPTIONS_PER_CONNECTION: { type: 'integer', minimum: 1, default: 20 },
     WS_MAX_MESSAGE_BYTES: { type: 'integer', minimum: 256, default: 65536 },
-    WS_KEEP_ALIVE_MS: { type: 'integer', minimum: 0, default: 15000 }
+    WS_KEEP_ALIVE_MS: { type: 'integer', minimum: 0, default: 15000 },
+    // OpenTelemetry's own variable names (its SDK environment specification), so collectors' and
+    // platforms' usual settings work unchanged.
+    OTEL_SDK_DISABLED: { type: 'boolean', default: false },
+    OTEL_EXPORTER_OTLP_ENDPOINT: { type: 'string' },
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: { type: 'string' },
+    OTEL_EXPORTER_OTLP_PROTOCOL: { type: 'string', enum: ['http/protobuf', 'http/json'], default: 'http/protobuf' },
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: { type: 'string', enum: ['http/protobuf', 'http/json'] },
+    OTEL_EXPORTER_OTLP_HEADERS: { type: 'string', default: '' },
+    OTEL_EXPORTER_OTLP_TRACES_HEADERS: { type: 'string' },
+    OTEL_SERVICE_NAME: { type: 'string', default: 'graphql-query-service' },
+    OTEL_TRACES_SAMPLER: { type: 'string', enum: TRACE_SAMPLERS, default: 'parentbased_always_on' },
+    OTEL_TRACES_SAMPLER_ARG: { type: 'number', minimum: 0, maximum: 1, default: 1 }
   }
 } as const
 
@@ -309,6 +338,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
   for (const entry of list(e.TRUST_PROXY)) {
     if (!trustProxyRanges(entry)) problems.push(`TRUST_PROXY entry "${entry}" is not an address, a CIDR or one of loopback, linklocal, uniquelocal`)
   }
+  const tracing = tracingConfig(e, problems)
   if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
   const port = e.PORT as number
   const namespaceBase = (e.SOAP_NAMESPACE_BASE as string).replace(/\/+$/, '')
@@ -407,6 +437,30 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       maxSubscriptionsPerConnection: e.WS_MAX_SUBSCRIPTIONS_PER_CONNECTION as number,
       maxMessageBytes: e.WS_MAX_MESSAGE_BYTES as number,
       keepAliveMs: e.WS_KEEP_ALIVE_MS as number
-    }
+    },
+    tracing
+  }
+}
+
+/**
+ * Tracing is on when an OTLP endpoint is configured (and OTEL_SDK_DISABLED is not true). As the
+ * OpenTelemetry specification says: the traces endpoint is used as it is, the general one gets
+ * /v1/traces appended; the signal-specific protocol and headers win over the general ones.
+ */
+function tracingConfig (e: Env, problems: string[]): TracingConfig | null {
+  const tracesEndpoint = optional(e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+  const endpoint = optional(e.OTEL_EXPORTER_OTLP_ENDPOINT)
+  if (String(e.OTEL_SDK_DISABLED) === 'true' || (!tracesEndpoint && !endpoint)) return null
+  const tracesUrl = tracesEndpoint ?? `${endpoint!.replace(/\/+$/, '')}/v1/traces`
+  if (!/^https?:\/\/[^\s]+$/.test(tracesUrl)) {
+    problems.push(`${tracesEndpoint ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} must be an http(s) URL (OTLP over HTTP; gRPC is not supported)`)
+  }
+  return {
+    tracesUrl,
+    protocol: (optional(e.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) ?? e.OTEL_EXPORTER_OTLP_PROTOCOL) as OtlpProtocol,
+    headers: optional(e.OTEL_EXPORTER_OTLP_TRACES_HEADERS) ?? String(e.OTEL_EXPORTER_OTLP_HEADERS ?? ''),
+    serviceName: String(e.OTEL_SERVICE_NAME),
+    sampler: e.OTEL_TRACES_SAMPLER as TracingConfig['sampler'],
+    samplerRatio: Number(e.OTEL_TRACES_SAMPLER_ARG)
   }
 }

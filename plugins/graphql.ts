@@ -89,7 +89,7 @@ export default fp(async function graphql (app: FastifyInstance) {
   stopResolversAtDeadline(app.graphql.schema)
 
   app.decorateRequest('graphqlOperation', null)
-  app.decorate('graphqlPipeline', createPipeline({
+  const pipeline = createPipeline({
     schema: () => app.graphql.schema,
     limits: config.limits,
     introspection: config.introspection,
@@ -97,5 +97,7 @@ export default fp(async function graphql (app: FastifyInstance) {
     persisted: () => app.persistedQueries,
     chargeCost: (caller, ip, cost) => app.chargeCost(caller, ip, cost),
     spendRequest: (caller, ip) => app.spendRequest(caller, ip)
-  }))
+  })
+  // With tracing on, every operation of every transport is a span (app/tracing.ts).
+  app.decorate('graphqlPipeline', app.tracing ? app.tracing.pipeline(pipeline) : pipeline)
 }, { name: 'graphql', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit'] })

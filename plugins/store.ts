@@ -13,7 +13,8 @@ declare module 'fastify' {
 export default fp(async function store (app: FastifyInstance, opts: { store?: Store }) {
   const store = opts.store ?? await openStore(app.config)
   if (!opts.store && store.kind === 'sqlite' && app.config.demoData) await loadDemoData(store)
-  app.decorate('store', store)
+  // With tracing on, every store call is a database span (one wrapper, not one edit per method).
+  app.decorate('store', app.tracing ? app.tracing.store(store) : store)
   // A store handed in by a test belongs to the test.
   if (!opts.store) app.addHook('onClose', () => store.close())
-}, { name: 'store', dependencies: ['config'] })
+}, { name: 'store', dependencies: ['config', 'tracing'] })

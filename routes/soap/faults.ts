@@ -77,10 +77,13 @@ export interface SoapResponse {
   body: string
   /** Seconds, for a Retry-After header. */
   retryAfter?: number
+  /** A fault's catalogue code (read by tracing). */
+  fault?: string
 }
 
 /** Throttling keeps its HTTP meaning in both SOAP versions (see the top of this file). */
 function throttled (fault: SoapFault, response: SoapResponse): SoapResponse {
+  response.fault = fault.code
   return fault.code === 'RATE_LIMITED' ? { ...response, status: ErrorCodes.RATE_LIMITED.status, retryAfter: fault.retryAfter } : response
 }
 

@@ -79,6 +79,13 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   app.removeAllContentTypeParsers()
   app.addContentTypeParser(['text/xml', 'application/soap+xml'], { parseAs: 'string', bodyLimit: config.bodyLimitBytes }, (_request, body, done) => done(null, body))
 
+  // With tracing on, each POST runs under a SOAP operation span (app/tracing.ts); off, the service's own handle.
+  const { tracing } = app
+  const handle: typeof service.handle = tracing
+    ? (version, soapRequest, admission, onInternalError) => tracing.soapOperation(`${version.id}.${version.serviceName}`,
+        (describe) => service.handle(version, soapRequest, { ...admission, describe }, onInternalError))
+    : service.handle
+
   const versionByPath = new Map(SERVICE_VERSIONS.map((v) => [v.path, v]))
   const send = (reply: FastifyReply, response: SoapResponse) => {
     if (response.retryAfter !== undefined) reply.header('retry-after', response.retryAfter)
@@ -123,7 +130,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
         throw new AppError('UNSUPPORTED_MEDIA_TYPE', `Unsupported charset ${charset}: send UTF-8`)
       }
       const soapAction = request.headers.soapaction
-      const response = await service.handle(version, {
+      const response = await handle(version, {
         soapVersion,
         envelope: request.body as string,
         actions: [typeof soapAction === 'string' ? soapAction : undefined, soapVersion === '1.2' ? actionParameter(contentType) : undefined]

@@ -49,6 +49,8 @@ export interface Admission {
   spendRequest (caller: Caller): Promise<void>
   /** Spends the call's cost units from the partner's window; throws RATE_LIMITED when it is exhausted. */
   spendCost (caller: Caller, cost: number): Promise<void>
+  /** Told the operation and its cost once they are known (only when tracing is on). */
+  describe?: (operation: string, cost: number) => void
 }
 
 const SOAP11_NEXT = 'http://schemas.xmlsoap.org/soap/actor/next'
@@ -201,7 +203,9 @@ export function createSoapService (options: SoapServiceOptions) {
     const { caller, operation, element } = await authenticated(version, request, namespace, admission)
     await admission.spendRequest(caller)
     const args = readArgs(operation, element, namespace, caps)
-    await admission.spendCost(caller, costOf(operation, args, version, pricing))
+    const cost = costOf(operation, args, version, pricing)
+    admission.describe?.(operation.name, cost)
+    await admission.spendCost(caller, cost)
 
     const deadline = Date.now() + timeoutMs
     const ctx = createDomainContext({ store, events, caps, cursorKey }, caller, deadline)
