@@ -150,8 +150,12 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     return send(request, reply, await answer(request, params))
   })
 
-  // graphql-sse's single connection mode starts with a PUT reserving the stream: refused with a clear word.
-  app.put('/graphql', async () => { throw new AppError('METHOD_NOT_ALLOWED', SINGLE_CONNECTION_REFUSED) })
+  // graphql-sse's single connection mode starts with a PUT reserving the stream: refused with a clear
+  // word, in the body and in the reason phrase (the graphql-sse client's error shows only the status line).
+  app.put('/graphql', async (_request, reply) => {
+    reply.raw.statusMessage = 'graphql-sse single connection mode is not supported'
+    throw new AppError('METHOD_NOT_ALLOWED', SINGLE_CONNECTION_REFUSED)
+  })
 
   const getCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries })
   // Also the WebSocket endpoint: plugins/subscriptions.ts attaches the subscription transport to this route.
