@@ -2,15 +2,9 @@
 // admits its WebSocket (the browser sends Origin) and its fetches with Apollo's client-awareness and W3C
 // trace headers; a page on an origin not listed gets neither.
 import { test } from 'tap'
-import { existsSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
 import { createServer, type Server } from 'node:http'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { chromium } from 'playwright-core'
 import { listenTestApp } from './helpers/app.ts'
-
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
+import { launchChromium } from './helpers/chromium.ts'
 
 /** A page server on an origin of its own (127.0.0.1 on another port), serving an empty page. */
 async function pageOrigin (t: { teardown (fn: () => unknown): void }): Promise<string> {
@@ -60,26 +54,13 @@ const inPage = async ({ api, token }: { api: string; token: string }) => {
 }
 
 test('browser on another origin: CORS_ORIGINS admits its WebSocket and its traced, client-named fetches', async (t) => {
-  if (!existsSync(CHROMIUM)) {
-    t.fail(`Chromium not found at ${CHROMIUM}: install Debian's chromium (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`)
-    return
-  }
+  const context = await launchChromium(t)
+  if (!context) return
   const allowed = await pageOrigin(t)
   const other = await pageOrigin(t)
   // WS_ALLOWED_ORIGINS is left empty: CORS_ORIGINS is the one allowlist.
   const { url, token } = await listenTestApp(t, { CORS_ORIGINS: allowed })
 
-  const profileDir = await mkdtemp(join(tmpdir(), 'origins-chromium-'))
-  const context = await chromium.launchPersistentContext(profileDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    chromiumSandbox: false,
-    args: ['--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
-  })
-  t.teardown(async () => {
-    await context.close()
-    await rm(profileDir, { recursive: true, force: true })
-  })
   const page = context.pages()[0] ?? await context.newPage()
   const args = { api: url, token: token('2') }
 
