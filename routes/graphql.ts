@@ -86,7 +86,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   /**
    * A batch (graphql-request's batchRequests, Apollo's BatchHttpLink): at most MAX_BATCH_SIZE
    * operations, each admitted on its own (its own request from the budget, its own price and cost
-   * units, its own refusal), all admitted in order, then run together; one 200 answer, an array.
+   * units, its own refusal), all running concurrently as separate requests would; one 200 answer, an array.
    */
   async function answerBatch (request: FastifyRequest, reply: FastifyReply, batch: unknown[]) {
     const max = config.limits.maxBatchSize
