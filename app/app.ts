@@ -6,6 +6,7 @@ import { accessLog, serverLogging, type LoggingOptions } from './logging.ts'
 import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts'
 import { AppError, type ErrorCode } from './errors.ts'
 import { formatError } from './graphql/error-format.ts'
+import { jsonAnswerType, setRefusalHeaders } from './graphql/media-types.ts'
 import type { Store } from './store/types.ts'
 import configPlugin from '../plugins/config.ts'
 import tracingPlugin from '../plugins/tracing.ts'
@@ -98,7 +99,9 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     const status = appError instanceof AppError ? appError.status : 500
     if (status >= 500) request.log.error({ err: error }, 'request failed')
     const body = { errors: [formatError(appError, { production, logInternal: () => {} })] }
-    return reply.code(status).type('application/json; charset=utf-8').send(body)
+    if (appError instanceof AppError) setRefusalHeaders(reply, appError.code, appError.details?.retryAfter)
+    // In the media type asked for (application/graphql-response+json when preferred), like the route's answers.
+    return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(body)
   })
   app.setNotFoundHandler(async (request, reply) => {
     return reply.code(404).send({ errors: [{ message: `Route ${request.method} ${request.url.split('?')[0]} not found`, extensions: { code: 'NOT_FOUND' } }] })

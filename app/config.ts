@@ -431,7 +431,9 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       maxAttributes: e.SOAP_MAX_ATTRIBUTES as number
     },
     ws: {
-      allowedOrigins: list(e.WS_ALLOWED_ORIGINS),
+      // One allowlist for browsers: an origin CORS_ORIGINS admits may open WebSockets too;
+      // WS_ALLOWED_ORIGINS adds origins for WebSockets only (as sent, e.g. a native shell's capacitor://localhost).
+      allowedOrigins: [...new Set([...corsOrigins, ...list(e.WS_ALLOWED_ORIGINS)])],
       initTimeoutMs: e.WS_INIT_TIMEOUT_MS as number,
       maxConnectionsPerClient: e.WS_MAX_CONNECTIONS_PER_CLIENT as number,
       maxSubscriptionsPerConnection: e.WS_MAX_SUBSCRIPTIONS_PER_CONNECTION as number,

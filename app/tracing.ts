@@ -157,6 +157,7 @@ export function startTracing (config: TracingConfig): Tracing {
     return {
       plan: (source) => inner.plan(source),
       pin: (source) => inner.pin(source),
+      operationType: (params, caller) => inner.operationType(params, caller),
       get cacheStats () { return inner.cacheStats },
       async admit (request) {
         // Named by the conventions' fallback until the operation is known.

@@ -54,10 +54,11 @@ export default fp(async function auth (app: FastifyInstance) {
 
   app.decorate('authenticate', function authenticate (authorization: string | undefined): Caller | null {
     if (authorization === undefined || authorization === '') return null
-    const match = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/.exec(authorization)
+    // The scheme name is case-insensitive (RFC 7235): "bearer", "BEARER" are "Bearer".
+    const match = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/i.exec(authorization)
     if (!match) {
       // "Bearer abc" has the right form with a token that is not a JWT: say which part is wrong.
-      throw new AppError('UNAUTHENTICATED', authorization.startsWith('Bearer ')
+      throw new AppError('UNAUTHENTICATED', /^Bearer /i.test(authorization)
         ? 'Malformed bearer token: a JWT is three base64url parts separated by dots'
         : 'Invalid Authorization header: expected "Bearer <token>"')
     }

@@ -7,8 +7,15 @@ import fp from 'fastify-plugin'
 import fastifyCors from '@fastify/cors'
 import type { FastifyInstance } from 'fastify'
 
-/** Headers a cross-origin client may send: JSON bodies, bearer tokens and the persisted-query preflight headers. */
-export const CORS_ALLOWED_HEADERS = ['content-type', 'authorization', 'apollo-require-preflight', 'x-apollo-operation-name']
+/**
+ * Headers a cross-origin client may send: JSON bodies, bearer tokens, the headers Apollo Client sends
+ * (its CSRF-prevention headers, and the client name and version it adds for client awareness), and the
+ * W3C trace context headers tracing clients add (traceparent, tracestate, baggage).
+ */
+export const CORS_ALLOWED_HEADERS = [
+  'content-type', 'authorization', 'apollo-require-preflight', 'x-apollo-operation-name',
+  'apollographql-client-name', 'apollographql-client-version', 'traceparent', 'tracestate', 'baggage'
+]
 /** Response headers a cross-origin client may read besides the CORS-safelisted ones. */
 export const CORS_EXPOSED_HEADERS = ['x-request-id', 'retry-after']
 export const CORS_MAX_AGE_SEC = 600

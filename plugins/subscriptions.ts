@@ -4,9 +4,9 @@
 // (plugins/events.ts: in-process, or Redis across instances). The routes in routes/graphql.ts hand
 // upgraded sockets and event-stream requests to the handlers decorated here.
 //
-// WebSocket rules: the Origin header, when sent, must be in WS_ALLOWED_ORIGINS; connections are capped
-// per client IP (at the upgrade) and per user (at connection_init), messages by size (1009), active
-// subscriptions per connection; identity comes from connection_init's payload.authToken only.
+// WebSocket rules: the Origin header, when sent, must be in CORS_ORIGINS or WS_ALLOWED_ORIGINS; connections
+// are capped per client IP (at the upgrade) and per user (at connection_init), messages by size (1009),
+// active subscriptions per connection; identity comes from connection_init's payload only.
 import { once } from 'node:events'
 import fp from 'fastify-plugin'
 import websocket from '@fastify/websocket'

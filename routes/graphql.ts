@@ -1,4 +1,5 @@
-// The GraphQL endpoint over HTTP: POST (JSON) for every operation, GET for persisted queries only.
+// The GraphQL endpoint over HTTP: POST (JSON) for every operation (a JSON array of them: a batch), GET
+// for persisted queries only (as the interface allows: stable, cacheable URLs).
 // Request → identity → request budget (route hooks) → the admission pipeline (app/graphql/pipeline.ts:
 // document, plan, checks, cost, execution under the deadline) → the interface's response shape.
 import fp from 'fastify-plugin'
@@ -7,7 +8,7 @@ import { AppError } from '../app/errors.ts'
 import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from '../app/graphql/error-format.ts'
 import { noPersistedQueries, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
 import { createHttpCache } from '../app/graphql/http-cache.ts'
-import { requirePreflightHeader } from '../app/graphql/require-preflight.ts'
+import { acceptsEventStream, jsonAnswerType, prefersEventStream, setRefusalHeaders, wantsGraphQLResponse } from '../app/graphql/media-types.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -15,7 +16,6 @@ declare module 'fastify' {
   }
 }
 
-const GRAPHQL_RESPONSE = 'application/graphql-response+json'
 const JSON_TYPE = /^application\/json\s*(;|$)/i
 
 /** An answer as sent: the execution's outcome plus our extensions (cost). */
@@ -25,11 +25,6 @@ interface GraphQLResponseBody extends GraphQLAnswer {
 
 /** Codes that mean the request was not processed at all: answered with their own HTTP status whatever the Accept header. */
 const UNPROCESSED = new Set(['BAD_REQUEST', 'UNAUTHENTICATED', 'METHOD_NOT_ALLOWED', 'UNSUPPORTED_MEDIA_TYPE', 'PAYLOAD_TOO_LARGE', 'RATE_LIMITED', 'NOT_ACCEPTABLE'])
-
-function wantsGraphQLResponse (request: FastifyRequest): boolean {
-  const accept = request.headers.accept
-  return accept !== undefined && accept.includes(GRAPHQL_RESPONSE)
-}
 
 /**
  * HTTP status: application/json answers 200 for every processed request (the interface's rule); the
@@ -41,7 +36,7 @@ function statusFor (request: FastifyRequest, body: GraphQLResponseBody): number 
   // The APQ protocol: a miss is an ordinary answer, on which clients resend the hash with the query.
   if (first.extensions.code === 'PERSISTED_QUERY_NOT_FOUND') return 200
   if (UNPROCESSED.has(first.extensions.code)) return statusOf(first.extensions.code)
-  return wantsGraphQLResponse(request) ? statusOf(first.extensions.code) : 200
+  return wantsGraphQLResponse(request.headers.accept) ? statusOf(first.extensions.code) : 200
 }
 
 function firstError (body: GraphQLResponseBody): ErrorJson | undefined {
@@ -50,12 +45,13 @@ function firstError (body: GraphQLResponseBody): ErrorJson | undefined {
 
 function send (request: FastifyRequest, reply: FastifyReply, body: GraphQLResponseBody) {
   const status = statusFor(request, body)
-  if (status === 429 && !reply.hasHeader('retry-after')) reply.header('retry-after', String(firstError(body)?.extensions.retryAfter ?? 60))
-  return reply
-    .code(status)
-    .type(wantsGraphQLResponse(request) ? `${GRAPHQL_RESPONSE}; charset=utf-8` : 'application/json; charset=utf-8')
-    .send(body)
+  const first = firstError(body)
+  if (status !== 200 && first) setRefusalHeaders(reply, first.extensions.code, first.extensions.retryAfter)
+  return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(body)
 }
+
+/** graphql-sse's single connection mode (a PUT reserving a stream, then operations naming its token) is not served. */
+const SINGLE_CONNECTION_REFUSED = 'graphql-sse single connection mode is not supported: use distinct connections mode (the client\'s default, singleConnection: false) or WebSocket'
 
 function parseJsonParam (value: unknown, name: string): unknown {
   if (typeof value !== 'string') return value
@@ -71,18 +67,45 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   if (!app.hasDecorator('persistedQueries')) app.decorate('persistedQueries', noPersistedQueries(config.persistedOnly))
 
   const pipeline = app.graphqlPipeline
-  /** Admits and runs one operation through the pipeline; every refusal answers in the interface's shape. */
-  async function execute (request: FastifyRequest, reply: FastifyReply, params: GraphQLRequestParams) {
-    let body: GraphQLResponseBody
+  /**
+   * Admits and runs one operation through the pipeline; every refusal answers in the interface's shape.
+   * `paidByRequest` false: an operation of a batch beyond the first, which spends a request of its own.
+   */
+  async function answer (request: FastifyRequest, params: GraphQLRequestParams, paidByRequest = true): Promise<GraphQLResponseBody> {
     try {
-      const admission = await pipeline.admit({ params, transport: request.method === 'GET' ? 'GET' : 'POST', caller: request.caller, ip: request.ip })
-      request.graphqlOperation = admission.operation
-      body = formatResult(await pipeline.execute(admission), app.graphqlErrorOptions)
+      const admission = await pipeline.admit({ params, transport: request.method === 'GET' ? 'GET' : 'POST', caller: request.caller, ip: request.ip, paidByRequest })
+      request.graphqlOperation ??= admission.operation
+      const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), app.graphqlErrorOptions)
       body.extensions = { cost: admission.cost }
+      return body
     } catch (err) {
-      body = { errors: formatThrown(err, app.graphqlErrorOptions) }
+      return { errors: formatThrown(err, app.graphqlErrorOptions) }
     }
-    return send(request, reply, body)
+  }
+
+  /**
+   * A batch (graphql-request's batchRequests, Apollo's BatchHttpLink): at most MAX_BATCH_SIZE
+   * operations, each admitted on its own (its own request from the budget, its own price and cost
+   * units, its own refusal), all running concurrently as separate requests would; one 200 answer, an array.
+   */
+  async function answerBatch (request: FastifyRequest, reply: FastifyReply, batch: unknown[]) {
+    const max = config.limits.maxBatchSize
+    if (max === 0) throw new AppError('BAD_REQUEST', 'Batched requests are not accepted: send one operation per request')
+    if (batch.length === 0 || batch.length > max) throw new AppError('BAD_REQUEST', `A batch holds 1 to ${max} operations; this one holds ${batch.length}`, { maxBatchSize: max })
+    const answers = batch.map((params, i) => (params !== null && typeof params === 'object' && !Array.isArray(params))
+      ? answer(request, params as GraphQLRequestParams, i === 0)
+      : Promise.resolve<GraphQLResponseBody>({ errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), app.graphqlErrorOptions) }))
+    return reply.code(200).type(jsonAnswerType(request.headers.accept)).send(await Promise.all(answers))
+  }
+
+  /**
+   * Whether a POST is answered as an event stream (graphql-sse): when the client prefers one, or when
+   * it accepts one and the operation is a subscription (urql's default Accept lists both).
+   */
+  async function answersAsEventStream (request: FastifyRequest, params: GraphQLRequestParams): Promise<boolean> {
+    const accept = request.headers.accept
+    if (prefersEventStream(accept)) return true
+    return acceptsEventStream(accept) && await pipeline.operationType(params, request.caller) === 'subscription'
   }
 
   // Route hooks are synchronous (callback style): no promise per request for checks that never wait.
@@ -113,32 +136,40 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     done(null, JSON.stringify({ errors: [formatError(error, app.graphqlErrorOptions)] }))
   }
 
-  app.post('/graphql', { onRequest: [requireJson, identify], onSend: capAnswer }, async (request, reply) => {
-    // Subscriptions over server-sent events (graphql-sse): plugins/subscriptions.ts.
-    if (request.headers.accept?.includes('text/event-stream')) return app.graphqlEventStream(request, reply)
+  const refuseSingleConnection: onRequestHookHandler = (request, _reply, done) => {
+    done(request.headers['x-graphql-event-stream-token'] === undefined ? undefined : new AppError('BAD_REQUEST', SINGLE_CONNECTION_REFUSED))
+  }
+
+  app.post('/graphql', { onRequest: [requireJson, refuseSingleConnection, identify], onSend: capAnswer }, async (request, reply) => {
     const body = request.body
-    if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-      throw new AppError('BAD_REQUEST', Array.isArray(body)
-        ? 'Batched requests are not accepted: send one operation per request'
-        : 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
-    }
-    return execute(request, reply, body as GraphQLRequestParams)
+    if (Array.isArray(body)) return answerBatch(request, reply, body)
+    if (body === null || typeof body !== 'object') throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
+    const params = body as GraphQLRequestParams
+    // Operations over server-sent events (graphql-sse): plugins/subscriptions.ts.
+    if (await answersAsEventStream(request, params)) return app.graphqlEventStream(request, reply)
+    return send(request, reply, await answer(request, params))
+  })
+
+  // graphql-sse's single connection mode starts with a PUT reserving the stream: refused with a clear
+  // word, in the body and in the reason phrase (the graphql-sse client's error shows only the status line).
+  app.put('/graphql', async (_request, reply) => {
+    reply.raw.statusMessage = 'graphql-sse single connection mode is not supported'
+    throw new AppError('METHOD_NOT_ALLOWED', SINGLE_CONNECTION_REFUSED)
   })
 
   const getCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries })
   // Also the WebSocket endpoint: plugins/subscriptions.ts attaches the subscription transport to this route.
-  app.get('/graphql', { onRequest: [requirePreflightHeader, identify], ...getCache, onSend: [capAnswer].concat(getCache.onSend ?? []) }, async (request, reply) => {
+  // No preflight-forcing header is required (urql, CDN warmers and curl send none): a GET runs queries
+  // only, cookies are never read, and the one credential, Authorization, is itself a header a page on
+  // another origin cannot send without a preflight that CORS_ORIGINS answers. So a GET a page can
+  // forge is an anonymous read whose answer that page cannot see: no cross-site request forgery.
+  app.get('/graphql', { onRequest: [refuseSingleConnection, identify], ...getCache, onSend: [capAnswer].concat(getCache.onSend ?? []) }, async (request, reply) => {
     const query = request.query as Record<string, unknown>
-    if (query.queryId === undefined && query.extensions === undefined) {
-      throw new AppError('METHOD_NOT_ALLOWED', 'GET accepts persisted queries only (queryId); send other operations by POST')
-    }
-    return execute(request, reply, {
-      queryId: query.queryId,
-      query: query.query,
-      operationName: query.operationName,
+    return send(request, reply, await answer(request, {
+      ...query,
       variables: parseJsonParam(query.variables, 'variables'),
       extensions: parseJsonParam(query.extensions, 'extensions')
-    })
+    }))
   })
 }, { name: 'graphql-routes', dependencies: ['graphql', 'auth', 'subscriptions'] })
 

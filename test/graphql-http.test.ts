@@ -38,9 +38,9 @@ test('requests that are not processed get a clear error in the same shape', asyn
     ['form content type', await post('query=%7Busers%7Bid%7D%7D', 'application/x-www-form-urlencoded'), 415, 'UNSUPPORTED_MEDIA_TYPE', /application\/json/],
     ['text/plain (CSRF simple request)', await post('{"query":"{users{id}}"}', 'text/plain'), 415, 'UNSUPPORTED_MEDIA_TYPE', /application\/json/],
     ['missing query', await post('{"variables":{}}'), 400, 'BAD_REQUEST', /Missing query/],
-    ['batched request', await post('[{"query":"{users{id}}"}]'), 400, 'BAD_REQUEST', /Batched requests are not accepted/],
+    ['empty batch', await post('[]'), 400, 'BAD_REQUEST', /A batch holds 1 to 10 operations/],
     ['variables not an object', await post('{"query":"{users{id}}","variables":[1]}'), 400, 'BAD_REQUEST', /variables must be a JSON object/],
-    ['GET without a preflight-forcing header (CSRF)', await fetch(`${url}/graphql?query=%7Busers%7Bid%7D%7D`), 400, 'BAD_REQUEST', /forces a CORS preflight/],
+    ['mutation over GET', await fetch(`${url}/graphql?query=${encodeURIComponent('mutation { deleteUser(id: "2") }')}`), 405, 'METHOD_NOT_ALLOWED', /GET accepts persisted queries only.*send other operations by POST/],
     ['unknown route', await fetch(`${url}/nope`), 404, 'NOT_FOUND', /not found/]
   ]
   for (const [name, response, status, code, message] of cases) {
@@ -99,7 +99,10 @@ test('development answers keep suggestions, to help while building clients', asy
 test('a mutation is never run over GET', async (t) => {
   const { url, store } = await listenTestApp(t)
   const before = await store.countUsers()
-  const response = await fetch(`${url}/graphql?queryId=sha256:${'0'.repeat(64)}&query=${encodeURIComponent('mutation { deleteUser(id: "2") }')}`)
-  t.not(response.status, 200)
+  const adHoc = await fetch(`${url}/graphql?query=${encodeURIComponent('mutation { deleteUser(id: "2") }')}`)
+  t.equal(adHoc.status, 405)
+  t.equal(adHoc.headers.get('allow'), 'GET, POST')
+  const withId = await fetch(`${url}/graphql?queryId=sha256:${'0'.repeat(64)}&query=${encodeURIComponent('mutation { deleteUser(id: "2") }')}`)
+  t.match(await withId.json(), { errors: [{ extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } }] }, 'an id names the operation: the query beside it is never run')
   t.equal(await store.countUsers(), before)
 })

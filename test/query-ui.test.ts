@@ -1,17 +1,13 @@
 // The development query UI: served only when enabled (never in production), under a 'self'-only CSP,
 // and usable in a real browser (Debian's chromium, headless, driven by playwright-core) with nothing
 // loaded from outside the service.
-import { existsSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { test } from 'tap'
-import { chromium, type Page } from 'playwright-core'
+import type { Page } from 'playwright-core'
 import { buildTestApp, listenTestApp } from './helpers/app.ts'
+import { launchChromium } from './helpers/chromium.ts'
 import { QUERY_UI_CSP, QUERY_UI_PATH } from '../routes/query-ui.ts'
 
 const ASSETS = [QUERY_UI_PATH, `${QUERY_UI_PATH}/query-ui.js`, `${QUERY_UI_PATH}/query-ui.css`]
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 
 test('production: the query UI does not exist', async (t) => {
   const { url } = await listenTestApp(t, { NODE_ENV: 'production' })
@@ -61,25 +57,10 @@ async function runQuery (page: Page, query: string, token = ''): Promise<any> {
 }
 
 test('browser: open the UI, run a query and see its result, with nothing loaded from elsewhere', async (t) => {
-  if (!existsSync(CHROMIUM)) {
-    t.fail(`Chromium not found at ${CHROMIUM}: install Debian's chromium (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`)
-    return
-  }
+  const context = await launchChromium(t)
+  if (!context) return
   const { url, token } = await listenTestApp(t)
   const origin = new URL(url).origin
-
-  // Playwright adds --headless, --no-sandbox (chromiumSandbox: false) and --user-data-dir (this fresh directory).
-  const profileDir = await mkdtemp(join(tmpdir(), 'query-ui-chromium-'))
-  const context = await chromium.launchPersistentContext(profileDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    chromiumSandbox: false,
-    args: ['--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
-  })
-  t.teardown(async () => {
-    await context.close()
-    await rm(profileDir, { recursive: true, force: true })
-  })
 
   // Every request the page makes is recorded; any that would leave the service is aborted and reported.
   const requested: string[] = []

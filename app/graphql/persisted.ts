@@ -1,5 +1,5 @@
-// Persisted queries: how a request that names a registered operation (`queryId`, or the APQ
-// `extensions.persistedQuery.sha256Hash`) becomes a document text.
+// Persisted queries: how a request that names a registered operation (by id, in any of the forms
+// clients send: see persistedIdOf; or the APQ `extensions.persistedQuery.sha256Hash`) becomes a document text.
 //
 // Two registries feed it:
 // - the deploy-time manifest (PERSISTED_MANIFEST): trusted, verified hash by hash when loaded, never
@@ -22,17 +22,33 @@ import { LruMap } from '../lru-map.ts'
 export interface GraphQLRequestParams {
   query?: unknown
   queryId?: unknown
+  documentId?: unknown
+  doc_id?: unknown
+  id?: unknown
   variables?: unknown
   operationName?: unknown
   extensions?: unknown
 }
 
+/** The text a request runs. */
+export interface ResolvedDocument {
+  text: string
+  /** Registered (deploy-time manifest or APQ), as opposed to the request's own ad-hoc `query`. */
+  registered: boolean
+  /**
+   * An ad-hoc text let through persisted-only mode only because the caller may introspect there
+   * (`allowIntrospection`): it may run only if it is introspection alone (the pipeline checks its plan).
+   */
+  introspectionOnly: boolean
+}
+
 export interface PersistedQueries {
   /**
    * The document text to run for a request: the registered text for a persisted request, the
-   * request's own `query` otherwise (refused when only persisted queries are allowed, and on GET).
+   * request's own `query` otherwise, refused in persisted-only mode unless `allowIntrospection`
+   * (then marked `introspectionOnly`).
    */
-  resolve (params: GraphQLRequestParams, transport?: string): Promise<string>
+  resolve (params: GraphQLRequestParams, allowIntrospection?: boolean): Promise<ResolvedDocument>
 }
 
 /** One registered operation. The text is the exact string handed to Mercurius (its cache key). */
@@ -46,7 +62,7 @@ export interface PersistedOperation {
 }
 
 export const PersistedMessages = {
-  required: 'Only persisted queries are accepted: send a registered queryId (or extensions.persistedQuery.sha256Hash) instead of a query',
+  required: 'Only persisted queries are accepted: send a registered id (documentId, queryId, doc_id or id; or extensions.persistedQuery.sha256Hash) instead of a query',
   notFound: (id: string) => `Persisted query not found: no operation is registered as "${id.slice(0, 80)}"`,
   notFoundApq: 'Persisted query not found: resend the request with the full query to register it',
   notFoundPersistedOnly: 'Persisted query not found: this service accepts only operations registered at deploy time',
@@ -277,11 +293,34 @@ function persistedQueryExtension (extensions: unknown): PersistedQueryExtension 
   return pq as PersistedQueryExtension
 }
 
+/**
+ * The fields a request may name a registered operation by, in every form clients send: `queryId`
+ * (this service's own), `documentId` (the GraphQL-over-HTTP persisted documents appendix,
+ * `sha256:<hex>`: graphql-codegen's client preset, Hive), Relay's `doc_id`, and `id` (Relay's older
+ * persisted-query form). The one place these are read.
+ */
+const ID_FIELDS = ['queryId', 'documentId', 'doc_id', 'id'] as const
+
+/** The registered id a request names; undefined when none. Two fields naming different ids are refused. */
+export function persistedIdOf (params: GraphQLRequestParams): string | undefined {
+  let found: { field: string; id: string } | undefined
+  for (const field of ID_FIELDS) {
+    const id = params[field]
+    if (id === undefined || id === null) continue
+    if (typeof id !== 'string' || id === '') throw new AppError('BAD_REQUEST', `${field} must be a registered operation's id, a string such as sha256:<hex>`)
+    if (found && found.id !== id) throw new AppError('BAD_REQUEST', `${found.field} and ${field} name different operations: send one id`)
+    found ??= { field, id }
+  }
+  return found?.id
+}
+
 export function createPersistedQueries (options: PersistedQueriesOptions): PersistedQueries {
   const { manifest, persistedOnly, apqMaxDocumentBytes } = options
   const apq = persistedOnly ? null : options.apq
   // Registered texts this instance has seen, parsed, by hash: a hit costs no parse and no round trip.
   const apqFacts = new LruMap<string, PersistedOperation>(options.apqMaxEntries)
+
+  const registered = (text: string): ResolvedDocument => ({ text, registered: true, introspectionOnly: false })
 
   async function apqOperation (hash: string, text: string | undefined): Promise<PersistedOperation | undefined> {
     const known = apqFacts.get(hash)
@@ -302,29 +341,27 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
   }
 
   return {
-    async resolve (params, transport) {
-      const { queryId, query } = params
-      if (queryId !== undefined && queryId !== null) {
-        if (typeof queryId !== 'string') throw new AppError('BAD_REQUEST', 'queryId must be a string of the form sha256:<hex>')
+    async resolve (params, allowIntrospection = false) {
+      const { query } = params
+      const queryId = persistedIdOf(params)
+      if (queryId !== undefined) {
         // The hot path: one Map lookup, no hashing, no parsing.
         const operation = manifest.byId.get(queryId) ??
           (apq && queryId.startsWith('sha256:') ? await apqOperation(queryId.slice(7), undefined) : undefined)
         if (!operation) throw new AppError('PERSISTED_QUERY_NOT_FOUND', PersistedMessages.notFound(queryId))
-        return operation.text
+        return registered(operation.text)
       }
 
       const pq = persistedQueryExtension(params.extensions)
       if (pq) {
         const hash = pq.sha256Hash as string
         const fromManifest = manifest.byId.get(hash)
-        if (fromManifest) {
-          return fromManifest.text
-        }
+        if (fromManifest) return registered(fromManifest.text)
         if (persistedOnly) throw new AppError('PERSISTED_QUERY_NOT_FOUND', PersistedMessages.notFoundPersistedOnly)
         if (query === undefined || query === null) {
           const operation = apq ? await apqOperation(hash, undefined) : undefined
           if (!operation) throw new AppError('PERSISTED_QUERY_NOT_FOUND', PersistedMessages.notFoundApq)
-            return operation.text
+          return registered(operation.text)
         }
         if (typeof query !== 'string') throw new AppError('BAD_REQUEST', 'query must be a string')
         if (sha256Hex(query) !== hash) throw new AppError('PERSISTED_QUERY_HASH_MISMATCH', PersistedMessages.mismatch)
@@ -334,16 +371,16 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
           const operation = await apqOperation(hash, query)
           if (operation) {
             await apq.set(hash, query)
-                return operation.text
+            return registered(operation.text)
           }
         }
-        return query
+        // Not kept (over APQ_MAX_DOCUMENT_BYTES or not a single valid operation): it runs as an ad-hoc text.
+        return { text: query, registered: false, introspectionOnly: false }
       }
 
-      if (transport === 'GET') throw new AppError('METHOD_NOT_ALLOWED', 'GET accepts persisted queries only (queryId or extensions.persistedQuery); send other operations by POST')
-      if (persistedOnly) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+      if (persistedOnly && !allowIntrospection) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
       if (typeof query !== 'string' || query.trim() === '') throw new AppError('BAD_REQUEST', PersistedMessages.missingQuery)
-      return query
+      return { text: query, registered: false, introspectionOnly: persistedOnly }
     }
   }
 }

@@ -24,7 +24,7 @@ import { createDomainContext, type Caller, type DomainDeps } from '../domain/con
 import type { Config } from '../config.ts'
 import type { CostReport, GraphQLContext } from './context.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
-import type { GraphQLRequestParams, PersistedQueries } from './persisted.ts'
+import { PersistedMessages, type GraphQLRequestParams, type PersistedQueries } from './persisted.ts'
 
 // graphql-jit's CommonJS build: its ESM build imports a sibling module without its extension and
 // fails to load under Node's resolver.
@@ -39,6 +39,11 @@ export interface OperationRequest {
   transport: Transport
   caller: Caller | null
   ip: string
+  /**
+   * Whether an HTTP request (whose route hook spent the request budget) carries this operation alone.
+   * Default: yes, except on a WebSocket; false for the operations of a batch after its first.
+   */
+  paidByRequest?: boolean
 }
 
 /** An operation that passed every check and has paid: ready to execute or subscribe. */
@@ -70,6 +75,11 @@ export interface Pipeline {
   pin (source: string): void
   /** Checks and prices an operation, spends its cost units; throws (having spent nothing else) when refused. */
   admit (request: OperationRequest): Promise<Admission>
+  /**
+   * The type of the operation a request names, when its document resolves and plans (both cached);
+   * undefined otherwise (admission then reports why). Checks nothing: it lets a carrier pick its answer's form.
+   */
+  operationType (params: GraphQLRequestParams, caller: Caller | null): Promise<string | undefined>
   /**
    * Runs an admitted query or mutation under the execution deadline: its result, or "Query timeout"
    * when the deadline passes first (the domain then refuses any further write of that operation).
@@ -150,13 +160,27 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     return coerced
   }
 
-  async function admit ({ params, transport, caller, ip }: OperationRequest): Promise<Admission> {
-    // HTTP requests have paid at the route; a WebSocket carries many operations on one request.
-    if (transport === 'WS') await options.spendRequest(caller, ip)
+  /** The operation a request names: its document resolved, planned, and the operation chosen. */
+  async function operationOf (params: GraphQLRequestParams, caller: Caller | null, transport?: Transport): Promise<OperationPlan> {
     const operationName = params.operationName ?? null
     if (operationName !== null && typeof operationName !== 'string') throw new AppError('BAD_REQUEST', 'operationName must be a string')
-    const source = await options.persisted().resolve(params, transport)
-    const operation = selectOperation(plan(source), operationName)
+    // Persisted-only mode lets one thing through besides registered ids: an ADMIN's ad-hoc document
+    // that only introspects (schema tooling such as graphql-codegen sends getIntrospectionQuery()).
+    // Only an ADMIN's text is parsed at all; any other ad-hoc operation is refused as in that mode.
+    const document = await options.persisted().resolve(params, caller?.role === 'ADMIN')
+    // The interface allows GET for persisted queries only (their URLs are stable, hence cacheable).
+    if (transport === 'GET' && !document.registered) {
+      throw new AppError('METHOD_NOT_ALLOWED', 'GET accepts persisted queries only (an id, or extensions.persistedQuery); send other operations by POST')
+    }
+    const operation = selectOperation(plan(document.text), operationName)
+    if (document.introspectionOnly && !operation.onlyIntrospects) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+    return operation
+  }
+
+  async function admit ({ params, transport, caller, ip, paidByRequest = transport !== 'WS' }: OperationRequest): Promise<Admission> {
+    // HTTP requests have paid at the route; a WebSocket (or a batch) carries many operations on one request.
+    if (!paidByRequest) await options.spendRequest(caller, ip)
+    const operation = await operationOf(params, caller, transport)
     if (!ALLOWED[transport].has(operation.type)) refuseOnTransport(operation.type, transport)
     if (operation.introspects && !options.introspection && caller?.role !== 'ADMIN') {
       throw new AppError('INTROSPECTION_DISABLED', Messages.introspectionDisabled)
@@ -182,6 +206,13 @@ export function createPipeline (options: PipelineOptions): Pipeline {
       pinned.set(source, made)
     },
     admit,
+    async operationType (params, caller) {
+      try {
+        return (await operationOf(params, caller)).type
+      } catch {
+        return undefined
+      }
+    },
     execute (admission) {
       const deadline = Date.now() + limits.timeoutMs
       const result = admission.compiled.query(undefined, contextOf(admission, deadline), admission.variables)

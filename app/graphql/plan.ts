@@ -45,6 +45,11 @@ export interface OperationPlan {
   variableDefinitions: readonly VariableDefinitionNode[]
   depth: number
   introspects: boolean
+  /**
+   * A query whose root selection holds only introspection fields (`__schema`, `__type`, `__typename`,
+   * written directly, as graphql-js's getIntrospectionQuery() does): nothing of the service's data.
+   */
+  onlyIntrospects: boolean
   /** The operation's cost for these variables; throws BAD_USER_INPUT for a page size over the cap. */
   cost (variables: Record<string, unknown>): number
 }
@@ -161,6 +166,8 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
       variableDefinitions: definition.variableDefinitions ?? [],
       depth: facts.depth,
       introspects: facts.introspects,
+      onlyIntrospects: definition.operation === 'query' && facts.introspects &&
+        definition.selectionSet.selections.every((s) => s.kind === Kind.FIELD && (INTROSPECTION_FIELDS.has(s.name.value) || s.name.value === '__typename')),
       cost: costWithDefaults(facts.cost, definition)
     })
   }

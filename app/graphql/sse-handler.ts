@@ -2,6 +2,8 @@
 // POST /graphql with Accept: text/event-stream per operation), the caller taken from the Authorization
 // header by the route. graphql-sse's handler speaks the protocol; each operation is admitted and
 // started through the pipeline (app/graphql/operations.ts) and handed to it as its result or stream.
+// The operation's parameters are the request's own body, read by the pipeline like any POST's (persisted
+// ids in every form: app/graphql/persisted.ts); graphql-sse, which knows only `query`, checks the protocol.
 // This adapter owns the response (hijacked from Fastify) so that a client that leaves, or a server
 // that closes, ends the operation and releases its pub/sub listener.
 import { createHandler, type ExecutionResult, type RequestParams } from 'graphql-sse'
@@ -36,10 +38,10 @@ export function createSseHandler (options: SseOptions) {
   const handler = createHandler<FastifyRequest, StreamState, Record<PropertyKey, unknown>>({
     // No stream reservations: distinct connections mode only.
     authenticate: () => null,
-    onSubscribe: async (req, params: RequestParams) => {
+    onSubscribe: async (req) => {
       const request = req.raw
       try {
-        const { answer } = await options.start({ params: params as unknown as GraphQLRequestParams, transport: 'SSE', caller: request.caller, ip: request.ip })
+        const { answer } = await options.start({ params: request.body as GraphQLRequestParams, transport: 'SSE', caller: request.caller, ip: request.ip })
         if (isAsyncIterator(answer)) {
           // The client left while the operation was being admitted: end what it started.
           if (req.context.stopped) await answer.return?.()
@@ -70,7 +72,9 @@ export function createSseHandler (options: SseOptions) {
         url: request.url,
         // The route sends only event-stream requests here; graphql-sse compares the Accept header exactly.
         headers: { get: (key) => (key === 'accept' ? 'text/event-stream' : header(request.headers[key.toLowerCase()])) },
-        body: request.body as Record<PropertyKey, unknown>,
+        // graphql-sse refuses a body without a string `query` (a persisted id) with a code-less 400: it
+        // gets one, and the pipeline reads the real body (onSubscribe above).
+        body: { ...request.body as Record<PropertyKey, unknown>, query: '' } satisfies Partial<RequestParams>,
         raw: request,
         context: state
       })

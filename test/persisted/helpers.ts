@@ -14,7 +14,7 @@ export function queryIdOf (name: string): string {
   return `sha256:${op.id}`
 }
 
-/** Apollo Client's HttpLink sends this on GET too; it forces a CORS preflight (see app/graphql/require-preflight.ts). */
+/** Apollo Client's HttpLink sends this on GET too (the service does not require it: see routes/graphql.ts). */
 export const PREFLIGHT = { 'content-type': 'application/json' }
 
 export function persistedGetUrl (url: string, queryId: string, variables?: Record<string, unknown>, extra: Record<string, string> = {}): string {

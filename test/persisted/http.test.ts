@@ -27,7 +27,7 @@ test('enforced mode (the production default): both persisted forms run, full que
   const adHoc = await postJson(url, { query: '{ users { id } }' })
   t.equal(adHoc.status, 200)
   t.same(adHoc.body.errors, [{
-    message: 'Only persisted queries are accepted: send a registered queryId (or extensions.persistedQuery.sha256Hash) instead of a query',
+    message: 'Only persisted queries are accepted: send a registered id (documentId, queryId, doc_id or id; or extensions.persistedQuery.sha256Hash) instead of a query',
     extensions: { code: 'PERSISTED_QUERY_REQUIRED' }
   }])
   t.notOk('data' in adHoc.body, 'nothing executed')
@@ -65,7 +65,7 @@ test('enforced mode (the production default): both persisted forms run, full que
   t.same(misnamed.errors, [{ message: 'Unknown operation named "Other"', extensions: { code: 'OPERATION_NOT_FOUND' } }])
 })
 
-test('GET never runs a mutation, and requires a header that forces a CORS preflight', async (t) => {
+test('GET never runs a mutation, and needs no preflight-forcing header (a safe, credential-less read)', async (t) => {
   const { store, calls } = countingStore()
   const { url, token } = await listenTestApp(t, ENFORCED, { store })
   const postMessage = queryIdOf('PostMessage')
@@ -80,19 +80,22 @@ test('GET never runs a mutation, and requires a header that forces a CORS prefli
   const overPost = await postJson(url, { queryId: postMessage, variables }, { authorization: `Bearer ${token('2')}` })
   t.match(overPost.body.data, { postMessage: { content: 'hello' } }, 'the same registered mutation runs by POST')
 
+  // A GET a page could send cross-site (no preflight) runs only a query, with no credential (cookies are
+  // never read; Authorization would force a preflight): the curl / CDN-warmer form is served as is.
+  calls.length = 0
   const bare = await fetch(persistedGetUrl(url, USER_BY_ID, { id: '2' }))
-  t.equal(bare.status, 400, 'a GET a page could send cross-site without a preflight')
-  t.same(await bare.json(), { errors: [{ message: 'GET requests must carry a header that forces a CORS preflight (CSRF protection): Content-Type: application/json, or apollo-require-preflight: true', extensions: { code: 'BAD_REQUEST' } }] })
-  const simpleType = await fetch(persistedGetUrl(url, USER_BY_ID, { id: '2' }), { headers: { 'content-type': 'text/plain' } })
-  t.equal(simpleType.status, 400, 'a "simple" content type forces no preflight')
-  const preflightForcing: Record<string, string>[] = [{ 'apollo-require-preflight': 'true' }, { 'x-apollo-operation-name': 'UserById' }, { 'content-type': 'application/json' }]
-  for (const headers of preflightForcing) {
+  t.equal(bare.status, 200, 'a plain GET of a persisted query')
+  t.match(await bare.json(), { data: { user: { id: '2', name: 'Ada Lovelace' } } })
+  t.match(bare.headers.get('cache-control'), /^public/, 'anonymous, hence publicly cacheable')
+  const variants: Record<string, string>[] = [{ 'apollo-require-preflight': 'true' }, { 'x-apollo-operation-name': 'UserById' }, { 'content-type': 'application/json' }, { 'content-type': 'text/plain' }]
+  for (const headers of variants) {
     const ok = await fetch(persistedGetUrl(url, USER_BY_ID, { id: '2' }), { headers })
     t.equal(ok.status, 200, `accepted with ${Object.keys(headers)[0]}`)
   }
+  t.same(calls.filter((c) => /^(create|update|delete|post)/.test(c.method)), [], 'no write ever ran by GET')
 
-  const noId = await fetch(`${url}/graphql?query=${encodeURIComponent('{ users { id } }')}`, { headers: PREFLIGHT })
-  t.equal(noId.status, 405, 'GET is for persisted queries only')
+  const noId = await fetch(`${url}/graphql?query=${encodeURIComponent('{ users { id } }')}`)
+  t.match(await noId.json(), { errors: [{ extensions: { code: 'PERSISTED_QUERY_REQUIRED' } }] }, 'an ad-hoc GET in persisted-only mode: refused like an ad-hoc POST')
 })
 
 test('development mode: ad-hoc queries run; a hash that does not match its query is refused', async (t) => {
@@ -112,7 +115,8 @@ test('development mode: ad-hoc queries run; a hash that does not match its query
   t.equal(version2.body.errors[0].message, 'Unsupported extensions.persistedQuery.version: only version 1 is supported')
 
   const getAdHoc = await fetch(`${url}/graphql?query=${encodeURIComponent(text)}`, { headers: PREFLIGHT })
-  t.equal(getAdHoc.status, 405, 'even in development, GET only takes persisted queries')
+  t.equal(getAdHoc.status, 405, 'GET takes persisted queries only, in development too')
+  t.match((await getAdHoc.json() as any).errors, [{ message: /GET accepts persisted queries only/, extensions: { code: 'METHOD_NOT_ALLOWED' } }])
 })
 
 test('limits and auth apply unchanged to persisted operations, priced with the request\'s variables', async (t) => {

@@ -68,7 +68,8 @@ test('identity comes from connection_init: good, missing, bad, expired, wrong ty
   const refusals: [Record<string, unknown>, RegExp][] = [
     [{ authToken: 'Bearer not-a-jwt' }, /^Forbidden: Malformed bearer token/],
     [{ authToken: `Bearer ${token('2').slice(0, -2)}xx` }, /^Forbidden: Invalid token$/],
-    [{ authToken: token('2') }, /^Forbidden: Invalid Authorization header/],
+    // A bare JWT is accepted (test/clients.test.ts); another scheme is not.
+    [{ authToken: 'Basic dXNlcjpwYXNz' }, /^Forbidden: Invalid Authorization header/],
     [{ authToken: 42 }, /^Forbidden: authToken must be a string/]
   ]
   const expired = createSigner({
