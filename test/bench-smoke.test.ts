@@ -13,7 +13,9 @@ const REPO = new URL('..', import.meta.url).pathname
 const data: BenchData = { users: [{ id: 'u1', token: 't1' }], adminToken: 'a', rooms: ['general'], runId: 'x' }
 
 test('a response carrying GraphQL errors fails the scenario, whatever its HTTP status', async (t) => {
-  const [usersList, userById] = serviceScenarios(data, 'sqlite')
+  const scenarios = serviceScenarios(data, 'sqlite')
+  const usersList = scenarios.find((s) => s.name === 'users-list')
+  const userById = scenarios.find((s) => s.name === 'user-by-id')
   const errorBody = '{"data":null,"errors":[{"message":"Rate limit exceeded","extensions":{"code":"RATE_LIMITED"}}]}'
   t.notOk(usersList!.quickCheck(errorBody), 'the per-response check refuses an errors entry')
   t.notOk(usersList!.quickCheck('{"data":{"users":[]},"errors":[{"message":"x"}]}'), 'partial data with errors is refused too')
