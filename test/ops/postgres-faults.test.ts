@@ -1,4 +1,4 @@
-// PostgreSQL faults as a client sees them through a listening server, and the README's fault table
+// PostgreSQL faults as a client sees them through a listening server, and the fault table of docs/guarantees.md
 // checked against what is observed here: a connection killed under a query (pg_terminate_backend) and
 // an unreachable server both answer SERVICE_UNAVAILABLE, and the service recovers by itself.
 import { test } from 'tap'
@@ -11,10 +11,10 @@ import { gql, listenTestApp } from '../helpers/app.ts'
 import { freshSchema, postgresRelay, TEST_DATABASE_URL } from '../helpers/postgres.ts'
 import { REPO } from '../helpers/server-process.ts'
 
-/** The code the README's fault table gives for the row starting with `phase`. */
-function readmeCodes (phase: string): string[] {
-  const row = readFileSync(`${REPO}/README.md`, 'utf8').split('\n').find((line) => line.startsWith(`| ${phase}`))
-  if (!row) throw new Error(`README: no fault table row for "${phase}"`)
+/** The code the fault table of docs/guarantees.md gives for the row starting with `phase`. */
+function documentedCodes (phase: string): string[] {
+  const row = readFileSync(`${REPO}/docs/guarantees.md`, 'utf8').split('\n').find((line) => line.startsWith(`| ${phase}`))
+  if (!row) throw new Error(`docs/guarantees.md: no fault table row for "${phase}"`)
   return [...row.matchAll(/`([A-Z_]{3,})`/g)].map((m) => m[1]!)
 }
 
@@ -49,7 +49,7 @@ test('a PostgreSQL connection killed under a query: SERVICE_UNAVAILABLE, then se
   t.equal(code(killed.body), 'SERVICE_UNAVAILABLE', 'the query on the killed connection')
   t.equal(killed.body.errors[0].message, 'The database is unavailable; retry shortly')
   t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), undefined, 'the next one is served on a fresh connection')
-  t.same(readmeCodes('PostgreSQL connections killed'), ['SERVICE_UNAVAILABLE'], 'the README\'s fault table says the same')
+  t.same(documentedCodes('PostgreSQL connections killed'), ['SERVICE_UNAVAILABLE'], 'docs/guarantees.md says the same')
 })
 
 test('PostgreSQL unreachable: SERVICE_UNAVAILABLE and readiness 503, served again when it returns', async (t) => {
@@ -62,7 +62,7 @@ test('PostgreSQL unreachable: SERVICE_UNAVAILABLE and readiness 503, served agai
   relay.cut()
   t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), 'SERVICE_UNAVAILABLE')
   t.equal((await fetch(`${url}/health/ready`)).status, 503)
-  t.same(readmeCodes('PostgreSQL unreachable'), ['SERVICE_UNAVAILABLE'], 'the README\'s fault table says the same')
+  t.same(documentedCodes('PostgreSQL unreachable'), ['SERVICE_UNAVAILABLE'], 'docs/guarantees.md says the same')
 
   await relay.restore()
   t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), undefined, 'served again, by itself')
