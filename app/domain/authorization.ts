@@ -27,12 +27,6 @@ export function meets (caller: Caller | null, requirements: readonly AccessRequi
   return requirements.some((r) => (r === 'ADMIN' && caller.role === 'ADMIN') || (r === 'SELF' && ownerId !== null && caller.id === ownerId))
 }
 
-/** Throws "Must be logged in" for anonymous callers and FORBIDDEN for others who do not meet the requirements. */
-export function assertMeets (caller: Caller | null, requirements: readonly AccessRequirement[], ownerId: string | null, what: string): void {
-  requireCaller(caller)
-  if (!meets(caller, requirements, ownerId)) throw forbidden(`Not allowed to ${what}`)
-}
-
 /** A user as `caller` may see it: restricted fields they may not read are null. */
 export function visibleUser (caller: Caller | null, user: UserRow): UserRow {
   const email = meets(caller, RESTRICTED_USER_FIELDS.email, user.id)

@@ -60,7 +60,7 @@ export function formatError (err: unknown, options: FormatOptions): ErrorJson {
   return json
 }
 
-/** Errors Mercurius throws before execution carry the real ones in `errors`. */
+/** Refusals that hold several errors (validation, variables, a subscription that could not start) carry them in `errors`. */
 export function formatThrown (err: unknown, options: FormatOptions): ErrorJson[] {
   const nested = (err as { errors?: unknown[] })?.errors
   if (Array.isArray(nested) && nested.length > 0 && !(err instanceof AppError)) return nested.map((e) => formatError(e, options))

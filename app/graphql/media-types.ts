@@ -10,7 +10,8 @@ import type { ErrorCode } from '../errors.ts'
 
 export const GRAPHQL_RESPONSE = 'application/graphql-response+json'
 const JSON_TYPES = [GRAPHQL_RESPONSE, 'application/graphql+json', 'application/json', 'application/*', '*/*']
-const EVENT_STREAM_TYPES = ['text/event-stream', 'text/*', '*/*']
+/** Only an explicit text/event-stream asks for a stream: a wildcard is answered with JSON. */
+const EVENT_STREAM = ['text/event-stream']
 
 /** The q-value the Accept header gives the first of `types` it names (most specific first); 0 when none. */
 function qualityOf (accept: string | undefined, types: readonly string[]): number {
@@ -30,13 +31,13 @@ function qualityOf (accept: string | undefined, types: readonly string[]): numbe
 
 /** text/event-stream is accepted and strictly preferred over every JSON type. */
 export function prefersEventStream (accept: string | undefined): boolean {
-  const stream = qualityOf(accept, EVENT_STREAM_TYPES.slice(0, 1))
+  const stream = qualityOf(accept, EVENT_STREAM)
   return stream > 0 && stream > Math.max(...JSON_TYPES.map((type) => qualityOf(accept, [type])))
 }
 
 /** text/event-stream is acceptable at all (then a subscription is answered as a stream). */
 export function acceptsEventStream (accept: string | undefined): boolean {
-  return qualityOf(accept, EVENT_STREAM_TYPES.slice(0, 1)) > 0
+  return qualityOf(accept, EVENT_STREAM) > 0
 }
 
 /** The GraphQL-over-HTTP media type is asked for, at least as much as plain application/json. */

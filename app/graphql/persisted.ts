@@ -14,7 +14,7 @@
 // `routes: false`) and answers misses with the message "undefined", hence this module.
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { Kind, parse, specifiedRules, validate, type DocumentNode, type GraphQLSchema, type OperationTypeNode } from 'graphql'
+import { Kind, parse, type DocumentNode, type OperationTypeNode } from 'graphql'
 import type { Redis } from 'ioredis'
 import { AppError } from '../errors.ts'
 import { LruMap } from '../lru-map.ts'
@@ -51,7 +51,7 @@ export interface PersistedQueries {
   resolve (params: GraphQLRequestParams, allowIntrospection?: boolean): Promise<ResolvedDocument>
 }
 
-/** One registered operation. The text is the exact string handed to Mercurius (its cache key). */
+/** One registered operation. The text is the exact string the pipeline plans (its plan cache key). */
 export interface PersistedOperation {
   /** `sha256:<hex>` of the text. */
   id: string
@@ -78,7 +78,7 @@ export function sha256Hex (text: string): string {
 // Documents
 
 /** The single operation of a document, or a reason it cannot be registered. */
-export function singleOperation (document: DocumentNode): { name: string | null; type: OperationTypeNode } | string {
+function singleOperation (document: DocumentNode): { name: string | null; type: OperationTypeNode } | string {
   const operations = document.definitions.filter((d) => d.kind === Kind.OPERATION_DEFINITION)
   if (operations.length === 0) return 'it contains no operation'
   if (operations.length > 1) return `it contains ${operations.length} operations; register one operation per document`
@@ -86,8 +86,11 @@ export function singleOperation (document: DocumentNode): { name: string | null;
   return { name: op.name?.value ?? null, type: op.operation }
 }
 
-/** Parses a registered text: one operation, valid against the schema (when given). Throws a message. */
-export function describeOperation (text: string, schema?: GraphQLSchema): { name: string | null; type: OperationTypeNode } {
+/**
+ * Parses a registered text: it must hold one operation. Throws a message. (Whether the service can run
+ * it, against its schema and limits, is decided when the plugin pins its plan at start.)
+ */
+function describeOperation (text: string): { name: string | null; type: OperationTypeNode } {
   let document: DocumentNode
   try {
     document = parse(text)
@@ -96,10 +99,6 @@ export function describeOperation (text: string, schema?: GraphQLSchema): { name
   }
   const single = singleOperation(document)
   if (typeof single === 'string') throw new Error(single)
-  if (schema) {
-    const errors = validate(schema, document, specifiedRules)
-    if (errors.length > 0) throw new Error(`it is not valid against the schema: ${errors.map((e) => e.message).join('; ')}`)
-  }
   return single
 }
 
@@ -157,9 +156,9 @@ export function emptyManifest (): Manifest {
 
 /**
  * Reads manifest files into one lookup, verifying every hash and that every text is a single
- * operation (valid against `schema` when given). Any problem is a startup error naming the file and id.
+ * operation. Any problem is a startup error naming the file and id.
  */
-export function loadManifests (files: string[], schema?: GraphQLSchema): Manifest {
+export function loadManifests (files: string[]): Manifest {
   const manifest = emptyManifest()
   for (const file of files) {
     const fail = (why: string): never => { throw new Error(`Persisted query manifest ${file}: ${why}`) }
@@ -176,7 +175,7 @@ export function loadManifests (files: string[], schema?: GraphQLSchema): Manifes
       if (wrongId) fail(wrongId)
       let described: { name: string | null; type: OperationTypeNode }
       try {
-        described = describeOperation(entry.text, schema)
+        described = describeOperation(entry.text)
       } catch (err) {
         return fail(`operation "${entry.id}" cannot be registered: ${(err as Error).message}`)
       }

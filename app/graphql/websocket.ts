@@ -157,7 +157,7 @@ class ConnectionState {
   }
 
   /** Ends a stream started for a connection or an operation that is gone; true when it had to. */
-  async dropIfGone (id: string, stream: AsyncIterableIterator<GraphQLAnswer>, stillWanted: boolean): Promise<boolean> {
+  async dropIfGone (stream: AsyncIterableIterator<GraphQLAnswer>, stillWanted: boolean): Promise<boolean> {
     if (stillWanted && !this.closing && !this.closed) return false
     await stream.return?.()
     return true
@@ -215,7 +215,7 @@ export function transportWsServer (options: WebSocketOptions) {
         const { operation, answer } = await options.start({ params: payload as GraphQLRequestParams, transport: 'WS', caller: state.caller, ip: state.ip })
         if (Symbol.asyncIterator in answer) {
           // The client completed the operation, or left, while it was being admitted: start nothing.
-          if (await state.dropIfGone(id, answer, id in ctx.subscriptions)) return [new GraphQLError('The operation ended before it started')]
+          if (await state.dropIfGone(answer, id in ctx.subscriptions)) return [new GraphQLError('The operation ended before it started')]
           state.streams.set(id, answer)
         }
         const started: Started = { answer }
@@ -290,7 +290,7 @@ export function legacyWsConnection (socket: WebSocket, ip: string, options: WebS
       if (!(Symbol.asyncIterator in answer)) {
         await send('data', id, answer)
       } else {
-        if (await state.dropIfGone(id, answer, operations.has(id))) return
+        if (await state.dropIfGone(answer, operations.has(id))) return
         state.streams.set(id, answer)
         for await (const event of answer) await send('data', id, event)
       }
