@@ -99,7 +99,10 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     const status = appError instanceof AppError ? appError.status : 500
     if (status >= 500) request.log.error({ err: error }, 'request failed')
     const body = { errors: [formatError(appError, { production, logInternal: () => {} })] }
+    request.graphqlAnswer = body // counted by metrics when the route is /graphql
     if (appError instanceof AppError) setRefusalHeaders(reply, appError.code, appError.details?.retryAfter)
+    // A refusal is never stored by a cache (some statuses, 404 and 405 among them, are cacheable by default).
+    reply.header('cache-control', 'no-store')
     // In the media type asked for (application/graphql-response+json when preferred), like the route's answers.
     return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(body)
   })

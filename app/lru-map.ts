@@ -20,6 +20,11 @@ export class LruMap<K, V> {
     return entry.value
   }
 
+  /** The value kept for `key`, without counting it as a use (its place in the eviction order stays). */
+  peek (key: K): V | undefined {
+    return this.#map.get(key)?.value
+  }
+
   /** Keeps `value` unless it alone weighs more than the bound (then it is not kept at all). */
   set (key: K, value: V, weight = 0): void {
     this.delete(key)

@@ -15,6 +15,10 @@ declare module 'fastify' {
   interface FastifyInstance {
     metricsRegistry: Registry
   }
+  interface FastifyRequest {
+    /** The GraphQL answer (or batch of answers) sent, as an object: its outcome and error codes are counted once the response is sent. */
+    graphqlAnswer: unknown
+  }
 }
 
 const GRAPHQL_ROUTE = '/graphql'
@@ -165,27 +169,26 @@ export default fp(async function metrics (app: FastifyInstance) {
   // request.routeOptions builds a new object on every read. The executed operation is the one
   // plugins/graphql.ts selected (persisted queries carry no operationName).
 
-  // GraphQL outcomes are read from the response object before it is serialised.
-  const graphqlOutcome = (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (err: null, payload: unknown) => void) => {
-    if (payload !== null && typeof payload === 'object') {
-      const body = payload as { data?: unknown; errors?: { extensions?: { code?: unknown } }[] }
-      const errors = Array.isArray(body.errors) ? body.errors : []
-      const outcome = errors.length === 0 ? 'success' : body.data != null ? 'partial' : 'error'
-      const executed = request.graphqlOperation
-      if (executed) {
-        operations.of(nameLabel(executed.name), executed.type, outcome).count++
-      } else {
-        const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
-        const operation = leadingOperation(params?.query)
-        const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
-        operations.of(nameLabel(operation?.name ?? requestedName), operation?.type ?? 'unknown', outcome).count++
-      }
-      for (const error of errors) {
-        const code = error.extensions?.code
-        errorCodes.of(typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : 'UNKNOWN').count++
-      }
+  // GraphQL outcomes are read from the answer object the route (or the error handler) kept on the
+  // request, once the response is sent: no hook in the way of the response.
+  const countGraphQLAnswer = (request: FastifyRequest) => {
+    const body = request.graphqlAnswer as { data?: unknown; errors?: { extensions?: { code?: unknown } }[] } | null
+    if (body === null || typeof body !== 'object') return
+    const errors = Array.isArray(body.errors) ? body.errors : []
+    const outcome = errors.length === 0 ? 'success' : body.data != null ? 'partial' : 'error'
+    const executed = request.graphqlOperation
+    if (executed) {
+      operations.of(nameLabel(executed.name), executed.type, outcome).count++
+    } else {
+      const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
+      const operation = leadingOperation(params?.query)
+      const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
+      operations.of(nameLabel(operation?.name ?? requestedName), operation?.type ?? 'unknown', outcome).count++
     }
-    done(null, payload)
+    for (const error of errors) {
+      const code = error.extensions?.code
+      errorCodes.of(typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : 'UNKNOWN').count++
+    }
   }
 
   /** Counts one answered request of `route` (a route pattern, or '(unmatched)'). */
@@ -201,11 +204,12 @@ export default fp(async function metrics (app: FastifyInstance) {
 
   app.addHook('onRoute', (route) => {
     const durations = new Map<string, { observe (seconds: number): void }>()
+    const graphql = route.url === GRAPHQL_ROUTE
     route.onResponse = appendRouteHook(route.onResponse, (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
       answered(route.url, durations, request, reply)
+      if (graphql) countGraphQLAnswer(request)
       done()
     })
-    if (route.url === GRAPHQL_ROUTE) route.preSerialization = appendRouteHook(route.preSerialization, graphqlOutcome)
   })
   // Unmatched URLs (no route, so none of the hooks above) share one label: raw URLs would make the label set unbounded.
   const unmatchedDurations = new Map<string, { observe (seconds: number): void }>()
@@ -215,6 +219,7 @@ export default fp(async function metrics (app: FastifyInstance) {
   })
 
   app.decorate('metricsRegistry', registry)
+  app.decorateRequest('graphqlAnswer', null)
 
   const port = app.config.metricsPort
   if (port === null) {

@@ -3,10 +3,11 @@
 // Request → identity → request budget (route hooks) → the admission pipeline (app/graphql/pipeline.ts:
 // document, plan, checks, cost, execution under the deadline) → the interface's response shape.
 import fp from 'fastify-plugin'
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { AppError } from '../app/errors.ts'
 import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from '../app/graphql/error-format.ts'
 import { noPersistedQueries, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
+import type { CostReport } from '../app/graphql/context.ts'
 import { createHttpCache } from '../app/graphql/http-cache.ts'
 import { acceptsEventStream, jsonAnswerType, prefersEventStream, setRefusalHeaders, wantsGraphQLResponse } from '../app/graphql/media-types.ts'
 
@@ -43,13 +44,6 @@ function firstError (body: GraphQLResponseBody): ErrorJson | undefined {
   return body.errors?.[0]
 }
 
-function send (request: FastifyRequest, reply: FastifyReply, body: GraphQLResponseBody) {
-  const status = statusFor(request, body)
-  const first = firstError(body)
-  if (status !== 200 && first) setRefusalHeaders(reply, first.extensions.code, first.extensions.retryAfter)
-  return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(body)
-}
-
 /** graphql-sse's single connection mode (a PUT reserving a stream, then operations naming its token) is not served. */
 const SINGLE_CONNECTION_REFUSED = 'graphql-sse single connection mode is not supported: use distinct connections mode (the client\'s default, singleConnection: false) or WebSocket'
 
@@ -67,6 +61,31 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   if (!app.hasDecorator('persistedQueries')) app.decorate('persistedQueries', noPersistedQueries(config.persistedOnly))
 
   const pipeline = app.graphqlPipeline
+
+  // The answer is serialised here, once, and held to the answer cap on its length: an answer over
+  // the cap is replaced by an error before any byte of it is written. (Sending a string, the route
+  // needs no serialisation or onSend hook.) The object sent is kept for metrics.
+  const maxAnswer = config.limits.maxResponseBytes
+  function serialize (request: FastifyRequest, answer: GraphQLResponseBody | GraphQLResponseBody[]): string {
+    const json = JSON.stringify(answer)
+    if (json.length <= maxAnswer) {
+      request.graphqlAnswer = answer
+      return json
+    }
+    const error = new AppError('RESPONSE_TOO_LARGE', `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`, { maxResponseBytes: maxAnswer })
+    const replaced = { errors: [formatError(error, app.graphqlErrorOptions)] }
+    request.graphqlAnswer = replaced
+    return JSON.stringify(replaced)
+  }
+
+  /** The answer with its status, refusal headers and media type; the status is returned for the caller's caching decision. */
+  function send (request: FastifyRequest, reply: FastifyReply, body: GraphQLResponseBody): FastifyReply {
+    const status = statusFor(request, body)
+    const first = firstError(body)
+    if (status !== 200 && first) setRefusalHeaders(reply, first.extensions.code, first.extensions.retryAfter)
+    return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(serialize(request, body))
+  }
+
   /**
    * Admits and runs one operation through the pipeline; every refusal answers in the interface's shape.
    * `paidByRequest` false: an operation of a batch beyond the first, which spends a request of its own.
@@ -95,7 +114,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     const answers = batch.map((params, i) => (params !== null && typeof params === 'object' && !Array.isArray(params))
       ? answer(request, params as GraphQLRequestParams, i === 0)
       : Promise.resolve<GraphQLResponseBody>({ errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), app.graphqlErrorOptions) }))
-    return reply.code(200).type(jsonAnswerType(request.headers.accept)).send(await Promise.all(answers))
+    return reply.code(200).type(jsonAnswerType(request.headers.accept)).send(serialize(request, await Promise.all(answers)))
   }
 
   /**
@@ -108,39 +127,29 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     return acceptsEventStream(accept) && await pipeline.operationType(params, request.caller) === 'subscription'
   }
 
-  // Route hooks are synchronous (callback style): no promise per request for checks that never wait.
-  const requireJson: onRequestHookHandler = (request, _reply, done) => {
-    // Only JSON bodies: a form, multipart or text/plain POST can be sent cross-site without a preflight (CSRF).
-    const type = request.headers['content-type']
-    if (!type || !JSON_TYPE.test(type)) return done(new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json'))
-    done()
-  }
-
-  const identify: onRequestHookHandler = (request, _reply, done) => {
+  // Route hooks are synchronous (callback style), one per route: no promise and no extra hook turn
+  // per request for checks that never wait.
+  /** The checks every /graphql request gets, then who is calling; the refusal, if any. */
+  const identified = (request: FastifyRequest): AppError | undefined => {
+    if (request.headers['x-graphql-event-stream-token'] !== undefined) return new AppError('BAD_REQUEST', SINGLE_CONNECTION_REFUSED)
     // A WebSocket's identity comes from its connection_init message, not from the upgrade request.
-    if (request.ws) return done()
+    if (request.ws) return undefined
     try {
       request.caller = app.authenticate(request.headers.authorization)
     } catch (err) {
-      return done(err as AppError)
+      return err as AppError
     }
-    done()
+    return undefined
   }
-
-  // The answer's size, measured on the JSON Fastify serialised (no second serialisation): an answer
-  // over the cap is replaced by an error before any byte of it is written.
-  const maxAnswer = config.limits.maxResponseBytes
-  const capAnswer: onSendHookHandler = (_request, _reply, payload, done) => {
-    if (typeof payload !== 'string' || payload.length <= maxAnswer) return done(null, payload)
-    const error = new AppError('RESPONSE_TOO_LARGE', `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`, { maxResponseBytes: maxAnswer })
-    done(null, JSON.stringify({ errors: [formatError(error, app.graphqlErrorOptions)] }))
+  const checkPost: onRequestHookHandler = (request, _reply, done) => {
+    // Only JSON bodies: a form, multipart or text/plain POST can be sent cross-site without a preflight (CSRF).
+    const type = request.headers['content-type']
+    if (!type || !JSON_TYPE.test(type)) return done(new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json'))
+    done(identified(request))
   }
+  const checkGet: onRequestHookHandler = (request, _reply, done) => done(identified(request))
 
-  const refuseSingleConnection: onRequestHookHandler = (request, _reply, done) => {
-    done(request.headers['x-graphql-event-stream-token'] === undefined ? undefined : new AppError('BAD_REQUEST', SINGLE_CONNECTION_REFUSED))
-  }
-
-  app.post('/graphql', { onRequest: [requireJson, refuseSingleConnection, identify], onSend: capAnswer }, async (request, reply) => {
+  app.post('/graphql', { onRequest: checkPost }, async (request, reply) => {
     const body = request.body
     if (Array.isArray(body)) return answerBatch(request, reply, body)
     if (body === null || typeof body !== 'object') throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
@@ -157,20 +166,35 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     throw new AppError('METHOD_NOT_ALLOWED', SINGLE_CONNECTION_REFUSED)
   })
 
-  const getCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries })
+  const httpCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries })
   // Also the WebSocket endpoint: plugins/subscriptions.ts attaches the subscription transport to this route.
   // No preflight-forcing header is required (urql, CDN warmers and curl send none): a GET runs queries
   // only, cookies are never read, and the one credential, Authorization, is itself a header a page on
   // another origin cannot send without a preflight that CORS_ORIGINS answers. So a GET a page can
   // forge is an anonymous read whose answer that page cannot see: no cross-site request forgery.
-  app.get('/graphql', { onRequest: [refuseSingleConnection, identify], ...getCache, onSend: [capAnswer].concat(getCache.onSend ?? []) }, async (request, reply) => {
+  app.get('/graphql', { onRequest: checkGet }, async (request, reply) => {
+    if (httpCache.answeredNotModified(request, reply)) return reply
     const query = request.query as Record<string, unknown>
-    return send(request, reply, await answer(request, {
+    const body = await answer(request, {
       ...query,
       variables: parseJsonParam(query.variables, 'variables'),
       extensions: parseJsonParam(query.extensions, 'extensions')
-    }))
+    })
+    if (body.errors !== undefined || statusFor(request, body) !== 200) {
+      httpCache.uncacheable(reply)
+      return send(request, reply, body)
+    }
+    // A cacheable answer carries no rate-limit window state: a cached copy is replayed later (to
+    // other callers when public), and unchanged data then gives the same bytes, hence the same ETag.
+    const cost = body.extensions?.cost as CostReport | undefined
+    if (cost) body.extensions = { cost: { requested: cost.requested, budget: cost.budget } }
+    const type = jsonAnswerType(request.headers.accept)
+    const json = serialize(request, body)
+    if (request.graphqlAnswer !== body) { // replaced: over the answer cap
+      httpCache.uncacheable(reply)
+      return reply.code(200).type(type).send(json)
+    }
+    if (httpCache.cacheable(request, reply, json, type)) return reply.code(304).send()
+    return reply.code(200).type(type).send(json)
   })
 }, { name: 'graphql-routes', dependencies: ['graphql', 'auth', 'subscriptions'] })
-
-export { send as sendGraphQL }

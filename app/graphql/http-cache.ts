@@ -1,4 +1,4 @@
-// HTTP caching of persisted GET /graphql responses (mobile clients' hottest path), as route hooks:
+// HTTP caching of persisted GET /graphql responses (mobile clients' hottest path):
 // - a successful answer (200, no errors) carries a strong ETag (sha256 of the exact bytes and media
 //   type), Cache-Control `public, max-age=N` for anonymous callers or `private, max-age=N` when an
 //   Authorization header is present, and `Vary: Accept, Authorization`; anything else is `no-store`;
@@ -12,9 +12,8 @@
 // cached copy is replayed later, to other callers when public, when that number is no longer true;
 // without it, unchanged data gives byte-identical answers and so the same ETag.
 import { hash } from 'node:crypto'
-import type { FastifyReply, FastifyRequest, RouteShorthandOptions } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import { LruMap } from '../lru-map.ts'
-import type { CostReport } from './context.ts'
 
 export interface HttpCacheOptions {
   maxAgeSec: number
@@ -26,7 +25,21 @@ interface Remembered {
   expires: number
 }
 
-type Hooks = Pick<RouteShorthandOptions, 'preHandler' | 'preSerialization' | 'onSend'>
+/**
+ * Called by the GET route itself, not as route hooks: persisted GETs are the hottest path, and a
+ * hook that merely forwards the payload costs a hook turn on every request.
+ */
+export interface HttpCache {
+  /** Before executing: answers 304 (and returns true) when this instance answered the same request with the ETag the client holds, less than max-age ago. */
+  answeredNotModified (request: FastifyRequest, reply: FastifyReply): boolean
+  /**
+   * A successful answer's JSON, as sent: sets its ETag and caching headers and remembers the ETag;
+   * returns true when the client's If-None-Match names it (the route then answers 304 without a body).
+   */
+  cacheable (request: FastifyRequest, reply: FastifyReply, json: string, contentType: string): boolean
+  /** Any other answer (errors, refusals): never stored. */
+  uncacheable (reply: FastifyReply): void
+}
 
 /** Whether an If-None-Match value names `etag` (weak comparison, as RFC 9110 requires for it). */
 export function ifNoneMatchHits (header: string | undefined, etag: string): boolean {
@@ -38,15 +51,10 @@ export function ifNoneMatchHits (header: string | undefined, etag: string): bool
   })
 }
 
-/** A WebSocket upgrade that happened (not merely a GET carrying an Upgrade header, which is answered like any GET). */
-function isUpgrade (request: FastifyRequest): boolean {
-  return request.ws
-}
-
-export function createHttpCache (options: HttpCacheOptions): Hooks {
+export function createHttpCache (options: HttpCacheOptions): HttpCache {
   const { maxAgeSec } = options
   const remembered = new LruMap<string, Remembered>(maxAgeSec > 0 ? options.maxEntries : 0)
-  const cacheable = new WeakSet<FastifyRequest>()
+  const cacheControl = { public: maxAgeSec > 0 ? `public, max-age=${maxAgeSec}` : 'public, no-cache', private: maxAgeSec > 0 ? `private, max-age=${maxAgeSec}` : 'private, no-cache' }
 
   const keyOf = (request: FastifyRequest) => {
     const caller = request.caller
@@ -54,49 +62,39 @@ export function createHttpCache (options: HttpCacheOptions): Hooks {
   }
 
   const setCacheHeaders = (request: FastifyRequest, reply: FastifyReply, etag: string) => {
-    const scope = request.headers.authorization ? 'private' : 'public'
     const vary = reply.getHeader('vary')
     reply.header('etag', etag)
-    reply.header('cache-control', maxAgeSec > 0 ? `${scope}, max-age=${maxAgeSec}` : `${scope}, no-cache`)
+    reply.header('cache-control', request.headers.authorization ? cacheControl.private : cacheControl.public)
     reply.header('vary', vary ? `${String(vary)}, Accept, Authorization` : 'Accept, Authorization')
   }
 
-  // Callback-style hooks: persisted GETs are the hottest path, and none of these steps waits for anything.
   return {
-    // After identification (the caller is part of the key), before anything executes.
-    preHandler (request, reply, done) {
+    answeredNotModified (request, reply) {
       const ifNoneMatch = request.headers['if-none-match']
-      if (!ifNoneMatch || isUpgrade(request)) return done()
+      if (!ifNoneMatch) return false
       const known = remembered.get(keyOf(request))
-      if (!known || known.expires <= Date.now() || !ifNoneMatchHits(ifNoneMatch, known.etag)) return done()
+      if (!known || known.expires <= Date.now() || !ifNoneMatchHits(ifNoneMatch, known.etag)) return false
       setCacheHeaders(request, reply, known.etag)
-      reply.code(304).send() // answered here: the handler does not run
+      reply.code(304).send()
+      return true
     },
 
-    preSerialization (request, reply, payload: unknown, done) {
-      const body = payload as { errors?: unknown[]; extensions?: { cost?: CostReport | Omit<CostReport, 'remaining'> } } | null
-      if (reply.statusCode !== 200 || body === null || typeof body !== 'object' || body.errors !== undefined) return done(null, payload)
-      cacheable.add(request)
-      // The body is this request's own object (routes/graphql.ts builds it per response): replaced in place.
-      const cost = body.extensions?.cost
-      if (cost !== undefined && 'remaining' in cost) body.extensions!.cost = { requested: cost.requested, budget: cost.budget }
-      done(null, body)
-    },
-
-    onSend (request, reply, payload, done) {
-      if (reply.statusCode === 304 || isUpgrade(request)) return done(null, payload)
-      if (!cacheable.has(request) || typeof payload !== 'string') {
-        reply.header('cache-control', 'no-store')
-        return done(null, payload)
-      }
-      const etag = `"${hash('sha256', `${String(reply.getHeader('content-type'))}\n${payload}`, 'base64url')}"`
+    cacheable (request, reply, json, contentType) {
+      const etag = `"${hash('sha256', `${contentType}\n${json}`, 'base64url')}"`
       setCacheHeaders(request, reply, etag)
-      if (maxAgeSec > 0) remembered.set(keyOf(request), { etag, expires: Date.now() + maxAgeSec * 1000 })
-      if (ifNoneMatchHits(request.headers['if-none-match'], etag)) {
-        reply.code(304)
-        return done(null, '')
+      if (maxAgeSec > 0) {
+        const key = keyOf(request)
+        const expires = Date.now() + maxAgeSec * 1000
+        // The same bytes again (the usual case): the entry is extended in place, without reordering the map.
+        const known = remembered.peek(key)
+        if (known?.etag === etag) known.expires = expires
+        else remembered.set(key, { etag, expires })
       }
-      done(null, payload)
+      return ifNoneMatchHits(request.headers['if-none-match'], etag)
+    },
+
+    uncacheable (reply) {
+      reply.header('cache-control', 'no-store')
     }
   }
 }
