@@ -121,10 +121,12 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
    * Whether a POST is answered as an event stream (graphql-sse): when the client prefers one, or when
    * it accepts one and the operation is a subscription (urql's default Accept lists both).
    */
-  async function answersAsEventStream (request: FastifyRequest, params: GraphQLRequestParams): Promise<boolean> {
+  function answersAsEventStream (request: FastifyRequest, params: GraphQLRequestParams): boolean | Promise<boolean> {
     const accept = request.headers.accept
+    // Most POSTs accept no event stream: decided without a promise.
+    if (!acceptsEventStream(accept)) return false
     if (prefersEventStream(accept)) return true
-    return acceptsEventStream(accept) && await pipeline.operationType(params, request.caller) === 'subscription'
+    return pipeline.operationType(params, request.caller).then((type) => type === 'subscription')
   }
 
   // Route hooks are synchronous (callback style), one per route: no promise and no extra hook turn
@@ -155,7 +157,8 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     if (body === null || typeof body !== 'object') throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
     const params = body as GraphQLRequestParams
     // Operations over server-sent events (graphql-sse): plugins/subscriptions.ts.
-    if (await answersAsEventStream(request, params)) return app.graphqlEventStream(request, reply)
+    const asEventStream = answersAsEventStream(request, params)
+    if (asEventStream === true || (asEventStream !== false && await asEventStream)) return app.graphqlEventStream(request, reply)
     return send(request, reply, await answer(request, params))
   })
 

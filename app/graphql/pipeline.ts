@@ -239,10 +239,12 @@ const TIMED_OUT: ExecutionResult = {
   errors: [new GraphQLError(Messages.queryTimeout, { extensions: { code: 'TIMEOUT' } })]
 }
 
+/** The execution's result, or TIMED_OUT when the deadline passes first (one promise per request: no race, no finally). */
 function withinDeadline (execution: Promise<ExecutionResult>, timeoutMs: number): Promise<ExecutionResult> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<ExecutionResult>((resolve) => { timer = setTimeout(resolve, timeoutMs, TIMED_OUT) })
-  return Promise.race([execution, timeout]).finally(() => clearTimeout(timer))
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, timeoutMs, TIMED_OUT)
+    execution.then((result) => { clearTimeout(timer); resolve(result) }, (err: unknown) => { clearTimeout(timer); reject(err) })
+  })
 }
 
 /** A stream's values, each mapped (awaited in order); `return()` reaches the source. */
