@@ -6,6 +6,8 @@ export class LruMap<K, V> {
   readonly maxWeight: number
   readonly #map = new Map<K, { value: V; weight: number }>()
   #weight = 0
+  /** The key used or set last: it sits at the end of the Map's order. */
+  #newest: K | undefined
 
   constructor (max: number, maxWeight = Infinity) {
     this.max = max
@@ -15,8 +17,12 @@ export class LruMap<K, V> {
   get (key: K): V | undefined {
     const entry = this.#map.get(key)
     if (entry === undefined) return undefined
-    this.#map.delete(key)
-    this.#map.set(key, entry)
+    // Already the most recently used (a hot key asked for again and again): nothing to reorder.
+    if (key !== this.#newest) {
+      this.#map.delete(key)
+      this.#map.set(key, entry)
+      this.#newest = key
+    }
     return entry.value
   }
 
@@ -30,6 +36,7 @@ export class LruMap<K, V> {
     this.delete(key)
     if (this.max <= 0 || weight > this.maxWeight) return
     this.#map.set(key, { value, weight })
+    this.#newest = key
     this.#weight += weight
     while (this.#map.size > this.max || this.#weight > this.maxWeight) this.delete(this.#map.keys().next().value!)
   }
@@ -39,6 +46,7 @@ export class LruMap<K, V> {
     if (entry === undefined) return
     this.#map.delete(key)
     this.#weight -= entry.weight
+    if (key === this.#newest) this.#newest = undefined
   }
 
   get size (): number { return this.#map.size }

@@ -25,13 +25,14 @@ const VERIFIED_TOKENS_MAX = 10_000
 export default fp(async function auth (app: FastifyInstance) {
   await app.register(fastifyJwt, jwtOptions(app.config.jwt))
 
-  // Verified tokens by their exact text, until their `exp`: a client sends the same token with every
-  // request. (fast-jwt's own cache keys entries by a sha256 of the token, which costs more per request
+  // Verified tokens by the exact Authorization header that carried them, until their `exp`: a client
+  // sends the same header with every request. (fast-jwt's own cache keys entries by a sha256 of the token, which costs more per request
   // than the signature check it saves; a Map keyed by the string itself costs a lookup.) Only tokens
   // that passed every check are kept, and a kept caller is frozen, so no request can alter another's.
   const verified = new Map<string, { caller: Caller; expiresAt: number }>()
 
-  function verify (token: string): Caller {
+  /** Checks a token; a token that passes is remembered under the header that carried it, until its `exp`. */
+  function verify (token: string, header: string): Caller {
     let claims: { sub?: unknown; role?: unknown; exp?: unknown }
     try {
       claims = app.jwt.verify(token)
@@ -47,13 +48,17 @@ export default fp(async function auth (app: FastifyInstance) {
     const caller: Caller = Object.freeze({ id: claims.sub, role: role as Role, ...(expiresAt !== undefined ? { expiresAt } : {}) })
     if (expiresAt !== undefined) {
       if (verified.size >= VERIFIED_TOKENS_MAX) verified.delete(verified.keys().next().value!)
-      verified.set(token, { caller, expiresAt })
+      verified.set(header, { caller, expiresAt })
     }
     return caller
   }
 
   app.decorate('authenticate', function authenticate (authorization: string | undefined): Caller | null {
     if (authorization === undefined || authorization === '') return null
+    // A header seen before, whose token passed every check (the usual case: a client sends the same
+    // header with every request): one lookup by the header as received, no parsing.
+    const seen = verified.get(authorization)
+    if (seen !== undefined && seen.expiresAt > Date.now()) return seen.caller
     // The scheme name is case-insensitive (RFC 7235): "bearer", "BEARER" are "Bearer".
     const match = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/i.exec(authorization)
     if (!match) {
@@ -62,13 +67,8 @@ export default fp(async function auth (app: FastifyInstance) {
         ? 'Malformed bearer token: a JWT is three base64url parts separated by dots'
         : 'Invalid Authorization header: expected "Bearer <token>"')
     }
-    const token = match[1]!
-    const known = verified.get(token)
-    if (known !== undefined) {
-      if (known.expiresAt > Date.now()) return known.caller
-      verified.delete(token)
-    }
-    return verify(token)
+    if (seen !== undefined) verified.delete(authorization) // expired
+    return verify(match[1]!, authorization)
   })
   app.decorateRequest('caller', null)
 }, { name: 'auth', dependencies: ['config'] })
