@@ -1,5 +1,6 @@
 import fp from 'fastify-plugin'
 import type { FastifyInstance } from 'fastify'
+import { withinDeadline } from '../app/domain/context.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -12,6 +13,8 @@ declare module 'fastify' {
  * Liveness: the process answers. Readiness: every dependency answers within a second, so a load
  * balancer stops sending traffic to an instance whose store or Redis is gone, and resumes by itself.
  */
+const TIMED_OUT = Symbol('timed out')
+
 export default fp(async function health (app: FastifyInstance) {
   app.decorate('readinessChecks', new Map<string, () => Promise<void>>([['store', () => app.store.ping()]]))
   let closing = false
@@ -23,7 +26,7 @@ export default fp(async function health (app: FastifyInstance) {
     const checks: Record<string, 'ok' | string> = {}
     await Promise.all([...app.readinessChecks].map(async ([name, check]) => {
       try {
-        await Promise.race([check(), new Promise((_resolve, reject) => setTimeout(reject, 1000, new Error('timed out'))).catch((e) => { throw e })])
+        if (await withinDeadline(check(), 1000, TIMED_OUT) === TIMED_OUT) throw new Error('timed out')
         checks[name] = 'ok'
       } catch (err) {
         checks[name] = `failing: ${(err as Error).message}`

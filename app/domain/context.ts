@@ -43,3 +43,15 @@ export function createDomainContext (deps: DomainDeps, caller: Caller | null, de
 export function assertBeforeDeadline (ctx: DomainContext): void {
   if (Date.now() > ctx.deadline) throw new AppError('TIMEOUT', Messages.queryTimeout)
 }
+
+/**
+ * Settles as `work` does, or with `onTimeout` once `ms` have passed first: one timer and one promise,
+ * the timer cleared as soon as the work settles. (A timer cannot interrupt synchronous work: that is
+ * bounded by the cost budgets instead.)
+ */
+export function withinDeadline<T, U> (work: Promise<T>, ms: number, onTimeout: U): Promise<T | U> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms, onTimeout)
+    work.then((value) => { clearTimeout(timer); resolve(value) }, (err: unknown) => { clearTimeout(timer); reject(err) })
+  })
+}

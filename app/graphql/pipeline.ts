@@ -20,7 +20,7 @@ import type { CompiledQuery } from 'graphql-jit'
 import { AppError, Messages } from '../errors.ts'
 import { LruMap } from '../lru-map.ts'
 import { assertWithinCaps } from '../domain/input.ts'
-import { createDomainContext, type Caller, type DomainDeps } from '../domain/context.ts'
+import { createDomainContext, withinDeadline, type Caller, type DomainDeps } from '../domain/context.ts'
 import type { Config } from '../config.ts'
 import type { CostReport, GraphQLContext } from './context.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
@@ -217,7 +217,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
       const deadline = Date.now() + limits.timeoutMs
       const result = admission.compiled.query(undefined, contextOf(admission, deadline), admission.variables)
       // Synchronous results (no resolver waited) are complete; only a pending one races the deadline.
-      return result instanceof Promise ? withinDeadline(result, limits.timeoutMs) : Promise.resolve(result)
+      return result instanceof Promise ? withinDeadline(result, limits.timeoutMs, TIMED_OUT) : Promise.resolve(result)
     },
     async subscribe (admission) {
       // No deadline applies to a stream; each event is resolved with fresh loaders (see the messageAdded resolver).
@@ -237,14 +237,6 @@ export function createPipeline (options: PipelineOptions): Pipeline {
 const TIMED_OUT: ExecutionResult = {
   data: null,
   errors: [new GraphQLError(Messages.queryTimeout, { extensions: { code: 'TIMEOUT' } })]
-}
-
-/** The execution's result, or TIMED_OUT when the deadline passes first (one promise per request: no race, no finally). */
-function withinDeadline (execution: Promise<ExecutionResult>, timeoutMs: number): Promise<ExecutionResult> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(resolve, timeoutMs, TIMED_OUT)
-    execution.then((result) => { clearTimeout(timer); resolve(result) }, (err: unknown) => { clearTimeout(timer); reject(err) })
-  })
 }
 
 /** A stream's values, each mapped (awaited in order); `return()` reaches the source. */

@@ -5,7 +5,7 @@
 // declared action must agree → WS-Security (a message that authenticates nobody spends its address's
 // request budget) → the partner's request budget → arguments (typed, capped) → the partner's cost
 // units → domain → response.
-import { createDomainContext, type Caller, type Events } from '../../app/domain/context.ts'
+import { createDomainContext, withinDeadline, type Caller, type Events } from '../../app/domain/context.ts'
 import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
 import { AppError, Messages, badInput } from '../../app/errors.ts'
 import type { Store, UserRow } from '../../app/store/types.ts'
@@ -153,6 +153,9 @@ function resultXml (result: Result, output: Field[], userFields: Field[]): strin
   return xml
 }
 
+/** What an operation's run settles with when the deadline passed first. */
+const TIMED_OUT = Symbol('timed out')
+
 export function createSoapService (options: SoapServiceOptions) {
   const { store, events, caps, cursorKey, timeoutMs, wsSecurity } = options
   const pricing = { maxPageSize: caps.maxPageSize, mutationCost: options.mutationCost }
@@ -209,16 +212,9 @@ export function createSoapService (options: SoapServiceOptions) {
 
     const deadline = Date.now() + timeoutMs
     const ctx = createDomainContext({ store, events, caps, cursorKey }, caller, deadline)
-    let timer: NodeJS.Timeout | undefined
-    const timeout = new Promise<never>((_resolve, reject) => {
-      timer = setTimeout(() => reject(new AppError('TIMEOUT', Messages.queryTimeout)), timeoutMs)
-    })
-    try {
-      const result = await Promise.race([operation.run(ctx, args), timeout])
-      return `<${operation.name}Response xmlns="${escapeXml(namespace)}">${resultXml(result, operation.output, version.userFields)}</${operation.name}Response>`
-    } finally {
-      clearTimeout(timer)
-    }
+    const result = await withinDeadline(operation.run(ctx, args), timeoutMs, TIMED_OUT)
+    if (result === TIMED_OUT) throw new AppError('TIMEOUT', Messages.queryTimeout)
+    return `<${operation.name}Response xmlns="${escapeXml(namespace)}">${resultXml(result, operation.output, version.userFields)}</${operation.name}Response>`
   }
 
   /** Answers one SOAP request of `version`; faults are responses too. `onInternalError` sees unexpected errors. */
