@@ -18,6 +18,14 @@ test('liveness and readiness; readiness reflects a failing store', async (t) => 
   const notReady = await fetch(`${url}/health/ready`)
   t.equal(notReady.status, 503)
   t.match(await notReady.json(), { status: 'not ready', checks: { store: 'failing: database is down' } })
+
+  // A dependency that does not answer at all fails its check after a second, not never.
+  store.ping = () => new Promise(() => {})
+  const started = Date.now()
+  const hanging = await fetch(`${url}/health/ready`)
+  t.equal(hanging.status, 503)
+  t.match(await hanging.json(), { status: 'not ready', checks: { store: 'failing: timed out' } })
+  t.ok(Date.now() - started < 2000, 'answered after the one-second check deadline')
 })
 
 async function appLoggingTo (t: TestLike, level: string) {

@@ -318,3 +318,15 @@ test('node-soap of a throttled partner still loads the WSDL, and its call is ref
   t.equal(err?.response?.status, 429)
   t.match(err?.body, '<f:code>RATE_LIMITED</f:code>')
 })
+
+test('an operation past QUERY_TIMEOUT_MS answers a TIMEOUT fault promptly, and writes nothing after the deadline', async (t) => {
+  const { url, store } = await listenSoapApp(t, { ...ENV, QUERY_TIMEOUT_MS: '200' })
+  const usersByIds = store.usersByIds.bind(store)
+  store.usersByIds = async (ids) => { await new Promise((r) => setTimeout(r, 1000)); return usersByIds(ids) }
+  const started = Date.now()
+  const response = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER), H11)
+  t.ok(Date.now() - started < 800, `answered at the deadline (${Date.now() - started} ms), not when the read finished`)
+  t.equal(response.status, 500)
+  t.match(readFault(response.text), { soapVersion: '1.1', code: 'soap:Server', errorCode: 'TIMEOUT' })
+  t.match(response.text, '<faultstring>Query timeout</faultstring>')
+})
