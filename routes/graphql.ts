@@ -62,13 +62,15 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
 
   const pipeline = app.graphqlPipeline
 
-  // The answer is serialised here, once, and held to the answer cap on its length: an answer over
+  // The answer is serialised here, once, and held to the answer cap in UTF-8 bytes: an answer over
   // the cap is replaced by an error before any byte of it is written. (Sending a string, the route
   // needs no serialisation or onSend hook.) The object sent is kept for metrics.
   const maxAnswer = config.limits.maxResponseBytes
+  // A UTF-16 unit is 1 to 3 bytes in UTF-8: only a length between the two bounds needs counting.
+  const withinCap = (json: string) => json.length * 3 <= maxAnswer || (json.length <= maxAnswer && Buffer.byteLength(json) <= maxAnswer)
   function serialize (request: FastifyRequest, answer: GraphQLResponseBody | GraphQLResponseBody[]): string {
     const json = JSON.stringify(answer)
-    if (json.length <= maxAnswer) {
+    if (withinCap(json)) {
       request.graphqlAnswer = answer
       return json
     }
@@ -78,7 +80,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     return JSON.stringify(replaced)
   }
 
-  /** The answer with its status, refusal headers and media type; the status is returned for the caller's caching decision. */
+  /** Sends an answer with its status, refusal headers and media type. */
   function send (request: FastifyRequest, reply: FastifyReply, body: GraphQLResponseBody): FastifyReply {
     const status = statusFor(request, body)
     const first = firstError(body)

@@ -82,6 +82,16 @@ test('the answer is capped in bytes: a larger one is replaced by RESPONSE_TOO_LA
   t.notOk(large.body.data)
 })
 
+test('the answer cap counts UTF-8 bytes, not characters', async (t) => {
+  const { url, store } = await listenTestApp(t, { MAX_RESPONSE_BYTES: '2048' }, { demo: false })
+  // 12 names of 60 three-byte characters: about 900 characters of JSON, but over 2300 bytes.
+  await store.insertUsers(Array.from({ length: 12 }, (_, i) => ({ name: '漢'.repeat(60), email: `kanji${i}@example.com` })))
+  const answer = await gql(url, '{ users(limit: 12) { name } }')
+  t.match(answer.body, { errors: [{ extensions: { code: 'RESPONSE_TOO_LARGE', maxResponseBytes: 2048 } }] })
+  const fits = await gql(url, '{ users(limit: 5) { name } }')
+  t.equal(fits.body.data.users.length, 5, 'five such names fit')
+})
+
 test('malformed operations get clear codes, never INTERNAL_SERVER_ERROR', async (t) => {
   const { url } = await listenTestApp(t)
   const subscriptionByPost = await gql(url, 'subscription { count(target: 2) }')
