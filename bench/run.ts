@@ -496,7 +496,7 @@ async function main (): Promise<number> {
       }
       for (const row of rows) (row.name === 'limit' ? limits : results).push(row)
     }
-    for (const r of results.slice(-4)) {
+    for (const r of results) {
       if (r.logged) continue
       r.logged = true
       log(`    → ${r.name}: ${r.status}${r.rps !== undefined ? `, ${Math.round(r.rps)} ${r.name === 'subscription-fanout' ? 'deliveries' : 'req'}/s` : ''}${r.ratioToRest != null ? `, ${r.ratioToRest.toFixed(2)} × rest` : ''}${r.reason ? ` (${r.reason})` : ''}`)
