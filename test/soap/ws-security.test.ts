@@ -7,6 +7,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { test } from 'tap'
 import soap from 'soap'
 import { createPartnerAccount } from '../../app/auth/create-partner.ts'
+import { memoryNonceCache } from '../../routes/soap/ws-security.ts'
 import { WSSE, WSU, envelope, listenSoapApp, post, readFault, textToken } from './helpers.ts'
 
 const ENV = { SOAP_PUBLIC_URL: 'http://localhost:0', SOAP_NAMESPACE_BASE: 'http://localhost:0' }
@@ -142,4 +143,16 @@ test('a refusal costs one password verification whether the login exists or not'
 
   const ok = await post(`${url}/v1/UserService`, envelope('1.1', GET_USER, textToken('partner', 's3cret')), H11)
   t.equal(ok.status, 200, 'the right password still passes')
+})
+
+test('the in-process nonce cache fails closed when full of live nonces, and frees expired ones', async (t) => {
+  const cache = memoryNonceCache(3)
+  t.equal(await cache.claim('a', 1000, 0), true)
+  t.equal(await cache.claim('a', 1000, 10), false, 'a replay within its lifetime')
+  t.equal(await cache.claim('b', 1000, 20), true)
+  t.equal(await cache.claim('c', 1000, 30), true)
+  await t.rejects(cache.claim('d', 1000, 40), { code: 'SERVICE_UNAVAILABLE', message: 'Too many WS-Security nonces in flight; retry later' }, 'full: refused rather than forget a live nonce')
+  t.equal(await cache.claim('a', 1000, 40), false, 'the live nonces are all still remembered')
+  t.equal(await cache.claim('d', 1000, 1005), true, 'once the oldest expired, a new nonce fits')
+  t.equal(await cache.claim('a', 1000, 1025), true, 'an expired nonce is forgotten (and b, expired too, made room)')
 })
