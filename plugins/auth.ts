@@ -26,9 +26,10 @@ export default fp(async function auth (app: FastifyInstance) {
   await app.register(fastifyJwt, jwtOptions(app.config.jwt))
 
   // Verified tokens by the exact Authorization header that carried them, until their `exp`: a client
-  // sends the same header with every request. (fast-jwt's own cache keys entries by a sha256 of the token, which costs more per request
-  // than the signature check it saves; a Map keyed by the string itself costs a lookup.) Only tokens
-  // that passed every check are kept, and a kept caller is frozen, so no request can alter another's.
+  // sends the same header with every request. (fast-jwt's own cache keys entries by a sha256 of the
+  // token, which costs more per request than the signature check it saves; a Map keyed by the string
+  // itself costs a lookup.) Only tokens that passed every check are kept, and a kept caller is frozen,
+  // so no request can alter another's.
   const verified = new Map<string, { caller: Caller; expiresAt: number }>()
 
   /** Checks a token; a token that passes is remembered under the header that carried it, until its `exp`. */

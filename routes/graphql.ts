@@ -68,16 +68,17 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   const maxAnswer = config.limits.maxResponseBytes
   // A UTF-16 unit is 1 to 3 bytes in UTF-8: only a length between the two bounds needs counting.
   const withinCap = (json: string) => json.length * 3 <= maxAnswer || (json.length <= maxAnswer && Buffer.byteLength(json) <= maxAnswer)
-  function serialize (request: FastifyRequest, answer: GraphQLResponseBody | GraphQLResponseBody[]): string {
+  /** The JSON sent for an answer; `fits` false when the answer was over the cap and replaced by its error. */
+  function serialize (request: FastifyRequest, answer: GraphQLResponseBody | GraphQLResponseBody[]): { json: string; fits: boolean } {
     const json = JSON.stringify(answer)
     if (withinCap(json)) {
       request.graphqlAnswer = answer
-      return json
+      return { json, fits: true }
     }
     const error = new AppError('RESPONSE_TOO_LARGE', `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`, { maxResponseBytes: maxAnswer })
     const replaced = { errors: [formatError(error, app.graphqlErrorOptions)] }
     request.graphqlAnswer = replaced
-    return JSON.stringify(replaced)
+    return { json: JSON.stringify(replaced), fits: false }
   }
 
   /** Sends an answer with its status, refusal headers and media type. */
@@ -85,7 +86,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     const status = statusFor(request, body)
     const first = firstError(body)
     if (status !== 200 && first) setRefusalHeaders(reply, first.extensions.code, first.extensions.retryAfter)
-    return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(serialize(request, body))
+    return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(serialize(request, body).json)
   }
 
   /**
@@ -116,7 +117,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     const answers = batch.map((params, i) => (params !== null && typeof params === 'object' && !Array.isArray(params))
       ? answer(request, params as GraphQLRequestParams, i === 0)
       : Promise.resolve<GraphQLResponseBody>({ errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), app.graphqlErrorOptions) }))
-    return reply.code(200).type(jsonAnswerType(request.headers.accept)).send(serialize(request, await Promise.all(answers)))
+    return reply.code(200).type(jsonAnswerType(request.headers.accept)).send(serialize(request, await Promise.all(answers)).json)
   }
 
   /**
@@ -194,8 +195,8 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     const cost = body.extensions?.cost as CostReport | undefined
     if (cost) body.extensions = { cost: { requested: cost.requested, budget: cost.budget } }
     const type = jsonAnswerType(request.headers.accept)
-    const json = serialize(request, body)
-    if (request.graphqlAnswer !== body) { // replaced: over the answer cap
+    const { json, fits } = serialize(request, body)
+    if (!fits) {
       httpCache.uncacheable(reply)
       return reply.code(200).type(type).send(json)
     }

@@ -2,6 +2,8 @@ import fp from 'fastify-plugin'
 import type { FastifyInstance } from 'fastify'
 import { withinDeadline } from '../app/domain/context.ts'
 
+const TIMED_OUT = Symbol('timed out')
+
 declare module 'fastify' {
   interface FastifyInstance {
     /** Dependencies that readiness checks besides the store (e.g. Redis), registered by their plugins. */
@@ -13,8 +15,6 @@ declare module 'fastify' {
  * Liveness: the process answers. Readiness: every dependency answers within a second, so a load
  * balancer stops sending traffic to an instance whose store or Redis is gone, and resumes by itself.
  */
-const TIMED_OUT = Symbol('timed out')
-
 export default fp(async function health (app: FastifyInstance) {
   app.decorate('readinessChecks', new Map<string, () => Promise<void>>([['store', () => app.store.ping()]]))
   let closing = false

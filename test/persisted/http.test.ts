@@ -208,3 +208,15 @@ test('a remembered ETag lasts max-age, then the request executes again', async (
   t.equal(later.status, 200)
   t.equal(later.body.data.user.name, 'Ada King')
 })
+
+test('a GET answer over the answer cap is replaced by RESPONSE_TOO_LARGE and never cached', async (t) => {
+  const { url, store } = await listenTestApp(t, { ...ENFORCED, MAX_RESPONSE_BYTES: '1024' })
+  await store.insertUsers(Array.from({ length: 20 }, (_, i) => ({ name: `User number ${i}`, email: `u${i}@example.com` })))
+  const small = await getPersisted(url, USER_BY_ID, { id: '2' })
+  t.ok(small.headers.get('etag'), 'a small answer is cacheable')
+  const large = await getPersisted(url, queryIdOf('Users'), { limit: 20 })
+  t.equal(large.status, 200)
+  t.match(large.body, { errors: [{ extensions: { code: 'RESPONSE_TOO_LARGE', maxResponseBytes: 1024 } }] })
+  t.equal(large.headers.get('cache-control'), 'no-store')
+  t.equal(large.headers.get('etag'), null)
+})
