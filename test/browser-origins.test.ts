@@ -10,7 +10,12 @@ import { launchChromium } from './helpers/chromium.ts'
 async function pageOrigin (t: { teardown (fn: () => unknown): void }): Promise<string> {
   const server: Server = createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>app</title>'))
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())))
+  // The browser keeps its keep-alive connections to the page open until it closes: close them with the
+  // server, or server.close() waits for their idle timeout (about 100 s here).
+  t.teardown(() => new Promise<void>((resolve) => {
+    server.close(() => resolve())
+    server.closeAllConnections()
+  }))
   const address = server.address() as { port: number }
   return `http://127.0.0.1:${address.port}`
 }
