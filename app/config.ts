@@ -192,7 +192,7 @@ const schema = {
     MAX_STRING_LENGTH: { type: 'integer', minimum: 1, default: 1000 },
     MAX_LIST_LENGTH: { type: 'integer', minimum: 1, default: 100 },
     MAX_PAGE_SIZE: { type: 'integer', minimum: 1, default: 100 },
-    MAX_BATCH_SIZE: { type: 'integer', minimum: 0, default: 10 },
+    MAX_BATCH_SIZE: { type: 'integer', minimum: 0, default: 0 },
     MAX_COUNT_TARGET: { type: 'integer', minimum: 0, default: 100 },
     RATE_LIMIT_WINDOW_MS: { type: 'integer', minimum: 1000, default: 60000 },
     RATE_LIMIT_REQUESTS: { type: 'integer', minimum: 1, default: 100 },
