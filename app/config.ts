@@ -59,6 +59,13 @@ export interface Config {
     mutationCost: number
     /** Most mutation fields (aliases included) in one operation. */
     maxMutationsPerOperation: number
+    /** Most aliases in one operation, through its fragments. */
+    maxAliases: number
+    /** Most directives on one field, and in one operation. */
+    maxDirectivesPerField: number
+    maxDirectives: number
+    /** Most validation errors in one answer (each validation rule reports its first only). */
+    maxValidationErrors: number
     /** Largest answer (bytes of JSON) an operation may produce; larger ones are refused with RESPONSE_TOO_LARGE. */
     maxResponseBytes: number
     budgets: { anonymous: number; USER: number; ADMIN: number; SERVICE: number }
@@ -184,6 +191,10 @@ const schema = {
     MAX_RESPONSE_BYTES: { type: 'integer', minimum: 1024, default: 8388608 },
     MUTATION_COST: { type: 'integer', minimum: 1, default: 10 },
     MAX_MUTATIONS_PER_OPERATION: { type: 'integer', minimum: 1, default: 10 },
+    MAX_ALIASES: { type: 'integer', minimum: 0, default: 15 },
+    MAX_DIRECTIVES_PER_FIELD: { type: 'integer', minimum: 0, default: 4 },
+    MAX_DIRECTIVES: { type: 'integer', minimum: 0, default: 50 },
+    MAX_VALIDATION_ERRORS: { type: 'integer', minimum: 1, default: 10 },
     COST_BUDGET_ANONYMOUS: { type: 'integer', minimum: 1, default: 1000 },
     COST_BUDGET_USER: { type: 'integer', minimum: 1, default: 10000 },
     COST_BUDGET_ADMIN: { type: 'integer', minimum: 1, default: 100000 },
@@ -386,6 +397,10 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       maxResponseBytes: e.MAX_RESPONSE_BYTES as number,
       mutationCost: e.MUTATION_COST as number,
       maxMutationsPerOperation: e.MAX_MUTATIONS_PER_OPERATION as number,
+      maxAliases: e.MAX_ALIASES as number,
+      maxDirectivesPerField: e.MAX_DIRECTIVES_PER_FIELD as number,
+      maxDirectives: e.MAX_DIRECTIVES as number,
+      maxValidationErrors: e.MAX_VALIDATION_ERRORS as number,
       budgets: {
         anonymous: e.COST_BUDGET_ANONYMOUS as number,
         USER: e.COST_BUDGET_USER as number,

@@ -11,6 +11,8 @@ export const ErrorCodes = {
   DEPTH_LIMIT_EXCEEDED: { status: 400, sender: true },
   COST_LIMIT_EXCEEDED: { status: 400, sender: true },
   MUTATION_LIMIT_EXCEEDED: { status: 400, sender: true },
+  ALIAS_LIMIT_EXCEEDED: { status: 400, sender: true },
+  DIRECTIVE_LIMIT_EXCEEDED: { status: 400, sender: true },
   INTROSPECTION_DISABLED: { status: 400, sender: true },
   PERSISTED_QUERY_NOT_FOUND: { status: 400, sender: true },
   PERSISTED_QUERY_REQUIRED: { status: 400, sender: true },
