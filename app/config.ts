@@ -2,6 +2,7 @@
 // Two profiles: production (NODE_ENV=production: safe defaults, secrets required) and development
 // (anything else: introspection, query UI and ad-hoc queries open, a fixed development JWT secret).
 import { existsSync, readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { trustProxyRanges } from './peers.ts'
@@ -274,10 +275,16 @@ export class ConfigError extends Error {
 }
 
 /**
- * The process environment, over the settings of a `.env` file in the working directory when there is
- * one (the format of .env.example): a variable set in the environment wins over the file.
+ * The project root's `.env` (beside package.json, as the README says), never the working directory's:
+ * a `.env` planted wherever the service happens to be started could carry a JWT_SECRET.
  */
-export function environment (path = '.env'): Record<string, string | undefined> {
+const PROJECT_ENV_FILE = fileURLToPath(new URL('../.env', import.meta.url))
+
+/**
+ * The process environment, over the settings of the project root's `.env` file when there is one
+ * (the format of .env.example): a variable set in the environment wins over the file.
+ */
+export function environment (path = PROJECT_ENV_FILE): Record<string, string | undefined> {
   return existsSync(path) ? { ...parseEnv(readFileSync(path, 'utf8')), ...process.env } : process.env
 }
 
@@ -347,7 +354,10 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     problems.push('METRICS_PORT must differ from PORT (metrics get a port of their own)')
   }
   for (const entry of list(e.TRUST_PROXY)) {
-    if (!trustProxyRanges(entry)) problems.push(`TRUST_PROXY entry "${entry}" is not an address, a CIDR or one of loopback, linklocal, uniquelocal`)
+    const ranges = trustProxyRanges(entry)
+    if (!ranges) problems.push(`TRUST_PROXY entry "${entry}" is not an address, a CIDR or one of loopback, linklocal, uniquelocal`)
+    // A /0 trusts every address (anyone could set X-Forwarded-For), and Fastify refuses it at start.
+    else if (ranges.some(([, prefix]) => prefix === 0)) problems.push(`TRUST_PROXY entry "${entry}" trusts every address: list the load balancers' addresses or subnets (a prefix of 1 or more)`)
   }
   const tracing = tracingConfig(e, problems)
   if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
