@@ -6,7 +6,7 @@ import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { AppError } from '../app/errors.ts'
 import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from '../app/graphql/error-format.ts'
-import { PersistedMessages, noPersistedQueries, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
+import { PersistedMessages, hasPersistedQueryExtension, noPersistedQueries, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
 import type { CostReport } from '../app/graphql/context.ts'
 import { createHttpCache } from '../app/graphql/http-cache.ts'
 import { acceptsEventStream, jsonAnswerType, prefersEventStream, setRefusalHeaders, wantsGraphQLResponse } from '../app/graphql/media-types.ts'
@@ -50,10 +50,8 @@ const SINGLE_CONNECTION_REFUSED = 'graphql-sse single connection mode is not sup
 /** Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its own text only. */
 function namesPersistedQuery (params: unknown): boolean {
   if (params === null || typeof params !== 'object' || Array.isArray(params)) return false
-  const p = params as GraphQLRequestParams
-  const extensions = p.extensions as { persistedQuery?: unknown } | null | undefined
   try {
-    return persistedIdOf(p) !== undefined || (typeof extensions === 'object' && extensions !== null && extensions.persistedQuery != null)
+    return persistedIdOf(params) !== undefined || hasPersistedQueryExtension(params)
   } catch {
     return true // a malformed id: refused on its own, with its own words
   }
@@ -145,6 +143,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
         ? await answer(request, params as GraphQLRequestParams, i === 0)
         : { errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), app.graphqlErrorOptions) }
       const json = JSON.stringify(body)
+      // One answer over the cap stops the batch at once; otherwise its bytes count toward the cap.
       bytes += (i > 0 ? 1 : 0) + (withinCap(json) ? Buffer.byteLength(json) : maxAnswer + 1)
       if (bytes > maxAnswer) return reply.code(200).type(jsonAnswerType(request.headers.accept)).send(tooLarge(request))
       answers.push(body)

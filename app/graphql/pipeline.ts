@@ -24,7 +24,7 @@ import { createDomainContext, withinDeadline, type Caller, type DomainDeps } fro
 import type { Config } from '../config.ts'
 import type { CostReport, GraphQLContext } from './context.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
-import { PersistedMessages, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from './persisted.ts'
+import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from './persisted.ts'
 
 // graphql-jit's CommonJS build: its ESM build imports a sibling module without its extension and
 // fails to load under Node's resolver.
@@ -99,11 +99,6 @@ const ALLOWED: Record<Transport, ReadonlySet<string>> = {
 }
 
 const GET_PERSISTED_ONLY = 'GET accepts persisted queries only (an id, or extensions.persistedQuery with the hash alone); send other operations by POST, and register a text under its hash (APQ) by POST'
-
-function hasPersistedQueryExtension (params: GraphQLRequestParams): boolean {
-  const extensions = params.extensions
-  return typeof extensions === 'object' && extensions !== null && (extensions as { persistedQuery?: unknown }).persistedQuery != null
-}
 
 function refuseOnTransport (type: string, transport: Transport): never {
   if (transport === 'GET') throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
