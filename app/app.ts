@@ -1,5 +1,7 @@
 // The root plugin: builds the service from a configuration, registering plugins in an explicit order.
 // Tests build it with inject or listen on port 0; app/server.ts runs it.
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify'
 import type { Config } from './config.ts'
 import { accessLog, serverLogging, type LoggingOptions } from './logging.ts'
@@ -50,6 +52,28 @@ function toAppError (err: FastifyError): AppError {
   return known ? new AppError(known[0], known[1]) : (err as unknown as AppError)
 }
 
+/**
+ * Errors Node's HTTP parser meets before there is a request (a request not whole within
+ * REQUEST_TIMEOUT_MS, headers over Node's size limit, bytes that are not HTTP) are answered on the raw
+ * socket, which Fastify's clientErrorHandler option hands us: in the interface's shape with a code,
+ * like every other refusal, then closed. (Fastify's default writes a body of its own.)
+ */
+function clientErrorHandler (err: Error & { code?: string }, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return
+  const [code, message]: [ErrorCode, string] = err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+    ? ['REQUEST_TIMEOUT', 'The request did not arrive whole in time']
+    : err.code === 'HPE_HEADER_OVERFLOW'
+      ? ['REQUEST_HEADER_FIELDS_TOO_LARGE', 'The request headers are too large']
+      : ['BAD_REQUEST', 'Malformed HTTP request']
+  const error = new AppError(code, message)
+  const body = JSON.stringify({ errors: [formatError(error, { production: true, logInternal: () => {} })] })
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n${body}`)
+  }
+  socket.destroy(err)
+}
+
 export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
   const production = config.profile === 'production'
   const trustedPeer = trustedPeers(config.trustProxy)
@@ -73,6 +97,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     // While closing, requests that still arrive on open connections are served (the store is still open)
     // rather than refused with 503: a load balancer cannot resend a POST it has already sent.
     return503OnClosing: false,
+    clientErrorHandler,
     routerOptions: { maxParamLength: 200 }
   })
 

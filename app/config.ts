@@ -2,6 +2,7 @@
 // Two profiles: production (NODE_ENV=production: safe defaults, secrets required) and development
 // (anything else: introspection, query UI and ad-hoc queries open, a fixed development JWT secret).
 import { existsSync, readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { trustProxyRanges } from './peers.ts'
@@ -59,6 +60,13 @@ export interface Config {
     mutationCost: number
     /** Most mutation fields (aliases included) in one operation. */
     maxMutationsPerOperation: number
+    /** Most aliases in one operation, through its fragments. */
+    maxAliases: number
+    /** Most directives on one field, and in one operation. */
+    maxDirectivesPerField: number
+    maxDirectives: number
+    /** Most validation errors in one answer (each validation rule reports its first only). */
+    maxValidationErrors: number
     /** Largest answer (bytes of JSON) an operation may produce; larger ones are refused with RESPONSE_TOO_LARGE. */
     maxResponseBytes: number
     budgets: { anonymous: number; USER: number; ADMIN: number; SERVICE: number }
@@ -184,6 +192,10 @@ const schema = {
     MAX_RESPONSE_BYTES: { type: 'integer', minimum: 1024, default: 8388608 },
     MUTATION_COST: { type: 'integer', minimum: 1, default: 10 },
     MAX_MUTATIONS_PER_OPERATION: { type: 'integer', minimum: 1, default: 10 },
+    MAX_ALIASES: { type: 'integer', minimum: 0, default: 15 },
+    MAX_DIRECTIVES_PER_FIELD: { type: 'integer', minimum: 0, default: 4 },
+    MAX_DIRECTIVES: { type: 'integer', minimum: 0, default: 50 },
+    MAX_VALIDATION_ERRORS: { type: 'integer', minimum: 1, default: 10 },
     COST_BUDGET_ANONYMOUS: { type: 'integer', minimum: 1, default: 1000 },
     COST_BUDGET_USER: { type: 'integer', minimum: 1, default: 10000 },
     COST_BUDGET_ADMIN: { type: 'integer', minimum: 1, default: 100000 },
@@ -192,7 +204,7 @@ const schema = {
     MAX_STRING_LENGTH: { type: 'integer', minimum: 1, default: 1000 },
     MAX_LIST_LENGTH: { type: 'integer', minimum: 1, default: 100 },
     MAX_PAGE_SIZE: { type: 'integer', minimum: 1, default: 100 },
-    MAX_BATCH_SIZE: { type: 'integer', minimum: 0, default: 10 },
+    MAX_BATCH_SIZE: { type: 'integer', minimum: 0, default: 0 },
     MAX_COUNT_TARGET: { type: 'integer', minimum: 0, default: 100 },
     RATE_LIMIT_WINDOW_MS: { type: 'integer', minimum: 1000, default: 60000 },
     RATE_LIMIT_REQUESTS: { type: 'integer', minimum: 1, default: 100 },
@@ -263,10 +275,16 @@ export class ConfigError extends Error {
 }
 
 /**
- * The process environment, over the settings of a `.env` file in the working directory when there is
- * one (the format of .env.example): a variable set in the environment wins over the file.
+ * The project root's `.env` (beside package.json, as the README says), never the working directory's:
+ * a `.env` planted wherever the service happens to be started could carry a JWT_SECRET.
  */
-export function environment (path = '.env'): Record<string, string | undefined> {
+const PROJECT_ENV_FILE = fileURLToPath(new URL('../.env', import.meta.url))
+
+/**
+ * The process environment, over the settings of the project root's `.env` file when there is one
+ * (the format of .env.example): a variable set in the environment wins over the file.
+ */
+export function environment (path = PROJECT_ENV_FILE): Record<string, string | undefined> {
   return existsSync(path) ? { ...parseEnv(readFileSync(path, 'utf8')), ...process.env } : process.env
 }
 
@@ -336,7 +354,10 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     problems.push('METRICS_PORT must differ from PORT (metrics get a port of their own)')
   }
   for (const entry of list(e.TRUST_PROXY)) {
-    if (!trustProxyRanges(entry)) problems.push(`TRUST_PROXY entry "${entry}" is not an address, a CIDR or one of loopback, linklocal, uniquelocal`)
+    const ranges = trustProxyRanges(entry)
+    if (!ranges) problems.push(`TRUST_PROXY entry "${entry}" is not an address, a CIDR or one of loopback, linklocal, uniquelocal`)
+    // A /0 trusts every address (anyone could set X-Forwarded-For), and Fastify refuses it at start.
+    else if (ranges.some(([, prefix]) => prefix === 0)) problems.push(`TRUST_PROXY entry "${entry}" trusts every address: list the load balancers' addresses or subnets (a prefix of 1 or more)`)
   }
   const tracing = tracingConfig(e, problems)
   if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
@@ -386,6 +407,10 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       maxResponseBytes: e.MAX_RESPONSE_BYTES as number,
       mutationCost: e.MUTATION_COST as number,
       maxMutationsPerOperation: e.MAX_MUTATIONS_PER_OPERATION as number,
+      maxAliases: e.MAX_ALIASES as number,
+      maxDirectivesPerField: e.MAX_DIRECTIVES_PER_FIELD as number,
+      maxDirectives: e.MAX_DIRECTIVES as number,
+      maxValidationErrors: e.MAX_VALIDATION_ERRORS as number,
       budgets: {
         anonymous: e.COST_BUDGET_ANONYMOUS as number,
         USER: e.COST_BUDGET_USER as number,

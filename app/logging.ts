@@ -1,6 +1,8 @@
 // How the service logs (pino through Fastify), shared with the benchmark's baseline server so both pay
 // the same for it. At info and above (production): one access line per request, after the response
-// (request id, method, URL, client IP as trusted, status, time), without headers. At debug and trace (the development
+// (request id, method, path, persisted query id, client IP as trusted, status, time), without headers.
+// No line carries user data: a URL is logged as its path only (a persisted GET's query string holds
+// its variables), with the persisted id beside it; bodies are never logged. At debug and trace (the development
 // default): Fastify's request logging too, with request headers, credentials redacted.
 import { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Config } from './config.ts'
@@ -24,11 +26,34 @@ export function serverLogging (config: Pick<Config, 'logLevel'>, options: Loggin
       level,
       redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-api-key"]'], censor: '[redacted]' },
       serializers: {
-        req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string }) => ({ method: req.method, url: req.url, headers: req.headers, remoteAddress: req.ip })
+        req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string }) => ({ method: req.method, url: pathOf(req.url), headers: req.headers, remoteAddress: req.ip })
       },
       ...(options.logger?.stream ? { stream: options.logger.stream } : {})
     }
   }
+}
+
+/** A URL without its query string (which may carry variables). */
+function pathOf (url: string): string {
+  const end = url.indexOf('?')
+  return end === -1 ? url : url.slice(0, end)
+}
+
+/** What a persisted id may look like to be logged (sha256:<hex>, a hex hash, a manifest key); anything else is left out. */
+const LOGGABLE_ID = /^[A-Za-z0-9:._-]{1,100}$/
+const ID_PARAMS = ['queryId', 'documentId', 'doc_id', 'id']
+const APQ_HASH = /"sha256Hash"\s*:\s*"([0-9a-f]{64})"/
+
+/** The persisted query a GET names (by id, or by its APQ hash), for the access line; undefined for anything else. */
+function persistedIdOf (query: unknown): string | undefined {
+  if (query === null || typeof query !== 'object') return undefined
+  const params = query as Record<string, unknown>
+  for (const name of ID_PARAMS) {
+    const id = params[name]
+    if (typeof id === 'string') return LOGGABLE_ID.test(id) ? id : undefined
+  }
+  const hash = typeof params.extensions === 'string' ? APQ_HASH.exec(params.extensions)?.[1] : undefined
+  return hash === undefined ? undefined : `sha256:${hash}`
 }
 
 /** The one access line per request, when Fastify's own request logging is off. */
@@ -36,7 +61,8 @@ export function accessLog (app: FastifyInstance): void {
   const level = app.log.level
   if (verbose(level) || level === 'silent' || level === 'warn' || level === 'error' || level === 'fatal') return
   app.addHook('onResponse', (request, reply, done) => {
-    request.log.info({ method: request.method, url: request.url, ip: request.ip, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
+    const persistedId = request.method === 'GET' ? persistedIdOf(request.query) : undefined
+    request.log.info({ method: request.method, url: pathOf(request.url), persistedId, ip: request.ip, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
     done()
   })
 }

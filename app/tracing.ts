@@ -43,6 +43,17 @@ export const ATTR_OPERATION_COST = 'gqs.operation.cost'
 
 const DB_SYSTEM = { sqlite: 'sqlite', postgres: 'postgresql' } as const
 
+// A client chooses an operation's name (and a URL's path): without a cap, a 60 KB name is exported as
+// a 60 KB span name and attribute on every span of every request that sends it. The SDK truncates
+// attribute values (spanLimits.attributeValueLengthLimit); span names and status messages we cut here.
+const ATTRIBUTE_VALUE_LENGTH_LIMIT = 256
+const SPAN_NAME_LENGTH_LIMIT = 128
+
+/** `text` cut to `max` characters, marked as cut. */
+function capped (text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`
+}
+
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
 
 export interface Tracing {
@@ -90,7 +101,7 @@ function recordFailure (span: Span, err: unknown): void {
   const code = codeOf(err)
   span.setAttribute(ATTR_ERROR_TYPE, code ?? (err as Error)?.name ?? 'Error')
   if (!code) span.recordException(err as Error)
-  span.setStatus({ code: SpanStatusCode.ERROR, message: code ? (err as Error).message : undefined })
+  span.setStatus({ code: SpanStatusCode.ERROR, message: code ? capped((err as Error).message, ATTRIBUTE_VALUE_LENGTH_LIMIT) : undefined })
 }
 
 const headerSetter: TextMapSetter<(name: string, value: string) => void> = { set: (set, key, value) => set(key, value) }
@@ -102,6 +113,7 @@ export function startTracing (config: TracingConfig): Tracing {
   const provider = new BasicTracerProvider({
     resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: config.serviceName, [ATTR_SERVICE_VERSION]: version }),
     sampler: samplerOf(config),
+    spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_LENGTH_LIMIT },
     spanProcessors: [new BatchSpanProcessor(new Exporter({ url: config.tracesUrl, headers: parseKeyPairsIntoRecord(config.headers) }))]
   })
   const tracer = provider.getTracer('graphql-query-service', version)
@@ -142,7 +154,7 @@ export function startTracing (config: TracingConfig): Tracing {
       const first = result.errors?.[0]
       if (!first) return
       span.setAttribute(ATTR_ERROR_TYPE, String(first.extensions?.code ?? 'GraphQLError'))
-      span.setStatus({ code: SpanStatusCode.ERROR, message: first.message })
+      span.setStatus({ code: SpanStatusCode.ERROR, message: capped(first.message, ATTRIBUTE_VALUE_LENGTH_LIMIT) })
     }
     const run = async <T extends ExecutionResult | AsyncIterableIterator<ExecutionResult>>(admission: Admission, start: () => Promise<T>): Promise<T> => {
       const span = spans.get(admission)
@@ -171,7 +183,7 @@ export function startTracing (config: TracingConfig): Tracing {
           throw err
         }
         const { name, type } = admission.operation
-        span.updateName(name ? `${type} ${name}` : type)
+        span.updateName(capped(name ? `${type} ${name}` : type, SPAN_NAME_LENGTH_LIMIT))
         span.setAttributes({ [ATTR_GRAPHQL_OPERATION_TYPE]: type, [ATTR_OPERATION_COST]: admission.cost.requested })
         if (name) span.setAttribute(ATTR_GRAPHQL_OPERATION_NAME, name)
         spans.set(admission, span)
@@ -192,7 +204,7 @@ export function startTracing (config: TracingConfig): Tracing {
       const span = tracer.startSpan(service, { attributes: { [ATTR_RPC_SYSTEM]: 'soap', [ATTR_RPC_SERVICE]: service } })
       return within(span, async () => {
         const answer = await run((operation, cost) => {
-          span.updateName(`${service}/${operation}`)
+          span.updateName(capped(`${service}/${operation}`, SPAN_NAME_LENGTH_LIMIT))
           span.setAttributes({ [ATTR_RPC_METHOD]: operation, [ATTR_OPERATION_COST]: cost })
         })
         if (answer.fault) {

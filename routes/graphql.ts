@@ -6,7 +6,7 @@ import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { AppError } from '../app/errors.ts'
 import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from '../app/graphql/error-format.ts'
-import { noPersistedQueries, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
+import { PersistedMessages, hasPersistedQueryExtension, noPersistedQueries, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
 import type { CostReport } from '../app/graphql/context.ts'
 import { createHttpCache } from '../app/graphql/http-cache.ts'
 import { acceptsEventStream, jsonAnswerType, prefersEventStream, setRefusalHeaders, wantsGraphQLResponse } from '../app/graphql/media-types.ts'
@@ -47,6 +47,16 @@ function firstError (body: GraphQLResponseBody): ErrorJson | undefined {
 /** graphql-sse's single connection mode (a PUT reserving a stream, then operations naming its token) is not served. */
 const SINGLE_CONNECTION_REFUSED = 'graphql-sse single connection mode is not supported: use distinct connections mode (the client\'s default, singleConnection: false) or WebSocket'
 
+/** Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its own text only. */
+function namesPersistedQuery (params: unknown): boolean {
+  if (params === null || typeof params !== 'object' || Array.isArray(params)) return false
+  try {
+    return persistedIdOf(params) !== undefined || hasPersistedQueryExtension(params)
+  } catch {
+    return true // a malformed id: refused on its own, with its own words
+  }
+}
+
 function parseJsonParam (value: unknown, name: string): unknown {
   if (typeof value !== 'string') return value
   try {
@@ -75,10 +85,14 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
       request.graphqlAnswer = answer
       return { json, fits: true }
     }
+    return { json: tooLarge(request), fits: false }
+  }
+  /** The JSON of the error that replaces an answer over the cap. */
+  function tooLarge (request: FastifyRequest): string {
     const error = new AppError('RESPONSE_TOO_LARGE', `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`, { maxResponseBytes: maxAnswer })
     const replaced = { errors: [formatError(error, app.graphqlErrorOptions)] }
     request.graphqlAnswer = replaced
-    return { json: JSON.stringify(replaced), fits: false }
+    return JSON.stringify(replaced)
   }
 
   /** Sends an answer with its status, refusal headers and media type. */
@@ -106,18 +120,37 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   }
 
   /**
-   * A batch (graphql-request's batchRequests, Apollo's BatchHttpLink): at most MAX_BATCH_SIZE
-   * operations, each admitted on its own (its own request from the budget, its own price and cost
-   * units, its own refusal), all running concurrently as separate requests would; one 200 answer, an array.
+   * A batch (graphql-request's batchRequests, Apollo's BatchHttpLink), off unless MAX_BATCH_SIZE is
+   * set (as in Apollo Server and graphql-yoga): at most MAX_BATCH_SIZE operations, each admitted on its
+   * own (its own request from the budget, its own price and cost units, its own refusal), run one after
+   * another; one 200 answer, an array. The answers are held to the answer cap as they are made: once
+   * their bytes pass it, the rest of the batch is not run and the whole answer is RESPONSE_TOO_LARGE
+   * (otherwise a small request could make MAX_BATCH_SIZE answers of up to the cap each before the check).
    */
   async function answerBatch (request: FastifyRequest, reply: FastifyReply, batch: unknown[]) {
     const max = config.limits.maxBatchSize
-    if (max === 0) throw new AppError('BAD_REQUEST', 'Batched requests are not accepted: send one operation per request')
+    if (max === 0) throw new AppError('BAD_REQUEST', 'Batched requests (a JSON array of operations) are off: send one operation per request, or set MAX_BATCH_SIZE to accept batches', { maxBatchSize: 0 })
     if (batch.length === 0 || batch.length > max) throw new AppError('BAD_REQUEST', `A batch holds 1 to ${max} operations; this one holds ${batch.length}`, { maxBatchSize: max })
-    const answers = batch.map((params, i) => (params !== null && typeof params === 'object' && !Array.isArray(params))
-      ? answer(request, params as GraphQLRequestParams, i === 0)
-      : Promise.resolve<GraphQLResponseBody>({ errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), app.graphqlErrorOptions) }))
-    return reply.code(200).type(jsonAnswerType(request.headers.accept)).send(serialize(request, await Promise.all(answers)).json)
+    // Persisted-only: a batch holding any ad-hoc operation is refused whole, once (not one refusal per entry).
+    if (config.persistedOnly && batch.some((params) => !namesPersistedQuery(params))) {
+      throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+    }
+    const answers: GraphQLResponseBody[] = []
+    const parts: string[] = []
+    let bytes = 2 // [ and ]
+    for (const [i, params] of batch.entries()) {
+      const body = (params !== null && typeof params === 'object' && !Array.isArray(params))
+        ? await answer(request, params as GraphQLRequestParams, i === 0)
+        : { errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), app.graphqlErrorOptions) }
+      const json = JSON.stringify(body)
+      // One answer over the cap stops the batch at once; otherwise its bytes count toward the cap.
+      bytes += (i > 0 ? 1 : 0) + (withinCap(json) ? Buffer.byteLength(json) : maxAnswer + 1)
+      if (bytes > maxAnswer) return reply.code(200).type(jsonAnswerType(request.headers.accept)).send(tooLarge(request))
+      answers.push(body)
+      parts.push(json)
+    }
+    request.graphqlAnswer = answers
+    return reply.code(200).type(jsonAnswerType(request.headers.accept)).send(`[${parts.join(',')}]`)
   }
 
   /**

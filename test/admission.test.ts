@@ -35,7 +35,7 @@ test('fragments that spread each other are analysed once: a 2^40-field document 
 })
 
 test('__typename and every leaf are priced: 2000 aliases of __typename are over the anonymous budget', async (t) => {
-  const { url } = await listenTestApp(t)
+  const { url } = await listenTestApp(t, { MAX_ALIASES: '2000' })
   const aliases = Array.from({ length: 2000 }, (_, i) => `t${i}: __typename`).join(' ')
   const { body } = await gql(url, `{ ${aliases} }`)
   t.match(body.errors, [{ message: 'Query cost 2000 exceeds the budget of 1000 for this caller', extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 2000 } }])
@@ -52,7 +52,7 @@ test('document text is capped before parsing: by length and by tokens, with a cl
 
 test('100 distinct maximum-size documents leave the plan cache within its byte bound and the heap under 150 MB more', async (t) => {
   const PLAN_CACHE_BYTES = 16 * 1024 * 1024
-  const { app, url } = await listenTestApp(t, { PLAN_CACHE_BYTES: String(PLAN_CACHE_BYTES), MAX_QUERY_LENGTH: '65536', MAX_QUERY_TOKENS: '20000', COST_BUDGET_ANONYMOUS: '100000', RATE_LIMIT_REQUESTS: '1000', RATE_LIMIT_COST: '100000000' })
+  const { app, url } = await listenTestApp(t, { PLAN_CACHE_BYTES: String(PLAN_CACHE_BYTES), MAX_QUERY_LENGTH: '65536', MAX_QUERY_TOKENS: '20000', COST_BUDGET_ANONYMOUS: '100000', RATE_LIMIT_REQUESTS: '1000', RATE_LIMIT_COST: '100000000', MAX_ALIASES: '20000' })
   collectGarbage()
   const before = process.memoryUsage().heapUsed
   for (let n = 0; n < 100; n++) {

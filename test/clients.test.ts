@@ -7,9 +7,12 @@ import { test } from 'tap'
 import { Client as UrqlClient, cacheExchange, fetchExchange, gql as urqlGql } from '@urql/core'
 import { GraphQLClient, batchRequests, ClientError } from 'graphql-request'
 import { ApolloClient, HttpLink, InMemoryCache, gql as apolloGql } from '@apollo/client'
+import { BatchHttpLink } from '@apollo/client/link/batch-http'
 import { buildClientSchema, getIntrospectionQuery, type IntrospectionQuery } from 'graphql'
 import WebSocket from 'ws'
 import { listenTestApp } from './helpers/app.ts'
+import { countingStore } from './helpers/counting-store.ts'
+import { loadDemoData } from '../app/store/sample-data.ts'
 import { MANIFEST_FILE, NO_SHEDDING, queryIdOf } from './persisted/helpers.ts'
 import { collect, sseClient, wsClient, wsUrl } from './subscriptions/clients.ts'
 import { createClient as createSseClient } from 'graphql-sse'
@@ -106,9 +109,51 @@ test('graphql-request: batchRequests, each operation admitted, priced and budget
   t.ok(tooMany instanceof ClientError)
   t.match((tooMany as ClientError).response, { status: 400, errors: [{ message: 'A batch holds 1 to 3 operations; this one holds 4', extensions: { code: 'BAD_REQUEST' } }] })
 
-  const { url: url3 } = await listenTestApp(t, { MAX_BATCH_SIZE: '0' })
+  const { url: url3 } = await listenTestApp(t)
   const off = await batchRequests(`${url3}/graphql`, [{ document: '{ user(id: "2") { name } }' }]).catch((err: ClientError) => err)
-  t.match((off as ClientError).response, { status: 400, errors: [{ message: /Batched requests are not accepted/, extensions: { code: 'BAD_REQUEST' } }] }, 'MAX_BATCH_SIZE=0 refuses batches')
+  t.match((off as ClientError).response, { status: 400, errors: [{ message: /Batched requests .* are off: .*set MAX_BATCH_SIZE/, extensions: { code: 'BAD_REQUEST', maxBatchSize: 0 } }] },
+    'batches are off by default (as in Apollo Server and graphql-yoga), with how to turn them on')
+})
+
+test('Apollo Client\'s BatchHttpLink, with MAX_BATCH_SIZE set: several queries in one POST, each answered', async (t) => {
+  const { url } = await listenTestApp(t, { MAX_BATCH_SIZE: '5' })
+  const recorded = recordingFetch()
+  const client = new ApolloClient({ link: new BatchHttpLink({ uri: `${url}/graphql`, fetch: recorded.fetch, batchMax: 5, batchInterval: 20 }), cache: new InMemoryCache() })
+  const [one, two] = await Promise.all([
+    client.query({ query: apolloGql`query One { user(id: "2") { id name } }` }),
+    client.query({ query: apolloGql`query Two { user(id: "3") { id name } }` })
+  ])
+  t.match(one.data, { user: { name: 'Ada Lovelace' } })
+  t.match(two.data, { user: { name: 'Alan Turing' } })
+  t.equal(recorded.exchanges.length, 1, 'both queries went in one batch')
+  t.match(recorded.exchanges[0], { method: 'POST', status: 200 })
+})
+
+test('a batch stops at the answer cap: the operations after it are never run', async (t) => {
+  const { store, calls } = countingStore()
+  await loadDemoData(store)
+  const { url } = await listenTestApp(t, { MAX_BATCH_SIZE: '10', MAX_RESPONSE_BYTES: '1024' }, { store, demo: false })
+  t.teardown(() => store.close())
+  // Each answer is some 300 bytes (the demo's users with their price): the fourth or so passes 1024 bytes.
+  const op = { query: '{ users(limit: 20) { id name } }' }
+  calls.length = 0
+  const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(Array.from({ length: 10 }, () => op)) })
+  t.equal(response.status, 200)
+  t.match(await response.json(), { errors: [{ extensions: { code: 'RESPONSE_TOO_LARGE', maxResponseBytes: 1024 } }] }, 'one error, not an array of answers')
+  const reads = calls.filter((c) => c.method === 'listUsers').length
+  t.ok(reads > 0 && reads < 10, `only the operations up to the cap ran (${reads} of 10)`)
+})
+
+test('persisted-only production with batches on: a batch of ad-hoc queries gets one refusal, not an array', async (t) => {
+  const { url } = await listenTestApp(t, { NODE_ENV: 'production', PERSISTED_MANIFEST: MANIFEST_FILE, MAX_BATCH_SIZE: '10', ...NO_SHEDDING })
+  const body = JSON.stringify(Array.from({ length: 10 }, () => ({ query: '{ __typename }' })))
+  const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+  const answer = await response.json() as any
+  t.notOk(Array.isArray(answer), 'not an array')
+  t.match(answer, { errors: [{ extensions: { code: 'PERSISTED_QUERY_REQUIRED' } }] })
+  t.equal(answer.errors.length, 1)
+  const persisted = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify([{ queryId: USER_BY_ID, variables: { id: '2' } }]) })
+  t.match(await persisted.json(), [{ data: { user: { name: 'Ada Lovelace' } } }], 'a batch of persisted ids still runs')
 })
 
 test('persisted-only production: an ADMIN introspects with getIntrospectionQuery(), nothing else ad hoc', async (t) => {

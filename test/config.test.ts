@@ -1,5 +1,6 @@
 import { test } from 'tap'
-import { loadConfig } from '../app/config.ts'
+import { environment, loadConfig, type ConfigError } from '../app/config.ts'
+import { spawnService } from './helpers/server-process.ts'
 
 const SECRET = 'a-production-secret-of-at-least-32-characters'
 
@@ -55,4 +56,23 @@ test('only the given environment is read (nothing leaks in from process.env)', a
   t.teardown(() => { delete process.env.DATABASE_URL })
   t.equal(loadConfig({}).databaseUrl, null)
   t.equal(loadConfig().databaseUrl, 'postgres://leaked@127.0.0.1:5432/test', 'the default is process.env itself')
+})
+
+test('.env is read from the project root only: one planted in the working directory is ignored', async (t) => {
+  const dir = t.testdir({ '.env': `JWT_SECRET=${'planted-secret-from-another-directory-'.repeat(2)}\nPARTNER_SECRET_KEY=${'planted-partner-key-0123456789-'.repeat(2)}\n` })
+  // A production start needs both secrets: found only in the planted file, it must refuse to start.
+  const service = spawnService(t, { NODE_ENV: 'production', PORT: '0', SQLITE_PATH: `${dir}/service.db` }, { cwd: dir })
+  t.equal(await service.exited, 1, 'no start on secrets from the working directory')
+  t.match(service.stderr(), /Configuration: set JWT_SECRET/)
+  t.equal(environment(`${dir}/.env`).JWT_SECRET?.startsWith('planted'), true, 'the file itself is readable when named')
+})
+
+test('TRUST_PROXY=0.0.0.0/0 (trust everyone) is refused with a clear line at start, like every bad setting', async (t) => {
+  const problems = (value: string) => { try { loadConfig({ TRUST_PROXY: value }); return [] } catch (err) { return (err as ConfigError).problems } }
+  t.match(problems('0.0.0.0/0'), [/TRUST_PROXY entry "0\.0\.0\.0\/0" trusts every address/])
+  t.match(problems('10.0.0.0/8, ::/0'), [/TRUST_PROXY entry "::\/0" trusts every address/])
+  t.same(problems('10.0.0.0/8, loopback'), [])
+  const service = spawnService(t, { TRUST_PROXY: '0.0.0.0/0', PORT: '0' })
+  t.equal(await service.exited, 1)
+  t.equal(service.stderr().trim(), 'Configuration: TRUST_PROXY entry "0.0.0.0/0" trusts every address: list the load balancers\' addresses or subnets (a prefix of 1 or more)', 'one clear line, no stack trace')
 })

@@ -7,6 +7,7 @@ import { loadDemoData } from '../app/store/sample-data.ts'
 import { gql, listenTestApp, testConfig, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY, type TestLike } from './helpers/app.ts'
 import { mintToken } from '../app/auth/mint-token.ts'
 import { startService } from './helpers/server-process.ts'
+import { MANIFEST_FILE, persistedGetUrl, queryIdOf } from './persisted/helpers.ts'
 
 test('liveness and readiness; readiness reflects a failing store', async (t) => {
   const { url, store } = await listenTestApp(t)
@@ -28,11 +29,11 @@ test('liveness and readiness; readiness reflects a failing store', async (t) => 
   t.ok(Date.now() - started < 2000, 'answered after the one-second check deadline')
 })
 
-async function appLoggingTo (t: TestLike, level: string) {
+async function appLoggingTo (t: TestLike, level: string, env: Record<string, string> = {}) {
   const lines: string[] = []
   const stream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
   // Requests come from 127.0.0.1 as from the load balancer, whose X-Request-Id is kept.
-  const config = testConfig({ LOG_LEVEL: level, TRUST_PROXY: '127.0.0.1' })
+  const config = testConfig({ LOG_LEVEL: level, TRUST_PROXY: '127.0.0.1', ...env })
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)
   const app = await buildApp(config, { store, logger: { stream } })
@@ -48,6 +49,26 @@ test('production logging: one access line per request with its request id, no he
   const access = lines.map((l) => JSON.parse(l)).filter((l) => l.reqId === 'req-abc')
   t.match(access, [{ msg: 'request completed', method: 'POST', url: '/graphql', statusCode: 200, ms: Number }])
   t.notMatch(lines.join(''), new RegExp(token.split('.')[2]!), 'the token never reaches the logs')
+})
+
+test('logs carry no user data: a persisted GET is logged by path and persisted id, never its variables', async (t) => {
+  for (const level of ['info', 'debug']) {
+    const { url, lines } = await appLoggingTo(t, level, { PERSISTED_MANIFEST: MANIFEST_FILE })
+    const secret = 'private-e-mail-of-someone@example.com'
+    const id = queryIdOf('UserById')
+    await fetch(persistedGetUrl(url, id, { id: '2', note: secret }), { headers: { 'x-request-id': `req-get-${level}` } })
+    const apqHash = 'a'.repeat(64)
+    await fetch(`${url}/graphql?variables=${encodeURIComponent(JSON.stringify({ q: secret }))}&extensions=${encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: apqHash } }))}`, { headers: { 'x-request-id': `req-apq-${level}` } })
+    await gql(url, `{ user(id: "${secret}") { id } }`, { also: secret }, { 'x-request-id': `req-post-${level}` })
+    const log = lines.join('')
+    t.notMatch(log, /private-e-mail/, `${level}: neither variables nor bodies reach the logs`)
+    if (level === 'info') {
+      const access = lines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'request completed')
+      t.match(access.find((l) => l.reqId === 'req-get-info'), { method: 'GET', url: '/graphql', persistedId: id, statusCode: 200 }, 'the path and the persisted id')
+      t.match(access.find((l) => l.reqId === 'req-apq-info'), { url: '/graphql', persistedId: `sha256:${apqHash}` }, 'an APQ hash as the id')
+      t.match(access.find((l) => l.reqId === 'req-post-info'), { method: 'POST', url: '/graphql' })
+    }
+  }
 })
 
 test('debug logging: requests with their headers, the Authorization header redacted', async (t) => {

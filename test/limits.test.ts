@@ -29,7 +29,7 @@ test('depth: at the maximum runs, one over is rejected before execution, fragmen
 
 test('cost: budgets by caller class, literals and variables, priced before any resolver runs', async (t) => {
   const { store, calls } = countingStore()
-  const { url, token } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '300', COST_BUDGET_USER: '600', COST_BUDGET_ADMIN: '600', MAX_PAGE_SIZE: '100' }, { store })
+  const { url, token } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '300', COST_BUDGET_USER: '600', COST_BUDGET_ADMIN: '600', MAX_PAGE_SIZE: '100', MAX_ALIASES: '1000' }, { store })
   const list = 'query ($n: Int) { users(limit: $n) { id name createdAt } }' // costs 3n
 
   // Anonymous budget 300: 100 users x 3 fields = 300 (at), 99 -> 297 (under).
@@ -67,7 +67,7 @@ test('cost: budgets by caller class, literals and variables, priced before any r
 
 test('alias bombs and repeated fields are priced', async (t) => {
   const { store, calls } = countingStore()
-  const { url } = await listenTestApp(t, {}, { store })
+  const { url } = await listenTestApp(t, { MAX_ALIASES: '100' }, { store })
   const aliases = Array.from({ length: 60 }, (_, i) => `a${i}: users(limit: 10) { id name }`).join(' ') // 60 x 20 = 1200
   calls.length = 0
   const aliased = await gql(url, `{ ${aliases} }`)
@@ -95,7 +95,7 @@ test('page sizes are capped with a clear error, before execution', async (t) => 
 
 test('connections are priced like lists: edges (and their node) times first/last, pageInfo once, fragments too', async (t) => {
   const { store, calls } = countingStore()
-  const { url } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '300', MAX_PAGE_SIZE: '100' }, { store })
+  const { url } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '300', MAX_PAGE_SIZE: '100', MAX_ALIASES: '100' }, { store })
   const cost = async (query: string, variables?: Record<string, unknown>) => (await gql(url, query, variables)).body.extensions.cost.requested
   // 1 (the connection) + 50 x (cursor 1 + node (1 + id, name)) + pageInfo (1 + 2): as users(limit: 50) { id name } prices 50 x 2.
   const page = 'query ($n: Int) { usersConnection(first: $n) { edges { cursor node { id name } } pageInfo { hasNextPage endCursor } } }'
@@ -283,4 +283,49 @@ test('hostile documents get clear answers and the service keeps serving', async 
   }
   const { body } = await gql(url, '{ users(limit: 1) { name } }')
   t.same(body.data, { users: [{ name: 'Admin' }] }, 'still serving')
+})
+
+test('aliases, directives and validation errors are capped per operation, before validation or execution (graphql-armor style)', async (t) => {
+  const { store, calls } = countingStore()
+  const { url } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '100000', RATE_LIMIT_REQUESTS: '1000' }, { store })
+  const aliases = (n: number, prefix = 'a') => Array.from({ length: n }, (_, i) => `${prefix}${i}: __typename`).join(' ')
+  calls.length = 0
+
+  // graphql-cop's alias overloading: 101 aliases of one field.
+  const overloaded = await gql(url, `{ ${aliases(101)} users(limit: 1) { id } }`)
+  t.match(overloaded.body, { errors: [{ message: 'The operation holds 101 aliases: at most 15 per operation', extensions: { code: 'ALIAS_LIMIT_EXCEEDED', aliases: 101, maxAliases: 15 } }] })
+  t.notOk(overloaded.body.data)
+  t.same(calls, [], 'nothing ran')
+  t.notOk((await gql(url, `{ ${aliases(15)} }`)).body.errors, '15 aliases (the default cap) pass')
+  const viaFragments = await gql(url, `{ ...A ...B } fragment A on Query { ${aliases(8, 'a')} } fragment B on Query { ${aliases(8, 'b')} }`)
+  t.match(viaFragments.body.errors, [{ extensions: { code: 'ALIAS_LIMIT_EXCEEDED', aliases: 16 } }], 'counted through fragments')
+  // A chain of 40 fragments each spreading the next twice holds 2^40 aliases: counted in 40 steps (each fragment once).
+  const chain = Array.from({ length: 40 }, (_, i) => `fragment F${i} on User { x${i}: id ...F${i + 1} ...F${i + 1} }`).join(' ')
+  t.match((await gql(url, `{ users(limit: 1) { ...F0 } } ${chain} fragment F40 on User { id }`)).body.errors,
+    [{ extensions: { code: 'ALIAS_LIMIT_EXCEEDED' } }], 'fragments spread 2^40 times: refused on the count, not walked')
+
+  // graphql-cop's directive overloading: ten directives on one field.
+  const directives = await gql(url, `query cop { __typename ${'@aa'.repeat(10)} }`)
+  t.match(directives.body, { errors: [{ message: 'A field holds 10 directives: at most 4 per field', extensions: { code: 'DIRECTIVE_LIMIT_EXCEEDED', maxDirectivesPerField: 4 } }] })
+  t.equal(directives.body.errors.length, 1, 'one error, not one per directive')
+  const perOperation = await gql(url, `{ users(limit: 1) { ${'id @include(if: true) '.repeat(51)} } }`)
+  t.match(perOperation.body.errors, [{ message: 'The operation holds 51 directives: at most 50 per operation', extensions: { code: 'DIRECTIVE_LIMIT_EXCEEDED', maxDirectives: 50 } }])
+  t.notOk((await gql(url, '{ users(limit: 1) { id @include(if: true) @skip(if: false) } }')).body.errors, 'ordinary directives pass')
+  t.same(calls.filter((c) => c.method !== 'listUsers'), [], 'refused documents ran nothing')
+})
+
+test('validation answers one error per kind of mistake, at most MAX_VALIDATION_ERRORS', async (t) => {
+  const { url } = await listenTestApp(t, { MAX_DIRECTIVES_PER_FIELD: '100', NODE_ENV: 'development' })
+  // Without the per-field cap, graphql-cop's ten unknown directives: one error for the unknown directive, one for the repeats.
+  const repeated = await gql(url, `query cop { __typename ${'@aa'.repeat(10)} }`)
+  t.ok(repeated.body.errors.length > 0 && repeated.body.errors.length < 10, `${repeated.body.errors.length} errors, not 10`)
+  t.equal(new Set(repeated.body.errors.map((e: { message: string }) => e.message)).size, repeated.body.errors.length, 'no error repeated')
+  const sameMistake = await gql(url, `{ ${Array.from({ length: 50 }, (_, i) => `nope${i}`).join(' ')} }`)
+  t.equal(sameMistake.body.errors.length, 1, '50 unknown fields: one error')
+  t.match(sameMistake.body.errors, [{ message: /Cannot query field "nope0"/, extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } }])
+
+  const { url: capped } = await listenTestApp(t, { MAX_VALIDATION_ERRORS: '2' })
+  const many = await gql(capped, 'query ($v: Nope) { nope users(nope: 1) { id @nope } ...Missing }')
+  t.ok(many.body.errors.length <= 3, `at most 2 errors and the note that validation stopped (${many.body.errors.length})`)
+  t.match(many.body.errors.at(-1), { message: /Too many validation errors/, extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } })
 })

@@ -300,6 +300,12 @@ function persistedQueryExtension (extensions: unknown): PersistedQueryExtension 
  */
 const ID_FIELDS = ['queryId', 'documentId', 'doc_id', 'id'] as const
 
+/** Whether a request carries an APQ hash (`extensions.persistedQuery`), well formed or not. */
+export function hasPersistedQueryExtension (params: GraphQLRequestParams): boolean {
+  const extensions = params.extensions
+  return typeof extensions === 'object' && extensions !== null && (extensions as { persistedQuery?: unknown }).persistedQuery != null
+}
+
 /** The registered id a request names; undefined when none. Two fields naming different ids are refused. */
 export function persistedIdOf (params: GraphQLRequestParams): string | undefined {
   let found: { field: string; id: string } | undefined

@@ -24,7 +24,7 @@ import { createDomainContext, withinDeadline, type Caller, type DomainDeps } fro
 import type { Config } from '../config.ts'
 import type { CostReport, GraphQLContext } from './context.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
-import { PersistedMessages, type GraphQLRequestParams, type PersistedQueries } from './persisted.ts'
+import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from './persisted.ts'
 
 // graphql-jit's CommonJS build: its ESM build imports a sibling module without its extension and
 // fails to load under Node's resolver.
@@ -98,6 +98,8 @@ const ALLOWED: Record<Transport, ReadonlySet<string>> = {
   SSE: new Set(['query', 'mutation', 'subscription'])
 }
 
+const GET_PERSISTED_ONLY = 'GET accepts persisted queries only (an id, or extensions.persistedQuery with the hash alone); send other operations by POST, and register a text under its hash (APQ) by POST'
+
 function refuseOnTransport (type: string, transport: Transport): never {
   if (transport === 'GET') throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
   throw new AppError('BAD_REQUEST', `Subscriptions are served over WebSocket (graphql-transport-ws) or server-sent events (POST with Accept: text/event-stream), not as a plain ${transport} ${type}`)
@@ -167,11 +169,15 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     // Persisted-only mode lets one thing through besides registered ids: an ADMIN's ad-hoc document
     // that only introspects (schema tooling such as graphql-codegen sends getIntrospectionQuery()).
     // Only an ADMIN's text is parsed at all; any other ad-hoc operation is refused as in that mode.
-    const document = await options.persisted().resolve(params, caller?.role === 'ADMIN')
-    // The interface allows GET for persisted queries only (their URLs are stable, hence cacheable).
-    if (transport === 'GET' && !document.registered) {
-      throw new AppError('METHOD_NOT_ALLOWED', 'GET accepts persisted queries only (an id, or extensions.persistedQuery); send other operations by POST')
+    // The interface allows GET for persisted queries only (their URLs are stable, hence cacheable). An
+    // automatic registration (hash and text) is accepted by POST only, refused before anything is
+    // resolved: by GET, any ad-hoc text wrapped as one would run and be cached publicly. A registered
+    // hash is then fetched by GET alone.
+    if (transport === 'GET' && params.query != null && persistedIdOf(params) === undefined && hasPersistedQueryExtension(params)) {
+      throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     }
+    const document = await options.persisted().resolve(params, caller?.role === 'ADMIN')
+    if (transport === 'GET' && !document.registered) throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     const operation = selectOperation(plan(document.text), operationName)
     if (document.introspectionOnly && !operation.onlyIntrospects) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
     return operation

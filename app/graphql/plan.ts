@@ -14,8 +14,8 @@
 // each spread the next twice prices 2^n fields in n steps; such a document is then refused on its cost).
 import {
   GraphQLError, Kind, getNamedType, getNullableType, isInterfaceType, isListType, isObjectType, parse, specifiedRules, validate,
-  type DocumentNode, type FragmentDefinitionNode, type GraphQLField, type GraphQLObjectType, type GraphQLSchema,
-  type OperationDefinitionNode, type OperationTypeNode, type SelectionSetNode, type ValidationRule, type ValueNode,
+  type DirectiveNode, type DocumentNode, type FragmentDefinitionNode, type GraphQLField, type GraphQLObjectType, type GraphQLSchema,
+  type OperationDefinitionNode, type OperationTypeNode, type SelectionSetNode, type ValidationContext, type ValidationRule, type ValueNode,
   type VariableDefinitionNode
 } from 'graphql'
 import { AppError } from '../errors.ts'
@@ -29,6 +29,13 @@ export interface PlanLimits extends InputCaps {
   maxMutationsPerOperation: number
   /** Most tokens a document may have (graphql-js's parse option): bounds parsing, validation and the AST kept. */
   maxQueryTokens: number
+  /** Most aliases in one operation, through its fragments (graphql-armor's maxAliases). */
+  maxAliases: number
+  /** Most directives on one field, fragment spread or inline fragment, and in one operation through its fragments. */
+  maxDirectivesPerField: number
+  maxDirectives: number
+  /** Most validation errors answered; each validation rule reports its first error only. */
+  maxValidationErrors: number
 }
 
 /** Cost of a selection: a number when it does not depend on the variables. */
@@ -133,7 +140,8 @@ export function parseDocument (source: string, maxTokens: number): DocumentNode 
  */
 export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLimits): DocumentPlan {
   const document = parseDocument(source, limits.maxQueryTokens)
-  const errors = validate(schema, document, [...specifiedRules, literalCapsRule(limits)], { maxErrors: 20 })
+  assertShape(document, limits)
+  const errors = validate(schema, document, VALIDATION_RULES.concat(firstErrorOnly(literalCapsRule(limits))), { maxErrors: limits.maxValidationErrors })
   if (errors.length > 0) throw new ValidationFailed(errors)
 
   const fragments = new Map<string, FragmentDefinitionNode>()
@@ -173,6 +181,95 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
   }
   if (depthErrors.length > 0) throw new ValidationFailed(depthErrors)
   return { operations, bytes: source.length * AST_BYTES_PER_CHAR + 1024 }
+}
+
+/**
+ * Each rule reports its first error only: one error per kind tells a client what is wrong, and a
+ * document repeating one mistake (graphql-cop's `__typename @aa @aa ...`) does not get an answer of
+ * one error per repeat. (A context that inherits everything from graphql-js's but its reportError.)
+ */
+function firstErrorOnly (rule: ValidationRule): ValidationRule {
+  return (context) => {
+    let reported = false
+    const once: ValidationContext = Object.create(context, {
+      reportError: {
+        value: (error: GraphQLError) => {
+          if (!reported) context.reportError(error)
+          reported = true
+        }
+      }
+    })
+    return rule(once)
+  }
+}
+
+const VALIDATION_RULES = specifiedRules.map(firstErrorOnly)
+
+/** Aliases and directives of a selection, through the fragments it spreads. */
+interface Shape { aliases: number, directives: number }
+
+/**
+ * Aliases and directives per operation (through fragments) and directives per field, counted before
+ * validation (graphql-js's overlapping-fields rule compares same-named fields pairwise, so a thousand
+ * aliases cost a million comparisons). One pass: each fragment is counted once and its counts reused
+ * wherever it is spread; a cycle counts nothing here (validation refuses it).
+ */
+function assertShape (document: DocumentNode, limits: PlanLimits): void {
+  const fragments = new Map<string, FragmentDefinitionNode>()
+  for (const d of document.definitions) if (d.kind === Kind.FRAGMENT_DEFINITION) fragments.set(d.name.value, d)
+  const counted = new Map<string, Shape>()
+  const visiting = new Set<string>()
+
+  const directivesOn = (node: { readonly directives?: readonly DirectiveNode[] }): number => {
+    const n = node.directives?.length ?? 0
+    if (n > limits.maxDirectivesPerField) {
+      throw new AppError('DIRECTIVE_LIMIT_EXCEEDED', `A field holds ${n} directives: at most ${limits.maxDirectivesPerField} per field`, { directives: n, maxDirectivesPerField: limits.maxDirectivesPerField })
+    }
+    return n
+  }
+  const ofSelectionSet = (selectionSet: SelectionSetNode): Shape => {
+    const shape = { aliases: 0, directives: 0 }
+    const add = (part: Shape) => { shape.aliases += part.aliases; shape.directives += part.directives }
+    for (const selection of selectionSet.selections) {
+      shape.directives += directivesOn(selection)
+      if (selection.kind === Kind.FIELD) {
+        if (selection.alias) shape.aliases++
+        if (selection.selectionSet) add(ofSelectionSet(selection.selectionSet))
+      } else if (selection.kind === Kind.INLINE_FRAGMENT) {
+        add(ofSelectionSet(selection.selectionSet))
+      } else {
+        add(ofFragment(selection.name.value))
+      }
+    }
+    return shape
+  }
+  const ofFragment = (name: string): Shape => {
+    const fragment = fragments.get(name)
+    if (!fragment || visiting.has(name)) return { aliases: 0, directives: 0 }
+    let shape = counted.get(name)
+    if (!shape) {
+      visiting.add(name)
+      shape = ofSelectionSet(fragment.selectionSet)
+      shape.directives += directivesOn(fragment)
+      visiting.delete(name)
+      counted.set(name, shape)
+    }
+    return shape
+  }
+
+  for (const name of fragments.keys()) ofFragment(name)
+  for (const definition of document.definitions) {
+    if (definition.kind !== Kind.OPERATION_DEFINITION) continue
+    const shape = ofSelectionSet(definition.selectionSet)
+    shape.directives += directivesOn(definition)
+    for (const v of definition.variableDefinitions ?? []) shape.directives += directivesOn(v)
+    if (shape.aliases > limits.maxAliases) {
+      throw new AppError('ALIAS_LIMIT_EXCEEDED', `The operation holds ${shape.aliases} aliases: at most ${limits.maxAliases} per operation`, { aliases: shape.aliases, maxAliases: limits.maxAliases })
+    }
+    if (shape.directives > limits.maxDirectives) {
+      throw new AppError('DIRECTIVE_LIMIT_EXCEEDED', `The operation holds ${shape.directives} directives: at most ${limits.maxDirectives} per operation`, { directives: shape.directives, maxDirectives: limits.maxDirectives })
+    }
+  }
 }
 
 /** Fields at the root of an operation, through fragments (each spread counted; validation has refused cycles). */

@@ -8,7 +8,9 @@
 // authenticates nobody (see Admission in service.ts); the contract (?wsdl) is served outside any budget,
 // so a throttled partner's toolkit can still load it. Throttling answers 429 with Retry-After.
 // Other application-wide hooks (metrics, load shedding) apply as to any route.
+import { createHash } from 'node:crypto'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { trustedPeers } from '../../app/peers.ts'
 import { cursorKey } from '../../app/domain/pages.ts'
 import { AppError, ErrorCodes, type ErrorCode } from '../../app/errors.ts'
 import type { SoapVersion } from './envelope.ts'
@@ -51,8 +53,16 @@ function fastifyErrorAsAppError (error: FastifyError): unknown {
 
 // Where the WSDL's endpoint address goes: built once per version, the address filled in per request.
 const ADDRESS_SLOT = 'urn:endpoint-address-slot'
-// A Host (or, from a trusted proxy, X-Forwarded-Host) we are willing to write into the contract.
+// A forwarded host (X-Forwarded-Host, from a trusted proxy) we are willing to write into the contract.
 const HOST = /^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/
+// The contract changes only with a deployment: caches keep it an hour and revalidate it by its ETag.
+const WSDL_CACHE_CONTROL = 'public, max-age=3600'
+
+/** The address and port a connection came to (never a header), as a URL authority. */
+function listeningAuthority (request: FastifyRequest): string {
+  const address = (request.socket.localAddress ?? '127.0.0.1').replace(/^::ffff:(?=\d+\.)/, '')
+  return `${address.includes(':') ? `[${address}]` : address}:${request.socket.localPort}`
+}
 
 export default async function soapRoutes (app: FastifyInstance, options: SoapRoutesOptions) {
   const { config } = app
@@ -111,11 +121,33 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     spendCost: async (caller, cost) => { await app.chargeCost(caller, request.ip, cost) }
   })
 
-  /** The endpoint address of `version` for a request: SOAP_PUBLIC_URL, else where the request came (forwarded host from trusted proxies only). */
+  const trusted = trustedPeers(config.trustProxy)
+  /**
+   * The endpoint address of `version` for a request: SOAP_PUBLIC_URL; else, behind a trusted proxy
+   * (TRUST_PROXY), the host it forwards; else the address the connection came to. Never the Host
+   * header of a direct client: anyone could have the contract point partners at their own server
+   * (and a cache keep that copy).
+   */
   function addressOf (version: ServiceVersion, request: FastifyRequest): string {
     if (config.soap.publicUrl) return config.soap.publicUrl + version.path
-    if (!HOST.test(request.host)) throw new AppError('BAD_REQUEST', 'The Host header is not a host name; set SOAP_PUBLIC_URL to publish the WSDL')
-    return `${request.protocol}://${request.host}${version.path}`
+    if (trusted(request.socket.remoteAddress) && request.headers['x-forwarded-host'] !== undefined) {
+      if (!HOST.test(request.host)) throw new AppError('BAD_REQUEST', 'The forwarded host is not a host name; set SOAP_PUBLIC_URL to publish the WSDL')
+      return `${request.protocol}://${request.host}${version.path}`
+    }
+    return `${request.protocol}://${listeningAuthority(request)}${version.path}`
+  }
+
+  /** Sends the contract with an ETag (304 when the client's copy is current) and a cache lifetime. */
+  function sendContract (request: FastifyRequest, reply: FastifyReply, wsdl: string) {
+    const etag = `"${createHash('sha256').update(wsdl).digest('base64url').slice(0, 27)}"`
+    reply.header('etag', etag).header('cache-control', WSDL_CACHE_CONTROL)
+    // The address may follow the forwarded host: a shared cache must key on it.
+    if (config.soap.publicUrl === null && config.trustProxy.length > 0) reply.header('vary', 'X-Forwarded-Host, X-Forwarded-Proto')
+    const ifNoneMatch = request.headers['if-none-match']
+    if (ifNoneMatch !== undefined && (ifNoneMatch.trim() === '*' || ifNoneMatch.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag))) {
+      return reply.code(304).send()
+    }
+    return reply.type('text/xml; charset=utf-8').send(wsdl)
   }
 
   for (const version of SERVICE_VERSIONS) {
@@ -141,7 +173,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     app.get(version.path, { config: { rateLimit: false } }, async (request, reply) => {
       const query = request.query as Record<string, unknown>
       if ('wsdl' in query || 'WSDL' in query) {
-        return reply.type('text/xml; charset=utf-8').send(template.join(`location="${escapeXml(addressOf(version, request))}"`))
+        return sendContract(request, reply, template.join(`location="${escapeXml(addressOf(version, request))}"`))
       }
       if (Object.keys(query).some((k) => /^(xsd|singlewsdl)$/i.test(k))) {
         throw new AppError('NOT_FOUND', `The contract is one document with its schema inline: GET ${version.path}?wsdl`)

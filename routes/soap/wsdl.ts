@@ -4,7 +4,6 @@
 // who may call it, from the domain's rules), SOAP 1.1 and SOAP 1.2 bindings requiring a WS-Security
 // UsernameToken (WS-SecurityPolicy), and the service at the given endpoint address. Built with xmlbuilder2.
 import { create } from 'xmlbuilder2'
-import type { XMLBuilder } from 'xmlbuilder2/lib/interfaces.js'
 import { RESTRICTED_USER_FIELDS, describeRule } from '../../app/domain/authorization.ts'
 import { namespaceOf, soapActionOf, type Field, type Operation, type ServiceVersion } from './operations.ts'
 
@@ -18,6 +17,9 @@ const WSP = 'http://www.w3.org/ns/ws-policy'
 const SP = 'http://docs.oasis-open.org/ws-sx/ws-securitypolicy/200702'
 const WSU = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
 const USERNAME_TOKEN_POLICY = 'UsernameTokenPolicy'
+
+/** xmlbuilder2's node builder, as its documented entry point returns it (the type itself is not exported from the package root). */
+type XMLBuilder = ReturnType<typeof create>
 
 function typeName (field: Field): string {
   return field.type === 'User' ? 'tns:User' : `xs:${field.type}`

@@ -42,6 +42,31 @@ test('a client sending its body one byte at a time is answered 408 and closed af
   clearInterval(drip)
   t.ok(slow.state.closedAfterMs! >= 900 && slow.state.closedAfterMs! <= 2500, `within 1.25 x the timeout (closed after ${slow.state.closedAfterMs} ms)`)
   t.match(slow.state.received, /^HTTP\/1\.1 408 /, 'answered 408 Request Timeout')
+  t.same(bodyOf(slow.state.received), { errors: [{ message: 'The request did not arrive whole in time', extensions: { code: 'REQUEST_TIMEOUT' } }] }, 'in the interface\'s shape, with a code')
+  t.match(slow.state.received, /\r\ncontent-type: application\/json; charset=utf-8\r\n/i)
+})
+
+/** The JSON body of a raw HTTP answer. */
+function bodyOf (raw: string): unknown {
+  return JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))
+}
+
+test('oversized headers (431) and bytes that are not HTTP (400) are answered in the interface\'s shape with a code', async (t) => {
+  const { url } = await listenTestApp(t)
+  const big = await rawSocket(url)
+  destroyAll(t, [big.socket])
+  big.socket.write(`GET /graphql HTTP/1.1\r\nHost: localhost\r\nX-Filler: ${'x'.repeat(20_000)}\r\n\r\n`)
+  t.ok(await closesWithin(big.closed, 5000), 'closed')
+  t.match(big.state.received, /^HTTP\/1\.1 431 /)
+  t.same(bodyOf(big.state.received), { errors: [{ message: 'The request headers are too large', extensions: { code: 'REQUEST_HEADER_FIELDS_TOO_LARGE' } }] })
+
+  const garbage = await rawSocket(url)
+  destroyAll(t, [garbage.socket])
+  garbage.socket.write('NOT HTTP AT ALL\r\n\r\n')
+  t.ok(await closesWithin(garbage.closed, 5000), 'closed')
+  t.match(garbage.state.received, /^HTTP\/1\.1 400 /)
+  t.same(bodyOf(garbage.state.received), { errors: [{ message: 'Malformed HTTP request', extensions: { code: 'BAD_REQUEST' } }] })
+  t.equal((await gql(url, '{ users(limit: 1) { name } }')).status, 200, 'still serving')
 })
 
 test('a connection silent both ways is closed after CONNECTION_TIMEOUT_MS', async (t) => {

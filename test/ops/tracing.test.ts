@@ -231,3 +231,35 @@ test('tracing settings: an endpoint must be OTLP over HTTP', async (t) => {
   t.match(loadConfig({ ...base, OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318/', OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.25' }).tracing,
     { tracesUrl: 'http://c:4318/v1/traces', protocol: 'http/protobuf', serviceName: 'graphql-query-service', sampler: 'parentbased_traceidratio', samplerRatio: 0.25 })
 })
+
+test('a client-chosen 60 KB operation name is exported capped: span names at 128 characters, attribute values at 256', async (t) => {
+  const receiver = await otlpReceiver(t)
+  const { app, url } = await listenTestApp(t, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' })
+  const name = `Q${'x'.repeat(60_000)}`
+  const { body, headers } = await gql(url, `query ${name} { users(limit: 1) { id } }`)
+  t.equal(body.data.users.length, 1)
+  const traceId = /^00-([0-9a-f]{32})-/.exec(headers.get('traceparent') ?? '')?.[1]
+  const operation = await exported(app, () => receiver.spans.find((s) => s.traceId === traceId && s.kind === INTERNAL))
+  t.ok(operation.name.length <= 128, `span name of ${operation.name.length} characters`)
+  t.match(operation.name, /^query Qxxx/)
+  const attribute = String(operation.attributes['graphql.operation.name'])
+  t.ok(attribute.length <= 256, `attribute of ${attribute.length} characters`)
+  t.ok(receiver.spans.every((s) => s.name.length <= 128 && Object.values(s.attributes).every((v) => String(v).length <= 256)), 'every span within the limits')
+})
+
+test('parent-based sampling: a traceparent with the sampled flag off is not traced; OTEL_TRACES_SAMPLER=always_on traces it anyway', async (t) => {
+  const unsampled = `00-${TRACE_ID}-${PARENT_ID}-00`
+  const receiver = await otlpReceiver(t)
+  const { app, url } = await listenTestApp(t, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' })
+  await gql(url, '{ users(limit: 1) { id } }', undefined, { traceparent: unsampled })
+  const { headers } = await gql(url, '{ users(limit: 1) { id } }')
+  const sampledTrace = /^00-([0-9a-f]{32})-/.exec(headers.get('traceparent') ?? '')?.[1]
+  await exported(app, () => receiver.spans.find((s) => s.traceId === sampledTrace && s.kind === SERVER))
+  t.notOk(receiver.spans.some((s) => s.traceId === TRACE_ID), 'the unsampled caller\'s request made no span (the default parentbased_always_on)')
+
+  const forced = await otlpReceiver(t)
+  const always = await listenTestApp(t, { OTEL_EXPORTER_OTLP_ENDPOINT: forced.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_TRACES_SAMPLER: 'always_on' })
+  await gql(always.url, '{ users(limit: 1) { id } }', undefined, { traceparent: unsampled })
+  const server = await exported(always.app, () => forced.spans.find((s) => s.traceId === TRACE_ID && s.kind === SERVER))
+  t.equal(server.parentSpanId, PARENT_ID, 'always_on: traced, still in the caller\'s trace')
+})

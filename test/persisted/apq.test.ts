@@ -114,3 +114,24 @@ test('with REDIS_URL the registry is shared by every instance, and bounded in Re
   t.equal((await postJson(three.url, pq(texts[0]!))).body.errors?.[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND', 'evicted from Redis')
   t.ok((await postJson(three.url, pq(texts[3]!))).body.data, 'the newest is served by an instance that never saw it')
 })
+
+test('an automatic registration (hash and text) is accepted by POST only; the registered hash may then be fetched by GET', async (t) => {
+  const { url } = await listenTestApp(t, NO_SHEDDING)
+  const text = '{ users(limit: 1) { name } }'
+  const extensions = JSON.stringify({ persistedQuery: { version: 1, sha256Hash: sha256Hex(text) } })
+  const get = (params: Record<string, string>) => fetch(`${url}/graphql?${new URLSearchParams(params)}`)
+
+  // Any ad-hoc text wrapped as a registration would otherwise run by GET, with a public cache lifetime.
+  const wrapped = await get({ query: text, extensions })
+  t.equal(wrapped.status, 405)
+  t.notMatch(wrapped.headers.get('cache-control') ?? '', /public|max-age=[1-9]/, 'not cacheable')
+  t.match(await wrapped.json(), { errors: [{ message: /GET accepts persisted queries only.*register a text under its hash \(APQ\) by POST/, extensions: { code: 'METHOD_NOT_ALLOWED' } }] })
+  const stillUnknown = await get({ extensions })
+  t.match(await stillUnknown.json(), { errors: [{ extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } }] }, 'the GET registered nothing')
+
+  t.ok((await postJson(url, { query: text, extensions: JSON.parse(extensions) })).body.data, 'registered by POST')
+  const byHash = await get({ extensions })
+  t.equal(byHash.status, 200)
+  t.match(byHash.headers.get('cache-control'), /max-age=60/, 'a registered hash is a cacheable GET')
+  t.match(await byHash.json(), { data: { users: [{ name: 'Admin' }] } })
+})

@@ -4,6 +4,7 @@
 // contract's namespace is fixed (SOAP_NAMESPACE_BASE), never the listening address: a client generated
 // from one instance's WSDL calls another instance; each operation's documentation says who may call it.
 import { test } from 'tap'
+import http from 'node:http'
 import soap from 'soap'
 import { createPartnerAccount } from '../../app/auth/create-partner.ts'
 import { mintToken } from '../../app/auth/mint-token.ts'
@@ -178,4 +179,36 @@ test('each operation\'s documentation says who may call it, and a SERVICE partne
     const outcome = await partner[`${operation}Async`]!(calls[operation]).then(() => 'ok', (err: any) => /<f:code>FORBIDDEN<\/f:code>/.test(err.body) ? 'FORBIDDEN' : `fault ${err.body}`)
     t.equal(outcome, allowedByDocs ? 'ok' : 'FORBIDDEN', `${operation}: ${documentation}`)
   }
+})
+
+/** A GET with a Host header of our choosing (fetch does not let one be set). */
+function getWithHost (url: string, host: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    http.get(url, { headers: { host } }, (response) => {
+      let body = ''
+      response.setEncoding('utf8').on('data', (chunk: string) => { body += chunk }).on('end', () => resolve({ status: response.statusCode!, body }))
+    }).on('error', reject)
+  })
+}
+
+test('?wsdl never writes a direct client\'s Host header into the contract, and is served with validators and a max-age', async (t) => {
+  const direct = await listenSoapApp(t)
+  const hostile = await getWithHost(`${direct.url}/v1/UserService?wsdl`, 'evil.example')
+  t.equal(hostile.status, 200)
+  t.notMatch(hostile.body, 'evil.example', 'the Host header is not the address')
+  t.match(hostile.body, `<soap:address location="${direct.url}/v1/UserService"/>`, 'the address the connection came to')
+  const behindProxy = await listenSoapApp(t, { TRUST_PROXY: '127.0.0.1' })
+  t.notMatch((await getWithHost(`${behindProxy.url}/v1/UserService?wsdl`, 'evil.example')).body, 'evil.example', 'behind a proxy, only its X-Forwarded-Host counts')
+
+  const first = await fetch(`${direct.url}/v2/UserService?wsdl`)
+  const etag = first.headers.get('etag')
+  t.match(etag, /^"[A-Za-z0-9_-]{27}"$/, 'an ETag')
+  t.equal(first.headers.get('cache-control'), 'public, max-age=3600')
+  await first.text()
+  const revalidated = await fetch(`${direct.url}/v2/UserService?wsdl`, { headers: { 'if-none-match': etag! } })
+  t.equal(revalidated.status, 304, 'the current copy: 304')
+  t.equal(await revalidated.text(), '')
+  const other = await fetch(`${direct.url}/v1/UserService?wsdl`, { headers: { 'if-none-match': etag! } })
+  t.equal(other.status, 200, 'another version\'s contract has its own ETag')
+  t.not(other.headers.get('etag'), etag)
 })

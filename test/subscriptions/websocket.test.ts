@@ -224,7 +224,7 @@ test('subscriptions per connection and message size are capped', async (t) => {
 })
 
 test('subscription documents are validated and limited like any operation', async (t) => {
-  const { url, app } = await listenTestApp(t, { MAX_DEPTH: '2', COST_BUDGET_ANONYMOUS: '20', MAX_STRING_LENGTH: '50' })
+  const { url, app } = await listenTestApp(t, { MAX_DEPTH: '2', COST_BUDGET_ANONYMOUS: '20', MAX_STRING_LENGTH: '50', MAX_ALIASES: '100' })
   const client = wsClient(url)
   t.teardown(() => client.dispose())
   const errorOf = async (query: string, variables?: Record<string, unknown>) => {
