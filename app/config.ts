@@ -5,6 +5,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { trustProxyRanges } from './peers.ts'
+import { defaultMaxConnections } from './descriptors.ts'
 
 export type Profile = 'production' | 'development'
 
@@ -20,6 +21,8 @@ export interface Config {
   connectionTimeoutMs: number
   /** Open connections per direct peer address, counted on the sockets (TRUST_PROXY peers exempt); 0 = no cap. */
   maxConnectionsPerIp: number
+  /** Open connections of all listeners together (split in app/descriptors.ts), below the open-files limit by default; 0 = no cap. */
+  maxConnections: number
   /** Seconds a graceful shutdown may take before the process exits anyway. */
   shutdownGraceMs: number
   /** On shutdown, idle keep-alive connections stay open this long (a request arriving on one is served), then close. */
@@ -160,6 +163,7 @@ const schema = {
     REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 0, default: 30000 },
     CONNECTION_TIMEOUT_MS: { type: 'integer', minimum: 0, default: 60000 },
     MAX_CONNECTIONS_PER_IP: { type: 'integer', minimum: 0, default: 100 },
+    MAX_CONNECTIONS: { type: 'integer', minimum: 0 },
     SHUTDOWN_GRACE_MS: { type: 'integer', minimum: 0, default: 10000 },
     SHUTDOWN_IDLE_DRAIN_MS: { type: 'integer', minimum: 0 },
     DATABASE_URL: { type: 'string' },
@@ -359,6 +363,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     requestTimeoutMs: e.REQUEST_TIMEOUT_MS as number,
     connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS as number,
     maxConnectionsPerIp: e.MAX_CONNECTIONS_PER_IP as number,
+    maxConnections: (e.MAX_CONNECTIONS as number | undefined) ?? defaultMaxConnections(),
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
     shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS as number | undefined, 0, 1000),
     databaseUrl: optional(e.DATABASE_URL),
