@@ -23,6 +23,8 @@ export interface Config {
   maxConnectionsPerIp: number
   /** Open connections of all listeners together (split in app/descriptors.ts), below the open-files limit by default; 0 = no cap. */
   maxConnections: number
+  /** How long a finished readiness check answers /health/ready (concurrent calls share one check); 0 = every call checks. */
+  readinessCacheMs: number
   /** Seconds a graceful shutdown may take before the process exits anyway. */
   shutdownGraceMs: number
   /** On shutdown, idle keep-alive connections stay open this long (a request arriving on one is served), then close. */
@@ -164,6 +166,7 @@ const schema = {
     CONNECTION_TIMEOUT_MS: { type: 'integer', minimum: 0, default: 60000 },
     MAX_CONNECTIONS_PER_IP: { type: 'integer', minimum: 0, default: 100 },
     MAX_CONNECTIONS: { type: 'integer', minimum: 0 },
+    READINESS_CACHE_MS: { type: 'integer', minimum: 0, maximum: 60000, default: 1000 },
     SHUTDOWN_GRACE_MS: { type: 'integer', minimum: 0, default: 10000 },
     SHUTDOWN_IDLE_DRAIN_MS: { type: 'integer', minimum: 0 },
     DATABASE_URL: { type: 'string' },
@@ -364,6 +367,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS as number,
     maxConnectionsPerIp: e.MAX_CONNECTIONS_PER_IP as number,
     maxConnections: (e.MAX_CONNECTIONS as number | undefined) ?? defaultMaxConnections(),
+    readinessCacheMs: e.READINESS_CACHE_MS as number,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
     shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS as number | undefined, 0, 1000),
     databaseUrl: optional(e.DATABASE_URL),
