@@ -102,6 +102,8 @@ export interface Config {
   cacheMaxAgeSec: number
   /** How many persisted GET responses' ETags are remembered for If-None-Match (304 without executing). */
   cacheMaxEntries: number
+  /** Estimated bytes of those ETags' entries (their keys hold the URL). */
+  cacheMaxBytes: number
 
   /** The secret page cursors' signing key is derived from: CURSOR_SECRET, else PARTNER_SECRET_KEY (under a label of its own). */
   cursorSecret: string
@@ -221,6 +223,7 @@ const schema = {
     APQ_MAX_DOCUMENT_BYTES: { type: 'integer', minimum: 0, default: 16384 },
     CACHE_MAX_AGE_SEC: { type: 'integer', minimum: 0, default: 60 },
     CACHE_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
+    CACHE_MAX_BYTES: { type: 'integer', minimum: 0, default: 16777216 },
     SOAP_PUBLIC_URL: { type: 'string' },
     SOAP_NAMESPACE_BASE: { type: 'string', default: DEFAULT_SOAP_NAMESPACE_BASE },
     SOAP_MAX_ELEMENTS: { type: 'integer', minimum: 10, default: 1000 },
@@ -430,6 +433,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     apqMaxDocumentBytes: e.APQ_MAX_DOCUMENT_BYTES as number,
     cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC as number,
     cacheMaxEntries: e.CACHE_MAX_ENTRIES as number,
+    cacheMaxBytes: e.CACHE_MAX_BYTES as number,
     cursorSecret: cursorSecret ?? partnerSecretKey,
     soap: {
       publicUrl,
