@@ -97,6 +97,8 @@ export interface Config {
   persistedOnly: boolean
   persistedManifest: string | null
   apqMaxEntries: number
+  /** Estimated bytes of registered APQ texts kept in this process (Redis bounds its registry by APQ_MAX_ENTRIES). */
+  apqMaxBytes: number
   /** APQ texts longer than this run but are not registered (bounds the registry's memory). */
   apqMaxDocumentBytes: number
   cacheMaxAgeSec: number
@@ -220,6 +222,7 @@ const schema = {
     PERSISTED_ONLY: { type: 'boolean' },
     PERSISTED_MANIFEST: { type: 'string' },
     APQ_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
+    APQ_MAX_BYTES: { type: 'integer', minimum: 0, default: 33554432 },
     APQ_MAX_DOCUMENT_BYTES: { type: 'integer', minimum: 0, default: 16384 },
     CACHE_MAX_AGE_SEC: { type: 'integer', minimum: 0, default: 60 },
     CACHE_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
@@ -430,6 +433,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     persistedOnly: pick(e.PERSISTED_ONLY as boolean | undefined, false, true),
     persistedManifest: optional(e.PERSISTED_MANIFEST),
     apqMaxEntries: e.APQ_MAX_ENTRIES as number,
+    apqMaxBytes: e.APQ_MAX_BYTES as number,
     apqMaxDocumentBytes: e.APQ_MAX_DOCUMENT_BYTES as number,
     cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC as number,
     cacheMaxEntries: e.CACHE_MAX_ENTRIES as number,
