@@ -5,7 +5,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { trustProxyRanges } from './peers.ts'
-import { defaultMaxConnections } from './descriptors.ts'
+import { defaultMaxConnections, openFilesLimit } from './descriptors.ts'
 
 export type Profile = 'production' | 'development'
 
@@ -372,7 +372,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     requestTimeoutMs: e.REQUEST_TIMEOUT_MS as number,
     connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS as number,
     maxConnectionsPerIp: e.MAX_CONNECTIONS_PER_IP as number,
-    maxConnections: (e.MAX_CONNECTIONS as number | undefined) ?? defaultMaxConnections(),
+    maxConnections: (e.MAX_CONNECTIONS as number | undefined) ?? defaultMaxConnections(openFilesLimit(), e.DATABASE_POOL_SIZE as number),
     readinessCacheMs: e.READINESS_CACHE_MS as number,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
     shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS as number | undefined, 0, 1000),

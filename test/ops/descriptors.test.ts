@@ -63,7 +63,10 @@ for (const { name, env, capped } of cases) test(`idle connections past the open-
   sockets.push(...metrics.open)
   dropped += metrics.dropped
   t.ok(dropped > 0, `connections past the cap or the limit were closed (${sockets.length} held, ${dropped} dropped)`)
-  if (capped) t.ok(sockets.length < OPEN_FILES - 100, `the connections held leave room under the open-files limit (${sockets.length})`)
+  if (capped) {
+    t.ok(sockets.length < OPEN_FILES - 100, `the connections held leave room under the open-files limit (${sockets.length})`)
+    t.match(service.stdout(), /connections over MAX_CONNECTIONS closed unanswered/, 'the refusals are logged')
+  }
   else t.ok(sockets.length > OPEN_FILES - 64, `the connections held took nearly every descriptor (${sockets.length})`)
 
   // A few sampling intervals with the connections held, then the process must still be there.
@@ -93,11 +96,12 @@ for (const { name, env, capped } of cases) test(`idle connections past the open-
 test('MAX_CONNECTIONS defaults to the open-files limit less a reserve, split between the listeners', async (t) => {
   const limit = openFilesLimit()
   t.ok(limit !== null && limit > 0, `the limit is read from /proc/self/limits (${limit})`)
-  t.equal(testConfig().maxConnections, defaultMaxConnections(limit), 'the default follows this process\'s limit')
+  t.equal(testConfig().maxConnections, limit! - 128 - 10, 'the default follows this process\'s limit, less the reserve and the store\'s pool (10)')
+  t.equal(testConfig({ DATABASE_POOL_SIZE: '50' }).maxConnections, limit! - 128 - 50)
   t.equal(testConfig({ MAX_CONNECTIONS: '1000' }).maxConnections, 1000)
-  t.equal(defaultMaxConnections(4096), 4096 - 128)
-  t.equal(defaultMaxConnections(200), 100, 'at least half of a small limit')
-  t.equal(defaultMaxConnections(null), 0, 'no cap where the limit is unknown')
+  t.equal(defaultMaxConnections(4096, 10), 4096 - 138)
+  t.equal(defaultMaxConnections(200, 10), 100, 'at least half of a small limit')
+  t.equal(defaultMaxConnections(null, 10), 0, 'no cap where the limit is unknown')
   t.same(connectionCaps(3968, true), { api: 3952, metrics: 16 })
   t.same(connectionCaps(3968, false), { api: 3968, metrics: 0 }, 'without a metrics port, the API listener has it all')
   t.same(connectionCaps(0, true), { api: 0, metrics: 0 }, '0: no cap')
