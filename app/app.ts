@@ -6,6 +6,7 @@ import Fastify, { type FastifyError, type FastifyInstance } from 'fastify'
 import type { Config } from './config.ts'
 import { accessLog, serverLogging, type LoggingOptions } from './logging.ts'
 import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts'
+import { connectionCaps, guardListener } from './descriptors.ts'
 import { AppError, type ErrorCode } from './errors.ts'
 import { formatError } from './graphql/error-format.ts'
 import { jsonAnswerType, setRefusalHeaders } from './graphql/media-types.ts'
@@ -102,6 +103,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   })
 
   limitConnectionsPerPeer(app.server, config.maxConnectionsPerIp, trustedPeer)
+  guardListener(app.server, connectionCaps(config.maxConnections, (config.metricsPort ?? 0) > 0).api, app.log, 'api')
   accessLog(app)
   // Every response carries its request id (set on arrival: streamed responses such as SSE skip onSend).
   app.addHook('onRequest', (request, reply, done) => {

@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { trustProxyRanges } from './peers.ts'
+import { defaultMaxConnections, openFilesLimit } from './descriptors.ts'
 
 export type Profile = 'production' | 'development'
 
@@ -21,6 +22,10 @@ export interface Config {
   connectionTimeoutMs: number
   /** Open connections per direct peer address, counted on the sockets (TRUST_PROXY peers exempt); 0 = no cap. */
   maxConnectionsPerIp: number
+  /** Open connections of all listeners together (split in app/descriptors.ts), below the open-files limit by default; 0 = no cap. */
+  maxConnections: number
+  /** How long a finished readiness check answers /health/ready (concurrent calls share one check); 0 = every call checks. */
+  readinessCacheMs: number
   /** Seconds a graceful shutdown may take before the process exits anyway. */
   shutdownGraceMs: number
   /** On shutdown, idle keep-alive connections stay open this long (a request arriving on one is served), then close. */
@@ -100,11 +105,15 @@ export interface Config {
   persistedOnly: boolean
   persistedManifest: string | null
   apqMaxEntries: number
+  /** Estimated bytes of registered APQ texts kept in this process (Redis bounds its registry by APQ_MAX_ENTRIES). */
+  apqMaxBytes: number
   /** APQ texts longer than this run but are not registered (bounds the registry's memory). */
   apqMaxDocumentBytes: number
   cacheMaxAgeSec: number
   /** How many persisted GET responses' ETags are remembered for If-None-Match (304 without executing). */
   cacheMaxEntries: number
+  /** Estimated bytes of those ETags' entries (their keys hold the URL). */
+  cacheMaxBytes: number
 
   /** The secret page cursors' signing key is derived from: CURSOR_SECRET, else PARTNER_SECRET_KEY (under a label of its own). */
   cursorSecret: string
@@ -168,6 +177,8 @@ const schema = {
     REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 0, default: 30000 },
     CONNECTION_TIMEOUT_MS: { type: 'integer', minimum: 0, default: 60000 },
     MAX_CONNECTIONS_PER_IP: { type: 'integer', minimum: 0, default: 100 },
+    MAX_CONNECTIONS: { type: 'integer', minimum: 0 },
+    READINESS_CACHE_MS: { type: 'integer', minimum: 0, maximum: 60000, default: 1000 },
     SHUTDOWN_GRACE_MS: { type: 'integer', minimum: 0, default: 10000 },
     SHUTDOWN_IDLE_DRAIN_MS: { type: 'integer', minimum: 0 },
     DATABASE_URL: { type: 'string' },
@@ -223,9 +234,11 @@ const schema = {
     PERSISTED_ONLY: { type: 'boolean' },
     PERSISTED_MANIFEST: { type: 'string' },
     APQ_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
+    APQ_MAX_BYTES: { type: 'integer', minimum: 0, default: 33554432 },
     APQ_MAX_DOCUMENT_BYTES: { type: 'integer', minimum: 0, default: 16384 },
     CACHE_MAX_AGE_SEC: { type: 'integer', minimum: 0, default: 60 },
     CACHE_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
+    CACHE_MAX_BYTES: { type: 'integer', minimum: 0, default: 16777216 },
     SOAP_PUBLIC_URL: { type: 'string' },
     SOAP_NAMESPACE_BASE: { type: 'string', default: DEFAULT_SOAP_NAMESPACE_BASE },
     SOAP_MAX_ELEMENTS: { type: 'integer', minimum: 10, default: 1000 },
@@ -380,6 +393,8 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     requestTimeoutMs: e.REQUEST_TIMEOUT_MS as number,
     connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS as number,
     maxConnectionsPerIp: e.MAX_CONNECTIONS_PER_IP as number,
+    maxConnections: (e.MAX_CONNECTIONS as number | undefined) ?? defaultMaxConnections(openFilesLimit(), e.DATABASE_POOL_SIZE as number),
+    readinessCacheMs: e.READINESS_CACHE_MS as number,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
     shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS as number | undefined, 0, 1000),
     databaseUrl: optional(e.DATABASE_URL),
@@ -443,9 +458,11 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     persistedOnly: pick(e.PERSISTED_ONLY as boolean | undefined, false, true),
     persistedManifest: optional(e.PERSISTED_MANIFEST),
     apqMaxEntries: e.APQ_MAX_ENTRIES as number,
+    apqMaxBytes: e.APQ_MAX_BYTES as number,
     apqMaxDocumentBytes: e.APQ_MAX_DOCUMENT_BYTES as number,
     cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC as number,
     cacheMaxEntries: e.CACHE_MAX_ENTRIES as number,
+    cacheMaxBytes: e.CACHE_MAX_BYTES as number,
     cursorSecret: cursorSecret ?? partnerSecretKey,
     soap: {
       publicUrl,

@@ -7,6 +7,7 @@ import type { FastifyInstance } from 'fastify'
 import { jwtOptions } from '../app/auth/jwt-options.ts'
 import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
+import { LruMap } from '../app/lru-map.ts'
 import { ROLES, type Role } from '../app/store/types.ts'
 
 declare module 'fastify' {
@@ -21,6 +22,10 @@ declare module 'fastify' {
 
 /** Verified tokens kept at most; beyond it the oldest is forgotten (and verified again if it comes back). */
 const VERIFIED_TOKENS_MAX = 10_000
+/** And their estimated bytes: a header may be as long as Node's 16 KB header limit allows. */
+const VERIFIED_TOKENS_MAX_BYTES = 16 * 1024 * 1024
+/** What an entry keeps alive: its header at two bytes a character (the worst case of V8's strings), and the frozen caller. */
+const verifiedEntryBytes = (header: string) => header.length * 2 + 512
 
 export default fp(async function auth (app: FastifyInstance) {
   await app.register(fastifyJwt, jwtOptions(app.config.jwt))
@@ -30,7 +35,8 @@ export default fp(async function auth (app: FastifyInstance) {
   // token, which costs more per request than the signature check it saves; a Map keyed by the string
   // itself costs a lookup.) Only tokens that passed every check are kept, and a kept caller is frozen,
   // so no request can alter another's.
-  const verified = new Map<string, { caller: Caller; expiresAt: number }>()
+  // Looked up with peek (no reordering on the hot path): the oldest entry is forgotten first.
+  const verified = new LruMap<string, { caller: Caller; expiresAt: number }>(VERIFIED_TOKENS_MAX, VERIFIED_TOKENS_MAX_BYTES)
 
   /** Checks a token; a token that passes is remembered under the header that carried it, until its `exp`. */
   function verify (token: string, header: string): Caller {
@@ -47,10 +53,7 @@ export default fp(async function auth (app: FastifyInstance) {
     }
     const expiresAt = typeof claims.exp === 'number' ? claims.exp * 1000 : undefined
     const caller: Caller = Object.freeze({ id: claims.sub, role: role as Role, ...(expiresAt !== undefined ? { expiresAt } : {}) })
-    if (expiresAt !== undefined) {
-      if (verified.size >= VERIFIED_TOKENS_MAX) verified.delete(verified.keys().next().value!)
-      verified.set(header, { caller, expiresAt })
-    }
+    if (expiresAt !== undefined) verified.set(header, { caller, expiresAt }, verifiedEntryBytes(header))
     return caller
   }
 
@@ -58,7 +61,7 @@ export default fp(async function auth (app: FastifyInstance) {
     if (authorization === undefined || authorization === '') return null
     // A header seen before, whose token passed every check (the usual case: a client sends the same
     // header with every request): one lookup by the header as received, no parsing.
-    const seen = verified.get(authorization)
+    const seen = verified.peek(authorization)
     if (seen !== undefined && seen.expiresAt > Date.now()) return seen.caller
     // The scheme name is case-insensitive (RFC 7235): "bearer", "BEARER" are "Bearer".
     const match = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/i.exec(authorization)

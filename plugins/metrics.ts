@@ -10,6 +10,7 @@ import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { appendRouteHook } from '../app/route-hooks.ts'
+import { connectionCaps, guardListener } from '../app/descriptors.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -237,6 +238,7 @@ export default fp(async function metrics (app: FastifyInstance) {
         (text) => response.writeHead(200, { 'content-type': registry.contentType }).end(text),
         (err: unknown) => { app.log.error({ err }, 'metrics collection failed'); response.writeHead(500).end() })
     })
+    guardListener(metricsServer, connectionCaps(app.config.maxConnections, true).metrics, app.log, 'metrics')
     app.addHook('onReady', async () => {
       await new Promise<void>((resolve, reject) => {
         metricsServer.once('error', reject)

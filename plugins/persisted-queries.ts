@@ -34,7 +34,7 @@ export default fp(async function persistedQueries (app: FastifyInstance) {
   const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
   const apq = !apqOn ? null : app.redis
     ? redisApqStore(app.redis, app.redisKey, config.apqMaxEntries, app.log)
-    : memoryApqStore(config.apqMaxEntries)
+    : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
 
   app.decorate('persistedManifest', manifest)
   app.decorate('persistedWarmUp', null)
@@ -43,6 +43,7 @@ export default fp(async function persistedQueries (app: FastifyInstance) {
     persistedOnly: config.persistedOnly,
     apq,
     apqMaxEntries: config.apqMaxEntries,
+    apqMaxBytes: config.apqMaxBytes,
     apqMaxDocumentBytes: config.apqMaxDocumentBytes,
     plan: (text) => app.graphqlPipeline.plan(text)
   }))

@@ -205,7 +205,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     throw new AppError('METHOD_NOT_ALLOWED', SINGLE_CONNECTION_REFUSED)
   })
 
-  const httpCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries })
+  const httpCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries, maxBytes: config.cacheMaxBytes })
   // Also the WebSocket endpoint: plugins/subscriptions.ts attaches the subscription transport to this route.
   // No preflight-forcing header is required (urql, CDN warmers and curl send none): a GET runs queries
   // only, cookies are never read, and the one credential, Authorization, is itself a header a page on

@@ -10,7 +10,8 @@ import { startService } from './helpers/server-process.ts'
 import { MANIFEST_FILE, persistedGetUrl, queryIdOf } from './persisted/helpers.ts'
 
 test('liveness and readiness; readiness reflects a failing store', async (t) => {
-  const { url, store } = await listenTestApp(t)
+  // Every call checks (no shared verdict): the store changes between calls.
+  const { url, store } = await listenTestApp(t, { READINESS_CACHE_MS: '0' })
   t.same(await (await fetch(`${url}/health/live`)).json(), { status: 'ok' })
   const ready = await fetch(`${url}/health/ready`)
   t.equal(ready.status, 200)

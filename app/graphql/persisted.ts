@@ -206,11 +206,14 @@ export interface ApqStore {
   set (hash: string, text: string): Promise<void>
 }
 
-export function memoryApqStore (maxEntries: number): ApqStore {
-  const lru = new LruMap<string, string>(maxEntries)
+/** What a registered text keeps alive in a process: the string at two bytes a character (V8's worst case) and its entry. */
+export const apqEntryBytes = (text: string) => text.length * 2 + 512
+
+export function memoryApqStore (maxEntries: number, maxBytes = Infinity): ApqStore {
+  const lru = new LruMap<string, string>(maxEntries, maxBytes)
   return {
     async get (hash) { return lru.get(hash) },
-    async set (hash, text) { lru.set(hash, text) }
+    async set (hash, text) { lru.set(hash, text, apqEntryBytes(text)) }
   }
 }
 
@@ -270,6 +273,8 @@ export interface PersistedQueriesOptions {
   apq: ApqStore | null
   /** How many registered texts this instance keeps parsed in memory (APQ_MAX_ENTRIES). */
   apqMaxEntries: number
+  /** Estimated bytes of the registered texts this process keeps (the in-process registry and the parsed copies). */
+  apqMaxBytes: number
   /** Texts longer than this are run but not registered (bounds the registry's memory). */
   apqMaxDocumentBytes: number
   /** A registered text's plan (the pipeline's: parsed and validated once); throws when it cannot run. */
@@ -323,7 +328,7 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
   const { manifest, persistedOnly, apqMaxDocumentBytes } = options
   const apq = persistedOnly ? null : options.apq
   // Registered texts this instance has seen, parsed, by hash: a hit costs no parse and no round trip.
-  const apqFacts = new LruMap<string, PersistedOperation>(options.apqMaxEntries)
+  const apqFacts = new LruMap<string, PersistedOperation>(options.apqMaxEntries, options.apqMaxBytes)
 
   const registered = (text: string): ResolvedDocument => ({ text, registered: true, introspectionOnly: false })
 
@@ -341,7 +346,7 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
     // One operation per registered document, as at deploy time.
     if (operations.length !== 1) return undefined
     const operation = { id: `sha256:${hash}`, text: registered, name: operations[0]!.name, type: operations[0]!.type }
-    apqFacts.set(hash, operation)
+    apqFacts.set(hash, operation, apqEntryBytes(registered))
     return operation
   }
 
@@ -397,6 +402,7 @@ export function noPersistedQueries (persistedOnly: boolean): PersistedQueries {
     persistedOnly,
     apq: null,
     apqMaxEntries: 0,
+    apqMaxBytes: 0,
     apqMaxDocumentBytes: 0,
     plan: () => { throw new Error('no plans: automatic registration is off') }
   })

@@ -15,6 +15,7 @@
 // admitted execution and kept with the plan. Mercurius builds the schema (resolvers, mercurius-auth's
 // @auth wrappers) and is not on the request path.
 import { createRequire } from 'node:module'
+import { setFlagsFromString } from 'node:v8'
 import { GraphQLError, createSourceEventStream, getVariableValues, type ExecutionResult, type GraphQLSchema } from 'graphql'
 import type { CompiledQuery } from 'graphql-jit'
 import { AppError, Messages } from '../errors.ts'
@@ -30,6 +31,12 @@ import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type Grap
 // fails to load under Node's resolver.
 const require = createRequire(import.meta.url)
 const { compileQuery, isCompiledQuery } = require('graphql-jit') as typeof import('graphql-jit')
+// graphql-jit compiles each operation with `new Function(source)`, and V8 keeps every such source's
+// compilation in its eval cache, strongly, until a last-resort GC near the heap limit: measured, about
+// 2 MiB per distinct 7.8 KB document, kept long after the plan cache had let the plan go (a compilation
+// is made once per plan, so the cache never saves anything here). Node's documented v8.setFlagsFromString
+// turns that cache off; a compilation then lives exactly as long as its plan, whose weight counts it.
+setFlagsFromString('--no-compilation-cache')
 
 /** What carries the operation: decides which operation types it may run. */
 export type Transport = 'GET' | 'POST' | 'WS' | 'SSE'
@@ -121,15 +128,24 @@ function selectOperation (plan: DocumentPlan, operationName: string | null): Ope
 /** graphql-jit compilations, one per operation of a plan (it keys nothing by text: no cross-operation mix-up). */
 const compilations = new WeakMap<OperationPlan, CompiledQuery>()
 
-function compiledOf (schema: GraphQLSchema, operation: OperationPlan): CompiledQuery {
+/** The operation's compilation, made now when it has none (`made` is then called: the plan weighs more). */
+function compiledOf (schema: GraphQLSchema, operation: OperationPlan, made?: () => void): CompiledQuery {
   let compiled = compilations.get(operation)
   if (!compiled) {
     const result = compileQuery(schema, operation.document, operation.name ?? undefined)
     // The document validated, so a failure here is ours: reported as an internal error.
     if (!isCompiledQuery(result)) throw new Error(`graphql-jit could not compile the operation: ${result.errors?.map((e) => e.message).join('; ')}`)
     compilations.set(operation, compiled = result)
+    made?.()
   }
   return compiled
+}
+
+/** What a plan keeps alive: its own estimate plus that of each operation compiled so far. */
+function weightOf (plan: DocumentPlan): number {
+  let bytes = plan.bytes
+  for (const operation of plan.operations) if (compilations.has(operation)) bytes += operation.compiledBytes
+  return bytes
 }
 
 export function createPipeline (options: PipelineOptions): Pipeline {
@@ -150,6 +166,12 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     return made
   }
 
+  /** Weighs a cached plan again once an operation of it is compiled (a pinned one is not counted). */
+  function reweigh (source: string): void {
+    const cached = cache.peek(source)
+    if (cached) cache.set(source, cached, weightOf(cached))
+  }
+
   /** Variables coerced by graphql-js (its words when refused), then held to the input caps. */
   function coerceVariables (operation: OperationPlan, sent: unknown): Record<string, unknown> {
     if (sent != null && (typeof sent !== 'object' || Array.isArray(sent))) throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
@@ -162,8 +184,8 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     return coerced
   }
 
-  /** The operation a request names: its document resolved, planned, and the operation chosen. */
-  async function operationOf (params: GraphQLRequestParams, caller: Caller | null, transport?: Transport): Promise<OperationPlan> {
+  /** The operation a request names: its document resolved, planned, and the operation chosen (with the document's text). */
+  async function operationOf (params: GraphQLRequestParams, caller: Caller | null, transport?: Transport): Promise<{ operation: OperationPlan; source: string }> {
     const operationName = params.operationName ?? null
     if (operationName !== null && typeof operationName !== 'string') throw new AppError('BAD_REQUEST', 'operationName must be a string')
     // Persisted-only mode lets one thing through besides registered ids: an ADMIN's ad-hoc document
@@ -180,13 +202,13 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     if (transport === 'GET' && !document.registered) throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     const operation = selectOperation(plan(document.text), operationName)
     if (document.introspectionOnly && !operation.onlyIntrospects) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
-    return operation
+    return { operation, source: document.text }
   }
 
   async function admit ({ params, transport, caller, ip, paidByRequest = transport !== 'WS' }: OperationRequest): Promise<Admission> {
     // HTTP requests have paid at the route; a WebSocket (or a batch) carries many operations on one request.
     if (!paidByRequest) await options.spendRequest(caller, ip)
-    const operation = await operationOf(params, caller, transport)
+    const { operation, source } = await operationOf(params, caller, transport)
     if (!ALLOWED[transport].has(operation.type)) refuseOnTransport(operation.type, transport)
     if (operation.introspects && !options.introspection && caller?.role !== 'ADMIN') {
       throw new AppError('INTROSPECTION_DISABLED', Messages.introspectionDisabled)
@@ -194,7 +216,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     const variables = coerceVariables(operation, params.variables)
     const cost = await options.chargeCost(caller, ip, operation.cost(variables))
     // Compiled once paid for: the compilation is bounded by the budget just checked (each field costs at least 1).
-    const compiled = compiledOf(options.schema(), operation)
+    const compiled = compiledOf(options.schema(), operation, () => reweigh(source))
     return { caller, operation, compiled, variables, cost }
   }
 
@@ -214,7 +236,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     admit,
     async operationType (params, caller) {
       try {
-        return (await operationOf(params, caller)).type
+        return (await operationOf(params, caller)).operation.type
       } catch {
         return undefined
       }
