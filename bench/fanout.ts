@@ -1,19 +1,48 @@
-// The subscription-fanout scenario: N WebSocket subscribers (graphql-ws protocol on /graphql) of one
-// room, M messages posted through the postMessage mutation; every delivery is counted (none may be
-// lost, duplicated or reordered) and its latency measured from the moment the post was sent.
+// The subscription fan-out rows: N WebSocket subscribers (graphql-ws protocol on /graphql) of one room,
+// M messages posted through the postMessage mutation; every delivery is counted (none may be lost,
+// duplicated or reordered) and its latency measured from the moment the post was sent.
+// - subscription-fanout: every subscriber a USER (its own token), selection `id content author { name }`;
+// - subscription-fanout-mixed: every other subscriber anonymous, the rest USERs, selection with
+//   `author { name email }`: email is visible to its owner only, so callers' answers differ;
+//   (the others get it null, with the service's FORBIDDEN / UNAUTHENTICATED error for that field);
+// - ws-broadcast, ws-broadcast-mixed (bench/fanout-baseline-server.ts): the same clients against a bare `ws`
+//   process writing prebuilt bytes of the size of that row's messages: the machine's ceiling, which each
+//   row is reported against.
+import type { ExecutionResult } from 'graphql'
 import { createClient, type Client } from 'graphql-ws'
 import WebSocket from 'ws'
 import type { BenchData } from './scenarios.ts'
 
-const SUBSCRIPTION = 'subscription Room($roomId: String!) { messageAdded(roomId: $roomId) { id content author { name } } }'
+export const FANOUT_SELECTIONS = {
+  plain: 'id content author { name }',
+  mixed: 'id content author { name email }'
+} as const
+export type FanoutSelection = keyof typeof FANOUT_SELECTIONS
+
+const subscriptionQuery = (selection: FanoutSelection) =>
+  `subscription Room($roomId: String!) { messageAdded(roomId: $roomId) { ${FANOUT_SELECTIONS[selection]} } }`
 const POST = 'mutation Post($roomId: String!, $content: String!) { postMessage(roomId: $roomId, content: $content) { id } }'
+/**
+ * Every client holds one subscription, so every client may use the same id (ids are per connection):
+ * the baseline can then write one buffer to all, and each client parses a message of the same size.
+ */
+const SUBSCRIPTION_ID = '00000000-0000-4000-8000-000000000000'
+const PROBE = 'probe'
+const PREFIX = 'fanout '
+
+interface MessageAdded { id: string; content: string; author: { name: string; email?: string | null } }
+type Delivery = ExecutionResult<{ messageAdded: MessageAdded }>
 
 interface Subscriber {
-  client: Client
+  client: Client | null
+  /** The user this subscriber is (null: anonymous). */
+  userId: string | null
   probes: number
   received: number
   lastSeq: number
   duplicatesOrReordered: number
+  /** Deliveries whose author email this caller should (not) have seen, and did not (did). */
+  wrongVisibility: number
   failure: string | null
 }
 
@@ -31,24 +60,22 @@ async function post (url: string, token: string, roomId: string, content: string
   return response.status === 200 && text.startsWith('{"data":') && !text.includes('"errors"') ? null : `HTTP ${response.status}: ${text.slice(0, 200)}`
 }
 
-/** Connects one subscriber and resolves once the server acknowledged the connection (or rejects). */
-function subscribe (url: string, token: string, roomId: string, onContent: (content: string) => void, onError: (reason: string) => void): Promise<Client> {
+/** Connects one subscriber (anonymous when `token` is null) and resolves once the server acknowledged the connection. */
+function subscribe (url: string, token: string | null, roomId: string, selection: FanoutSelection, onDelivery: (delivery: Delivery) => void, onError: (reason: string) => void): Promise<Client> {
   return new Promise((resolve, reject) => {
     const client = createClient({
       url: wsUrl(url),
       webSocketImpl: WebSocket,
-      connectionParams: { authToken: `Bearer ${token}` },
+      connectionParams: token === null ? {} : { authToken: `Bearer ${token}` },
       lazy: false,
       retryAttempts: 0,
       connectionAckWaitTimeout: 10_000,
+      generateID: () => SUBSCRIPTION_ID,
       onNonLazyError: (err) => reject(new Error(describe(err)))
     })
     client.on('connected', () => resolve(client))
-    client.subscribe<{ messageAdded: { content: string } }>({ query: SUBSCRIPTION, variables: { roomId } }, {
-      next: (value) => {
-        if (value.errors) onError(`errors: ${JSON.stringify(value.errors).slice(0, 200)}`)
-        else if (value.data) onContent(value.data.messageAdded.content)
-      },
+    client.subscribe<{ messageAdded: MessageAdded }>({ query: subscriptionQuery(selection), variables: { roomId } }, {
+      next: onDelivery,
       error: (err) => { onError(describe(err)); reject(new Error(describe(err))) },
       complete: () => {}
     })
@@ -65,20 +92,32 @@ function describe (err: unknown): string {
   return String(e?.type ?? err)
 }
 
-/** Null when a subscriber can connect and receives a posted message; otherwise why the scenario is skipped. */
-export async function fanoutUnavailable (url: string, data: BenchData): Promise<string | null> {
+export interface FanoutProbe {
+  /** Why the fan-out cannot run (the rows are then skipped); null when it can. */
+  unavailable: string | null
+  /** The `next` payload the service delivered for a post: the baseline writes messages of this shape and size. */
+  sample: string | null
+}
+
+/**
+ * Whether a subscriber can connect and receives a posted message, and what that message looks like for
+ * most subscribers of the row: a USER who is not the author (plain), an anonymous caller (mixed).
+ */
+export async function probeFanout (url: string, data: BenchData, selection: FanoutSelection): Promise<FanoutProbe> {
   const roomId = `fanout-probe-${data.runId}`
-  let received = false
+  let received: Delivery | null = null
   let client: Client | null = null
   try {
-    client = await withTimeout(subscribe(url, data.users[0]!.token, roomId, () => { received = true }, () => {}), 3000)
+    const token = selection === 'mixed' ? null : data.users[0]!.token
+    client = await withTimeout(subscribe(url, token, roomId, selection, (delivery) => { received = delivery }, () => {}), 3000)
     for (let i = 0; i < 20 && !received; i++) {
-      await post(url, data.users[1]!.token, roomId, 'probe')
+      await post(url, data.users[1]!.token, roomId, PROBE)
       await new Promise((resolve) => setTimeout(resolve, 100))
     }
-    return received ? null : 'transport not available yet (subscribed on /graphql but no message was delivered)'
+    if (!received) return { unavailable: 'transport not available yet (subscribed on /graphql but no message was delivered)', sample: null }
+    return { unavailable: null, sample: JSON.stringify(received) }
   } catch (err) {
-    return `transport not available yet (no graphql-ws subscription on /graphql: ${(err as Error).message})`
+    return { unavailable: `transport not available yet (no graphql-ws subscription on /graphql: ${(err as Error).message})`, sample: null }
   } finally {
     await client?.dispose()
   }
@@ -88,99 +127,153 @@ function withTimeout<T> (promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([promise, new Promise<T>((_resolve, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))])
 }
 
-function percentile (sorted: number[], p: number): number {
+function percentile (sorted: Float64Array, p: number): number {
   if (sorted.length === 0) return NaN
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
 }
 
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
 export interface FanoutOptions {
   subscribers: number
   messages: number
+  selection: FanoutSelection
+  /** Every other subscriber anonymous (the others USERs); otherwise all USERs. */
+  anonymousHalf: boolean
+  /** The service's answers: the author's email reaches its owner only (ws-broadcast sends everyone the same bytes). */
+  checkVisibility: boolean
+  /** The server process's current RSS (VmRSS), read before the subscribers connect and once they are all active. */
+  rssBytes: () => number | null
   log: (line: string) => void
 }
 
 export async function runFanout (url: string, data: BenchData, options: FanoutOptions) {
   const roomId = `fanout-${data.runId}`
-  const sentAt: number[] = []
-  const latencies: number[] = []
+  const poster = data.users[0]!
+  const expected = options.subscribers * options.messages
+  const sentAt = new Float64Array(options.messages)
+  // Preallocated: 10000 clients deliver a million messages, and the client's CPU is on the same machine.
+  const latencies = new Float64Array(expected)
+  let delivered = 0
+  let extra = 0
   let lastDelivery = 0
   const subscribers: Subscriber[] = []
+  const rssBefore = options.rssBytes()
+
+  // The mixed selection's email is null with an error for every caller but its owner; any other error fails the row.
+  const expectedError = (e: { path?: readonly (string | number)[] }) => options.selection === 'mixed' && e.path?.[e.path.length - 1] === 'email'
+  const onDelivery = (s: Subscriber) => (delivery: Delivery) => {
+    const message = delivery.data?.messageAdded
+    if (!message || (delivery.errors && !delivery.errors.every(expectedError))) {
+      s.failure ??= `errors: ${JSON.stringify(delivery.errors ?? delivery).slice(0, 200)}`
+      return
+    }
+    const content = message.content
+    if (content === PROBE) { s.probes++; return }
+    const now = performance.now()
+    const seq = Number(content.slice(PREFIX.length))
+    if (seq <= s.lastSeq) s.duplicatesOrReordered++
+    s.lastSeq = seq
+    s.received++
+    if (options.checkVisibility && options.selection === 'mixed' && (message.author.email != null) !== (s.userId === poster.id)) s.wrongVisibility++
+    if (delivered < expected) latencies[delivered++] = now - sentAt[seq]!
+    else extra++
+    lastDelivery = now
+  }
 
   // Connect in batches, so the listen backlog is not what is measured.
   for (let start = 0; start < options.subscribers; start += 100) {
     const batch = Array.from({ length: Math.min(100, options.subscribers - start) }, (_, k) => {
-      const s: Subscriber = { client: null as unknown as Client, probes: 0, received: 0, lastSeq: -1, duplicatesOrReordered: 0, failure: null }
+      const i = start + k
+      // Subscriber 0 is the poster (a USER), so the mixed row has one caller who sees the email.
+      const user = options.anonymousHalf && i % 2 === 1 ? null : data.users[(options.anonymousHalf ? i / 2 : i) % data.users.length]!
+      const s: Subscriber = { client: null, userId: user?.id ?? null, probes: 0, received: 0, lastSeq: -1, duplicatesOrReordered: 0, wrongVisibility: 0, failure: null }
       subscribers.push(s)
-      const user = data.users[(start + k) % data.users.length]!
-      return subscribe(url, user.token, roomId, (content) => {
-        if (content === 'probe') { s.probes++; return }
-        const seq = Number(content.slice('fanout '.length))
-        const now = performance.now()
-        if (seq <= s.lastSeq) s.duplicatesOrReordered++
-        s.lastSeq = seq
-        s.received++
-        latencies.push(now - sentAt[seq]!)
-        lastDelivery = now
-      }, (reason) => { s.failure ??= reason }).then((client) => { s.client = client }, (err: Error) => { s.failure ??= `could not connect: ${err.message}` })
+      return subscribe(url, user?.token ?? null, roomId, options.selection, onDelivery(s), (reason) => { s.failure ??= reason })
+        .then((client) => { s.client = client }, (err: Error) => { s.failure ??= `could not connect: ${err.message}` })
     })
     await Promise.all(batch)
   }
+  const dispose = () => Promise.all(subscribers.map((s) => s.client?.dispose()))
   const unconnected = subscribers.filter((s) => !s.client)
   options.log(`    ${subscribers.length - unconnected.length} of ${subscribers.length} subscribers connected`)
   if (unconnected.length > 0) {
-    await Promise.all(subscribers.map((s) => s.client?.dispose()))
+    await dispose()
     throw new Error(`${unconnected.length} of ${subscribers.length} subscribers could not connect (first: ${unconnected[0]!.failure})`)
   }
 
-  // A subscription is active once it has received something: post probes until every subscriber has one.
-  const poster = data.users[0]!.token
-  const readyBy = Date.now() + 15_000
+  // A subscription is active once it has received something: post a probe, wait for it to reach everyone
+  // (another only when one was lost), then until no probe is in flight, so none is queued before the measured posts.
+  const readyBy = Date.now() + 30_000
+  const probesSeen = () => subscribers.reduce((n, s) => n + s.probes, 0)
   while (subscribers.some((s) => s.probes === 0) && Date.now() < readyBy) {
-    const problem = await post(url, poster, roomId, 'probe')
-    if (problem) throw new Error(`posting a probe failed: ${problem}`)
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    const problem = await post(url, poster.token, roomId, PROBE)
+    if (problem) {
+      await dispose()
+      throw new Error(`posting a probe failed: ${problem}`)
+    }
+    const waitBy = Date.now() + 3000
+    while (subscribers.some((s) => s.probes === 0) && Date.now() < waitBy) await sleep(50)
   }
   const notReady = subscribers.filter((s) => s.probes === 0).length
-  if (notReady > 0) throw new Error(`${notReady} subscribers never received a probe message within 15 s`)
+  if (notReady > 0) {
+    await dispose()
+    throw new Error(`${notReady} subscribers never received a probe message within 30 s`)
+  }
+  for (let seen = -1; seen !== probesSeen();) {
+    seen = probesSeen()
+    await sleep(300)
+  }
+  const rssWith = options.rssBytes()
 
   let postFailures = 0
   let firstPostFailure: string | null = null
   const firstSend = performance.now()
   for (let seq = 0; seq < options.messages; seq++) {
     sentAt[seq] = performance.now()
-    const problem = await post(url, poster, roomId, `fanout ${seq}`)
+    const problem = await post(url, poster.token, roomId, `${PREFIX}${seq}`)
     if (problem) {
       postFailures++
       firstPostFailure ??= problem
     }
   }
-  const expected = options.subscribers * options.messages
-  const waitUntil = Date.now() + 30_000
-  while (latencies.length < expected && Date.now() < waitUntil) await new Promise((resolve) => setTimeout(resolve, 50))
+  // Until everything arrived, or nothing has for 10 s (10000 subscribers take a while).
+  let lastCount = -1
+  let idleSince = Date.now()
+  while (delivered < expected && Date.now() - idleSince < 10_000) {
+    if (delivered !== lastCount) {
+      lastCount = delivered
+      idleSince = Date.now()
+    }
+    await sleep(50)
+  }
   // Anything still arriving now would be a duplicate: give it a moment to show up.
-  await new Promise((resolve) => setTimeout(resolve, 200))
-  await Promise.all(subscribers.map((s) => s.client.dispose()))
+  await sleep(200)
+  await dispose()
 
-  const delivered = latencies.length
   const lost = Math.max(0, expected - delivered)
   const reordered = subscribers.reduce((n, s) => n + s.duplicatesOrReordered, 0)
+  const wrongVisibility = subscribers.reduce((n, s) => n + s.wrongVisibility, 0)
   const failures = subscribers.filter((s) => s.failure).length
-  latencies.sort((a, b) => a - b)
+  const sorted = latencies.subarray(0, delivered).sort()
   const problems: string[] = []
   if (postFailures > 0) problems.push(`${postFailures} posts failed (first: ${firstPostFailure})`)
   if (lost > 0) problems.push(`${lost} of ${expected} deliveries lost`)
-  if (delivered > expected || reordered > 0) problems.push(`${reordered} duplicated or out-of-order deliveries`)
+  if (extra > 0 || reordered > 0) problems.push(`${extra + reordered} duplicated or out-of-order deliveries`)
+  if (wrongVisibility > 0) problems.push(`${wrongVisibility} deliveries showed the author's email to another caller or hid it from its owner`)
   if (failures > 0) problems.push(`${failures} subscriptions failed (${subscribers.find((s) => s.failure)!.failure})`)
   const seconds = Math.max(1e-3, (lastDelivery - firstSend) / 1000)
+  const rssPerSubscriberBytes = rssBefore !== null && rssWith !== null ? (rssWith - rssBefore) / options.subscribers : null
   return {
     status: problems.length > 0 ? 'failed' as const : 'ok' as const,
     ...(problems.length > 0 ? { reason: problems.join('; ') } : {}),
     connections: options.subscribers,
     requests: delivered,
     rps: delivered / seconds,
-    latencyMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99) },
+    latencyMs: { p50: percentile(sorted, 50), p99: percentile(sorted, 99) },
     non2xx: postFailures,
-    errors: lost + reordered + failures,
-    details: { subscribers: options.subscribers, messages: options.messages, expected, delivered, lost, reordered, seconds }
+    errors: lost + extra + reordered + wrongVisibility + failures,
+    rssPerSubscriberBytes,
+    details: { subscribers: options.subscribers, messages: options.messages, expected, delivered, lost, reordered, seconds, rssBeforeBytes: rssBefore, rssWithSubscribersBytes: rssWith }
   }
 }

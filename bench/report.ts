@@ -31,6 +31,10 @@ export interface Result {
   restBaseline?: string | null
   ratioToRest?: number | null
   ratioToLimit?: number | null
+  /** Fan-out rows: p99 delivery latency over ws-broadcast's p99 (same run). */
+  p99Ratio?: number | null
+  /** Fan-out rows: server RSS with the subscribers connected minus before they connected, per subscriber. */
+  rssPerSubscriberBytes?: number | null
   details?: Record<string, unknown>
   /** req/s of each measured round, in order. */
   rounds?: number[]
@@ -78,6 +82,49 @@ export function textTable (report: RunReport): string {
   const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => (i === HEADER.length - 1 ? 0 : r[i]!.length))))
   const line = (cells: string[]) => cells.map((c, i) => i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ').trimEnd()
   return [line(rows[0]!), widths.map((w) => '-'.repeat(Math.max(w, 6))).join('  '), ...rows.slice(1).map(line)].join('\n')
+}
+
+/** The issue's targets for the fan-out against ws-broadcast; shown, not checked by bench:check. */
+export const FANOUT_TARGETS = { deliveriesRatio: 0.5, p99Ratio: 2, rssPerSubscriberBytes: 30 * 1024 }
+
+const FANOUT_HEADER = ['fan-out row', 'subscribers', 'deliveries/s', `× ws-broadcast (≥ ${FANOUT_TARGETS.deliveriesRatio})`, 'p99 ms',
+  `p99 × ws-broadcast (≤ ${FANOUT_TARGETS.p99Ratio})`, `RSS/subscriber KB (≤ ${FANOUT_TARGETS.rssPerSubscriberBytes / 1024})`, 'targets']
+
+/** The fan-out rows (those with an RSS per subscriber) against the issue's targets; null when none ran. */
+function fanoutRows (report: RunReport): string[][] | null {
+  const rows = report.results.filter((r) => r.rssPerSubscriberBytes !== undefined)
+  if (rows.length === 0) return null
+  return rows.map((r) => {
+    const missed: string[] = []
+    if (r.kind === 'scenario' && r.status === 'ok') {
+      if (!(r.ratioToRest! >= FANOUT_TARGETS.deliveriesRatio)) missed.push('deliveries/s')
+      if (!(r.p99Ratio! <= FANOUT_TARGETS.p99Ratio)) missed.push('p99')
+      if (!(r.rssPerSubscriberBytes! <= FANOUT_TARGETS.rssPerSubscriberBytes)) missed.push('RSS')
+    }
+    const targets = r.status !== 'ok' ? r.status : r.kind === 'baseline' ? 'baseline' : missed.length === 0 ? 'met' : `missed: ${missed.join(', ')}`
+    return [r.name, String(r.connections ?? '–'), r.rps === undefined ? '–' : Math.round(r.rps).toString(),
+      r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '', fixed(r.latencyMs?.p99, 1), r.kind === 'scenario' ? fixed(r.p99Ratio, 2) : '',
+      fixed(r.rssPerSubscriberBytes == null ? null : r.rssPerSubscriberBytes / 1024, 1), targets]
+  })
+}
+
+export function fanoutTextTable (report: RunReport): string | null {
+  const body = fanoutRows(report)
+  if (!body) return null
+  const rows = [FANOUT_HEADER, ...body]
+  const widths = FANOUT_HEADER.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
+  const line = (cells: string[]) => cells.map((c, i) => i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ').trimEnd()
+  return [line(rows[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.slice(1).map(line)].join('\n')
+}
+
+export function fanoutMarkdownTable (report: RunReport): string | null {
+  const body = fanoutRows(report)
+  if (!body) return null
+  return [
+    `| ${FANOUT_HEADER.join(' | ')} |`,
+    `| ${FANOUT_HEADER.map((_, i) => (i === 0 || i === FANOUT_HEADER.length - 1 ? '---' : '---:')).join(' | ')} |`,
+    ...body.map((r) => `| ${r.join(' | ')} |`)
+  ].join('\n')
 }
 
 export function markdownTable (report: RunReport): string {
