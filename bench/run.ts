@@ -108,7 +108,8 @@ const baseEnv: Record<string, string> = {
   RATE_LIMIT_REQUESTS: '1000000000',
   RATE_LIMIT_COST: '1000000000000',
   WS_MAX_CONNECTIONS_PER_CLIENT: '100000',
-  // One load generator on loopback opens every connection (1000 subscribers in the fan-out): no per-address cap.
+  // One load generator on loopback opens every connection (up to 10000 fan-out subscribers from 127.0.0.1, checked):
+  // no per-address cap, and the WebSocket cap per client (address or user) out of reach.
   MAX_CONNECTIONS_PER_IP: '0',
   // Load shedding (under-pressure) still runs its hook on every request, with its event-loop-delay check off:
   // a saturated benchmark must not trip it (no finite threshold is out of reach: an interval without a delay
