@@ -209,6 +209,8 @@ export interface FanoutOptions {
   checkVisibility: boolean
   /** The server process's current RSS (VmRSS), read before the subscribers connect and once they are all active. */
   rssBytes: () => number | null
+  /** The server process's CPU time so far (µs): per delivery, what the fan-out costs, which other load moves far less than deliveries/s. */
+  cpuMicros: () => number | null
   log: (line: string) => void
 }
 
@@ -308,6 +310,7 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
   let postFailures = 0
   let firstPostFailure: string | null = null
   const firstSend = performance.now()
+  const cpuBefore = options.cpuMicros()
   for (let seq = 0; seq < options.messages; seq++) {
     sentAt[seq] = performance.now()
     const problem = await post(url, poster.token, roomId, `${PREFIX}${seq}`)
@@ -326,6 +329,7 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
     }
     await sleep(50)
   }
+  const cpuAfter = options.cpuMicros()
   // Anything still arriving now would be a duplicate: give it a moment to show up.
   await sleep(200)
   await dispose()
@@ -353,6 +357,7 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
     non2xx: postFailures,
     errors: lost + extra + reordered + wrongVisibility + failures,
     rssPerSubscriberBytes,
+    cpuMicrosPerRequest: cpuBefore !== null && cpuAfter !== null && delivered > 0 ? (cpuAfter - cpuBefore) / delivered : null,
     details: { subscribers: options.subscribers, messages: options.messages, expected, delivered, lost, reordered, seconds, rssBeforeBytes: rssBefore, rssWithSubscribersBytes: rssWith }
   }
 }

@@ -88,13 +88,16 @@ export function textTable (report: RunReport): string {
 export const FANOUT_TARGETS = { deliveriesRatio: 0.5, p99Ratio: 2, rssPerSubscriberBytes: 30 * 1024 }
 
 const FANOUT_HEADER = ['fan-out row', 'subscribers', 'deliveries/s', `× ws-broadcast (≥ ${FANOUT_TARGETS.deliveriesRatio})`, 'p99 ms',
-  `p99 × ws-broadcast (≤ ${FANOUT_TARGETS.p99Ratio})`, `RSS/subscriber KB (≤ ${FANOUT_TARGETS.rssPerSubscriberBytes / 1024})`, 'targets']
+  `p99 × ws-broadcast (≤ ${FANOUT_TARGETS.p99Ratio})`, 'CPU µs/delivery', 'CPU × ws-broadcast', `RSS/subscriber KB (≤ ${FANOUT_TARGETS.rssPerSubscriberBytes / 1024})`, 'targets']
 
 /** The fan-out rows (those with an RSS per subscriber) against the issue's targets; null when none ran. */
 function fanoutRows (report: RunReport): string[][] | null {
   const rows = report.results.filter((r) => r.rssPerSubscriberBytes !== undefined)
   if (rows.length === 0) return null
   return rows.map((r) => {
+    // CPU per delivery moves far less with other load than deliveries/s: the steadier view of the same ratio.
+    const base = report.results.find((b) => b.name === r.restBaseline && b.status === 'ok')
+    const cpuRatio = r.cpuMicrosPerRequest != null && base?.cpuMicrosPerRequest ? r.cpuMicrosPerRequest / base.cpuMicrosPerRequest : null
     const missed: string[] = []
     if (r.kind === 'scenario' && r.status === 'ok') {
       if (!(r.ratioToRest! >= FANOUT_TARGETS.deliveriesRatio)) missed.push('deliveries/s')
@@ -103,7 +106,7 @@ function fanoutRows (report: RunReport): string[][] | null {
     }
     const targets = r.status !== 'ok' ? r.status : r.kind === 'baseline' ? 'baseline' : missed.length === 0 ? 'met' : `missed: ${missed.join(', ')}`
     return [r.name, String(r.connections ?? '–'), r.rps === undefined ? '–' : Math.round(r.rps).toString(),
-      r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '', fixed(r.latencyMs?.p99, 1), r.kind === 'scenario' ? fixed(r.p99Ratio, 2) : '',
+      r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '', fixed(r.latencyMs?.p99, 1), r.kind === 'scenario' ? fixed(r.p99Ratio, 2) : '', fixed(r.cpuMicrosPerRequest, 1), r.kind === 'scenario' ? fixed(cpuRatio, 2) : '',
       fixed(r.rssPerSubscriberBytes == null ? null : r.rssPerSubscriberBytes / 1024, 1), targets]
   })
 }
@@ -228,7 +231,7 @@ export function svgChart (report: RunReport, previous: RunReport | null, thresho
     if (floor !== undefined) out.push(`<line x1="${x(floor)}" y1="${y}" x2="${x(floor)}" y2="${y + 36}" stroke="#d33" stroke-width="3"/>`)
     if (prev != null) out.push(`<line x1="${x(prev)}" y1="${y + 2}" x2="${x(prev)}" y2="${y + 22}" stroke="#000" stroke-width="2"/>`)
     const delta = prev != null ? ` (${rest - prev >= 0 ? '+' : ''}${(rest - prev).toFixed(2)})` : ''
-    out.push(`<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0, floor !== undefined ? x(floor) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${limit.toFixed(2)}</text>`)
+    out.push(`<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0, floor !== undefined ? x(floor) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${fixed(r.ratioToLimit, 2)}</text>`)
   })
   out.push('</svg>')
   return out.join('\n') + '\n'

@@ -589,7 +589,7 @@ async function fanoutStep (data: BenchData): Promise<Result[]> {
   const fail = (result: Result, err: Error): Result => ({ ...result, status: 'failed', reason: err.message.split('\n')[0]! })
   const results: Result[] = []
   const measure = async (server: ServerProcess, row: FanoutRow, checkVisibility: boolean) => {
-    const outcome = await runFanout(server.url, data, { subscribers: options.subscribers, messages: options.fanoutMessages, selection: row.selection, anonymousHalf: row.anonymousHalf, checkVisibility, rssBytes: () => server.rssBytes(), log })
+    const outcome = await runFanout(server.url, data, { subscribers: options.subscribers, messages: options.fanoutMessages, selection: row.selection, anonymousHalf: row.anonymousHalf, checkVisibility, rssBytes: () => server.rssBytes(), cpuMicros: () => server.cpuMicros(), log })
     return { ...outcome, peakRssBytes: server.peakRssBytes() }
   }
 
