@@ -311,6 +311,8 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
   let firstPostFailure: string | null = null
   const firstSend = performance.now()
   const cpuBefore = options.cpuMicros()
+  // The load generator's own CPU per delivery (this process: all clients and the poster), to see which end was busy.
+  const clientCpu = process.cpuUsage()
   for (let seq = 0; seq < options.messages; seq++) {
     sentAt[seq] = performance.now()
     const problem = await post(url, poster.token, roomId, `${PREFIX}${seq}`)
@@ -330,6 +332,7 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
     await sleep(50)
   }
   const cpuAfter = options.cpuMicros()
+  const clientCpuUsed = process.cpuUsage(clientCpu)
   // Anything still arriving now would be a duplicate: give it a moment to show up.
   await sleep(200)
   await dispose()
@@ -358,6 +361,9 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
     errors: lost + extra + reordered + wrongVisibility + failures,
     rssPerSubscriberBytes,
     cpuMicrosPerRequest: cpuBefore !== null && cpuAfter !== null && delivered > 0 ? (cpuAfter - cpuBefore) / delivered : null,
-    details: { subscribers: options.subscribers, messages: options.messages, expected, delivered, lost, reordered, seconds, rssBeforeBytes: rssBefore, rssWithSubscribersBytes: rssWith }
+    details: {
+      subscribers: options.subscribers, messages: options.messages, expected, delivered, lost, reordered, seconds, rssBeforeBytes: rssBefore, rssWithSubscribersBytes: rssWith,
+      clientCpuMicrosPerDelivery: delivered > 0 ? (clientCpuUsed.user + clientCpuUsed.system) / delivered : null
+    }
   }
 }

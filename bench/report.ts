@@ -163,7 +163,7 @@ export interface CheckOutcome {
   lines: string[]
 }
 
-/** Every scenario with a floor must have run cleanly at or above it; failures fail whatever the floor. */
+/** Every scenario with a floor must have run cleanly at or above it (its ratio to its baseline row); failures fail whatever the floor. */
 export function checkThresholds (report: RunReport, thresholds: Thresholds): CheckOutcome {
   const lines: string[] = []
   let ok = true
@@ -183,7 +183,7 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds): Che
       if (!pass) ok = false
       // Truncated, not rounded, when under: a failing ratio never reads as its floor ("0.45 < 0.45").
       const shown = pass ? ratio.toFixed(3) : (Math.floor(ratio * 1000) / 1000).toFixed(3)
-      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × rest ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${r.restBaseline ?? 'rest'} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
     }
   }
   return { ok, lines }
