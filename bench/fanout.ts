@@ -1,19 +1,19 @@
-// The subscription fan-out rows: N WebSocket subscribers (graphql-ws protocol on /graphql) of one room,
+// The subscription fan-out rows: N WebSocket subscribers (graphql-transport-ws on /graphql) of one room,
 // M messages posted through the postMessage mutation; every delivery is counted (none may be lost,
 // duplicated or reordered) and its latency measured from the moment the post was sent.
+// - subscription-fanout: every subscriber a USER (its own token), selection `id content author { name }`;
+// - subscription-fanout-mixed: every other subscriber anonymous, the rest USERs, selection with
+//   `author { name email }`: the email reaches its owner only (the others get null and the service's
+//   FORBIDDEN / UNAUTHENTICATED error for that field), so callers' answers differ;
+// - ws-broadcast, ws-broadcast-mixed (bench/fanout-baseline-server.ts): the same clients against a bare `ws`
+//   process writing prebuilt bytes the size of that row's messages: the machine's ceiling, which each row
+//   is reported against.
 //
 // The N subscribers are lean graphql-transport-ws clients on `ws` (connection_init → connection_ack,
 // subscribe, pong to ping): one load-generator process drives 10000 of them, so a delivery must cost it
 // little — it scans the message's bytes for what it checks instead of parsing them, and allocates
 // nothing of its own. The probe, which also copies the message the baselines send, is graphql-ws's own
 // client, so the protocol as real clients speak it is checked once per row.
-// - subscription-fanout: every subscriber a USER (its own token), selection `id content author { name }`;
-// - subscription-fanout-mixed: every other subscriber anonymous, the rest USERs, selection with
-//   `author { name email }`: email is visible to its owner only, so callers' answers differ;
-//   (the others get it null, with the service's FORBIDDEN / UNAUTHENTICATED error for that field);
-// - ws-broadcast, ws-broadcast-mixed (bench/fanout-baseline-server.ts): the same clients against a bare `ws`
-//   process writing prebuilt bytes of the size of that row's messages: the machine's ceiling, which each
-//   row is reported against.
 import type { ExecutionResult } from 'graphql'
 import { createClient, type Client } from 'graphql-ws'
 import WebSocket from 'ws'
