@@ -17,6 +17,8 @@ export interface ServerProcess {
   cpuMicros (): number | null
   /** Peak resident set size so far (VmHWM), in bytes; null where /proc is not available. */
   peakRssBytes (): number | null
+  /** Resident set size now (VmRSS), in bytes; null where /proc is not available or once stopped. */
+  rssBytes (): number | null
   /** SIGTERM (graceful: close-with-grace, so --cpu-prof profiles are written), SIGKILL after 15 s. */
   stop (): Promise<void>
   logTail (lines?: number): string
@@ -62,12 +64,15 @@ export function freePort (): Promise<number> {
   })
 }
 
-export function readPeakRss (pid: number): number | null {
+function readStatusKb (pid: number, field: 'VmHWM' | 'VmRSS'): number | null {
   const path = `/proc/${pid}/status`
   if (!existsSync(path)) return null
-  const match = /^VmHWM:\s+(\d+)\s+kB/m.exec(readFileSync(path, 'utf8'))
+  const match = new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm').exec(readFileSync(path, 'utf8'))
   return match ? Number(match[1]) * 1024 : null
 }
+
+export const readPeakRss = (pid: number): number | null => readStatusKb(pid, 'VmHWM')
+export const readRss = (pid: number): number | null => readStatusKb(pid, 'VmRSS')
 
 const CLOCK_TICKS_PER_SEC = 100 // USER_HZ: 100 on Linux for every architecture Node supports
 
@@ -134,6 +139,7 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
       if (exited === null) peak = readPeakRss(child.pid!) ?? peak
       return peak
     },
+    rssBytes: () => exited === null ? readRss(child.pid!) : null,
     logTail: (lines = 20) => tail(logPath, lines),
     async stop () {
       if (exited !== null) return

@@ -31,6 +31,10 @@ export interface Result {
   restBaseline?: string | null
   ratioToRest?: number | null
   ratioToLimit?: number | null
+  /** Fan-out rows: p99 delivery latency over ws-broadcast's p99 (same run). */
+  p99Ratio?: number | null
+  /** Fan-out rows: server RSS with the subscribers connected minus before they connected, per subscriber. */
+  rssPerSubscriberBytes?: number | null
   details?: Record<string, unknown>
   /** req/s of each measured round, in order. */
   rounds?: number[]
@@ -80,6 +84,52 @@ export function textTable (report: RunReport): string {
   return [line(rows[0]!), widths.map((w) => '-'.repeat(Math.max(w, 6))).join('  '), ...rows.slice(1).map(line)].join('\n')
 }
 
+/** The issue's targets for the fan-out against ws-broadcast; shown, not checked by bench:check. */
+export const FANOUT_TARGETS = { deliveriesRatio: 0.5, p99Ratio: 2, rssPerSubscriberBytes: 30 * 1024 }
+
+const FANOUT_HEADER = ['fan-out row', 'subscribers', 'deliveries/s', `× ws-broadcast (≥ ${FANOUT_TARGETS.deliveriesRatio})`, 'p99 ms',
+  `p99 × ws-broadcast (≤ ${FANOUT_TARGETS.p99Ratio})`, 'CPU µs/delivery', 'CPU × ws-broadcast', `RSS/subscriber KB (≤ ${FANOUT_TARGETS.rssPerSubscriberBytes / 1024})`, 'targets']
+
+/** The fan-out rows (those with an RSS per subscriber) against the issue's targets; null when none ran. */
+function fanoutRows (report: RunReport): string[][] | null {
+  const rows = report.results.filter((r) => r.rssPerSubscriberBytes !== undefined)
+  if (rows.length === 0) return null
+  return rows.map((r) => {
+    // CPU per delivery moves far less with other load than deliveries/s: the steadier view of the same ratio.
+    const base = report.results.find((b) => b.name === r.restBaseline && b.status === 'ok')
+    const cpuRatio = r.cpuMicrosPerRequest != null && base?.cpuMicrosPerRequest ? r.cpuMicrosPerRequest / base.cpuMicrosPerRequest : null
+    const missed: string[] = []
+    if (r.kind === 'scenario' && r.status === 'ok') {
+      if (!(r.ratioToRest! >= FANOUT_TARGETS.deliveriesRatio)) missed.push('deliveries/s')
+      if (!(r.p99Ratio! <= FANOUT_TARGETS.p99Ratio)) missed.push('p99')
+      if (!(r.rssPerSubscriberBytes! <= FANOUT_TARGETS.rssPerSubscriberBytes)) missed.push('RSS')
+    }
+    const targets = r.status !== 'ok' ? r.status : r.kind === 'baseline' ? 'baseline' : missed.length === 0 ? 'met' : `missed: ${missed.join(', ')}`
+    return [r.name, String(r.connections ?? '–'), r.rps === undefined ? '–' : Math.round(r.rps).toString(),
+      r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '', fixed(r.latencyMs?.p99, 1), r.kind === 'scenario' ? fixed(r.p99Ratio, 2) : '', fixed(r.cpuMicrosPerRequest, 1), r.kind === 'scenario' ? fixed(cpuRatio, 2) : '',
+      fixed(r.rssPerSubscriberBytes == null ? null : r.rssPerSubscriberBytes / 1024, 1), targets]
+  })
+}
+
+export function fanoutTextTable (report: RunReport): string | null {
+  const body = fanoutRows(report)
+  if (!body) return null
+  const rows = [FANOUT_HEADER, ...body]
+  const widths = FANOUT_HEADER.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
+  const line = (cells: string[]) => cells.map((c, i) => i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ').trimEnd()
+  return [line(rows[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.slice(1).map(line)].join('\n')
+}
+
+export function fanoutMarkdownTable (report: RunReport): string | null {
+  const body = fanoutRows(report)
+  if (!body) return null
+  return [
+    `| ${FANOUT_HEADER.join(' | ')} |`,
+    `| ${FANOUT_HEADER.map((_, i) => (i === 0 || i === FANOUT_HEADER.length - 1 ? '---' : '---:')).join(' | ')} |`,
+    ...body.map((r) => `| ${r.join(' | ')} |`)
+  ].join('\n')
+}
+
 export function markdownTable (report: RunReport): string {
   const rows = report.results.map(rowOf)
   return [
@@ -113,7 +163,7 @@ export interface CheckOutcome {
   lines: string[]
 }
 
-/** Every scenario with a floor must have run cleanly at or above it; failures fail whatever the floor. */
+/** Every scenario with a floor must have run cleanly at or above it (its ratio to its baseline row); failures fail whatever the floor. */
 export function checkThresholds (report: RunReport, thresholds: Thresholds): CheckOutcome {
   const lines: string[] = []
   let ok = true
@@ -133,7 +183,7 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds): Che
       if (!pass) ok = false
       // Truncated, not rounded, when under: a failing ratio never reads as its floor ("0.45 < 0.45").
       const shown = pass ? ratio.toFixed(3) : (Math.floor(ratio * 1000) / 1000).toFixed(3)
-      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × rest ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${r.restBaseline ?? 'rest'} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
     }
   }
   return { ok, lines }
@@ -181,7 +231,7 @@ export function svgChart (report: RunReport, previous: RunReport | null, thresho
     if (floor !== undefined) out.push(`<line x1="${x(floor)}" y1="${y}" x2="${x(floor)}" y2="${y + 36}" stroke="#d33" stroke-width="3"/>`)
     if (prev != null) out.push(`<line x1="${x(prev)}" y1="${y + 2}" x2="${x(prev)}" y2="${y + 22}" stroke="#000" stroke-width="2"/>`)
     const delta = prev != null ? ` (${rest - prev >= 0 ? '+' : ''}${(rest - prev).toFixed(2)})` : ''
-    out.push(`<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0, floor !== undefined ? x(floor) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${limit.toFixed(2)}</text>`)
+    out.push(`<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0, floor !== undefined ? x(floor) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${fixed(r.ratioToLimit, 2)}</text>`)
   })
   out.push('</svg>')
   return out.join('\n') + '\n'

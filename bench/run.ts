@@ -14,9 +14,9 @@ import autocannon from 'autocannon'
 import { mintToken } from '../app/auth/mint-token.ts'
 import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
-import { runFanout, fanoutUnavailable } from './fanout.ts'
+import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
-import { checkThresholds, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
+import { checkThresholds, fanoutMarkdownTable, fanoutTextTable, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
 import { baselineScenarios, peerScenarios, restBaselineOf, serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
 import { createBenchPartner, discoverPersisted, PERSISTED_MANIFEST, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
 
@@ -108,7 +108,8 @@ const baseEnv: Record<string, string> = {
   RATE_LIMIT_REQUESTS: '1000000000',
   RATE_LIMIT_COST: '1000000000000',
   WS_MAX_CONNECTIONS_PER_CLIENT: '100000',
-  // One load generator on loopback opens every connection (1000 subscribers in the fan-out): no per-address cap.
+  // One load generator on loopback opens every connection (up to 10000 fan-out subscribers from 127.0.0.1, checked):
+  // no per-address cap, and the WebSocket cap per client (address or user) out of reach.
   MAX_CONNECTIONS_PER_IP: '0',
   // Load shedding (under-pressure) still runs its hook on every request, with its event-loop-delay check off:
   // a saturated benchmark must not trip it (no finite threshold is out of reach: an interval without a delay
@@ -470,7 +471,7 @@ async function main (): Promise<number> {
     groups.push({ label: 'postgres', store: 'postgres', limit: limit!, rest: baselineScenarios(data, 'postgres')[0]!, scenarios: serviceScenarios(data, 'postgres') })
   }
   const plan = groups.flatMap((g): (Group | 'subscription-fanout')[] => {
-    if (g === 'subscription-fanout') return selected(g) ? [g] : []
+    if (g === 'subscription-fanout') return FANOUT_ROWS.some((row) => selected(row.name)) ? [g] : []
     const scenarios = g.scenarios.filter((s) => selected(s.name))
     return scenarios.length > 0 ? [{ ...g, scenarios }] : []
   })
@@ -483,8 +484,8 @@ async function main (): Promise<number> {
   const limits: Result[] = []
   for (const [i, step] of plan.entries()) {
     if (step === 'subscription-fanout') {
-      log(`[${i + 1}/${plan.length}] subscription-fanout (${elapsed()})`)
-      results.push(await fanoutStep(data).catch((err: Error) => ({ name: 'subscription-fanout', kind: 'scenario' as const, store: 'sqlite' as const, description: '', status: 'failed' as const, reason: err.message.split('\n')[0]! })))
+      log(`[${i + 1}/${plan.length}] ${FANOUT_ROWS.filter((row) => selected(row.name)).map((row) => `${row.name}, ${row.baseline}`).join(', ')} (${elapsed()})`)
+      results.push(...await fanoutStep(data))
     } else {
       log(`[${i + 1}/${plan.length}] ${[step.rest, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`)
       if (step.store === 'postgres') await seedStore('postgres')
@@ -499,7 +500,7 @@ async function main (): Promise<number> {
     for (const r of results) {
       if (r.logged) continue
       r.logged = true
-      log(`    → ${r.name}: ${r.status}${r.rps !== undefined ? `, ${Math.round(r.rps)} ${r.name === 'subscription-fanout' ? 'deliveries' : 'req'}/s` : ''}${r.ratioToRest != null ? `, ${r.ratioToRest.toFixed(2)} × rest` : ''}${r.reason ? ` (${r.reason})` : ''}`)
+      log(`    → ${r.name}: ${r.status}${r.rps !== undefined ? `, ${Math.round(r.rps)} ${r.rssPerSubscriberBytes !== undefined ? 'deliveries' : 'req'}/s` : ''}${r.ratioToRest != null ? `, ${r.ratioToRest.toFixed(2)} × rest` : ''}${r.reason ? ` (${r.reason})` : ''}`)
     }
   }
   const mergedLimit = mergeLimit(limits)
@@ -525,6 +526,7 @@ async function main (): Promise<number> {
       'req/s: all measured rounds of a row; p50/p99: the median over its rounds. `limit` is measured with every group; its row sums them.',
       serverCpu === null ? 'Processes were not pinned to CPUs (no taskset, or one CPU).' : `Every server ran on CPU ${serverCpu} and the load generator on the others (taskset), so rounds compare like with like.`,
       'CPU µs/req: user + system CPU time of the server process over its measured rounds, per request (what a request costs; other load on the machine moves it far less than req/s).',
+      'Fan-out: deliveries/s and p99 delivery latency of each fan-out row over those of its ws-broadcast row (a bare `ws` process writing prebuilt bytes the size of that row\'s `next` messages to the same graphql-ws clients), measured right after it in the same run; RSS/subscriber: the server\'s VmRSS once every subscriber is active minus before they connected, over the subscribers. Targets shown, not checked.',
       `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg().map((n) => n.toFixed(2)).join(', ')}.`
     ],
     results
@@ -533,6 +535,8 @@ async function main (): Promise<number> {
   log('')
   log(textTable(report))
   log('')
+  const fanout = fanoutTextTable(report)
+  if (fanout) log(`${fanout}\n`)
   for (const note of report.notes) log(`note: ${note}`)
 
   if (!smoke || args['results-dir']) {
@@ -544,7 +548,7 @@ async function main (): Promise<number> {
     // latest.* (shown in the README) follow full runs only, not --only subsets.
     if (options.only.length === 0) {
       copyFileSync(join(resultsDir, `${stamp}.svg`), join(resultsDir, 'latest.svg'))
-      writeFileSync(join(resultsDir, 'latest.md'), `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${markdownTable(report)}\n`)
+      writeFileSync(join(resultsDir, 'latest.md'), `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${markdownTable(report)}\n${fanoutMarkdownTable(report) ? `\n${fanoutMarkdownTable(report)}\n` : ''}`)
     }
     log(`written: ${join(resultsDir, `${stamp}.json`)}, .svg (compared with ${previous ? previous.startedAt : 'no previous result'})`)
   }
@@ -561,17 +565,75 @@ async function main (): Promise<number> {
   return exitCode
 }
 
-async function fanoutStep (data: BenchData): Promise<Result> {
-  const base: Result = { name: 'subscription-fanout', kind: 'scenario', store: 'sqlite', description: `${options.subscribers} WebSocket subscribers of one room, ${options.fanoutMessages} messages posted`, status: 'ok' }
-  const server = await startProcess({ name: 'subscription-fanout', target: 'service', store: 'sqlite' })
-  try {
-    const unavailable = await fanoutUnavailable(server.url, data)
-    if (unavailable) return { ...base, status: 'skipped', reason: unavailable }
-    const outcome = await runFanout(server.url, data, { subscribers: options.subscribers, messages: options.fanoutMessages, log })
-    return { ...base, ...outcome, peakRssBytes: server.peakRssBytes() }
-  } finally {
-    await server.stop()
+interface FanoutRow {
+  name: string
+  /** Its physical reference: bench/fanout-baseline-server.ts writing messages the size of this row's. */
+  baseline: string
+  selection: FanoutSelection
+  anonymousHalf: boolean
+  description: string
+}
+
+const FANOUT_ROWS: FanoutRow[] = [
+  { name: 'subscription-fanout', baseline: 'ws-broadcast', selection: 'plain', anonymousHalf: false, description: 'USER subscribers (one token each), `id content author { name }`' },
+  { name: 'subscription-fanout-mixed', baseline: 'ws-broadcast-mixed', selection: 'mixed', anonymousHalf: true, description: 'half USER (one token each), half anonymous, `id content author { name email }` (email visible to its owner only)' }
+]
+
+/**
+ * Each fan-out row on a fresh service process, then its physical reference: the same clients against a
+ * bare `ws` process writing, for every post, one prebuilt copy of the `next` message that service
+ * delivered to most of the row's subscribers (FANOUT_SAMPLE), to all of them.
+ */
+async function fanoutStep (data: BenchData): Promise<Result[]> {
+  const counts = `${options.subscribers} subscribers of one room, ${options.fanoutMessages} messages posted`
+  const fail = (result: Result, err: Error): Result => ({ ...result, status: 'failed', reason: err.message.split('\n')[0]! })
+  const results: Result[] = []
+  const measure = async (server: ServerProcess, row: FanoutRow, checkVisibility: boolean) => {
+    const outcome = await runFanout(server.url, data, { subscribers: options.subscribers, messages: options.fanoutMessages, selection: row.selection, anonymousHalf: row.anonymousHalf, checkVisibility, rssBytes: () => server.rssBytes(), cpuMicros: () => server.cpuMicros(), log })
+    return { ...outcome, peakRssBytes: server.peakRssBytes() }
   }
+
+  for (const row of FANOUT_ROWS.filter((r) => selected(r.name))) {
+    const result: Result = { name: row.name, kind: 'scenario', store: 'sqlite', description: `${counts}: ${row.description}`, status: 'ok', restBaseline: row.baseline }
+    const baseline: Result = { name: row.baseline, kind: 'baseline', store: 'sqlite', description: `${counts}: a bare ws process writing prebuilt bytes the size of ${row.name}'s messages`, status: 'ok' }
+    let sample: string | null = null
+    try {
+      const server = await startProcess({ name: row.name, target: 'service', store: 'sqlite' })
+      try {
+        const probe = await probeFanout(server.url, data, row.selection)
+        if (probe.unavailable) {
+          results.push({ ...baseline, status: 'skipped', reason: probe.unavailable }, { ...result, status: 'skipped', reason: probe.unavailable })
+          continue
+        }
+        sample = probe.sample
+        Object.assign(result, await measure(server, row, true))
+      } finally {
+        await server.stop()
+      }
+    } catch (err) {
+      Object.assign(result, fail(result, err as Error))
+    }
+    if (sample === null) {
+      results.push({ ...baseline, status: 'skipped', reason: `no message of ${row.name} to copy` }, result)
+      continue
+    }
+    try {
+      const server = await startProcess({ name: row.baseline, target: 'baseline', store: 'sqlite', script: 'bench/fanout-baseline-server.ts', env: { FANOUT_SAMPLE: sample } })
+      try {
+        Object.assign(baseline, await measure(server, row, false))
+      } finally {
+        await server.stop()
+      }
+    } catch (err) {
+      Object.assign(baseline, fail(baseline, err as Error))
+    }
+    if (result.status === 'ok' && baseline.status === 'ok') {
+      result.ratioToRest = result.rps! / baseline.rps!
+      result.p99Ratio = result.latencyMs!.p99 / baseline.latencyMs!.p99
+    }
+    results.push(baseline, result)
+  }
+  return results
 }
 
 function gitCommit (): string {

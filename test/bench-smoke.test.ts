@@ -6,7 +6,9 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { test } from 'tap'
-import { checkThresholds, svgChart, type Result, type RunReport } from '../bench/report.ts'
+import { runFanout } from '../bench/fanout.ts'
+import { startServer } from '../bench/processes.ts'
+import { checkThresholds, fanoutTextTable, svgChart, type Result, type RunReport } from '../bench/report.ts'
 import { serviceScenarios, type BenchData } from '../bench/scenarios.ts'
 
 const REPO = new URL('..', import.meta.url).pathname
@@ -60,6 +62,42 @@ test('the chart shows each ratio and its change since the previous result', asyn
   t.match(svg, /0\.70 \(\+0\.10\) · 0\.25/)
 })
 
+test('the fan-out table shows each row against the targets', async (t) => {
+  const table = fanoutTextTable(report([
+    { name: 'ws-broadcast', kind: 'baseline', connections: 10, rps: 1000, latencyMs: { p50: 1, p99: 2 }, cpuMicrosPerRequest: 2, rssPerSubscriberBytes: 10240 },
+    { name: 'subscription-fanout', connections: 10, rps: 600, ratioToRest: 0.6, restBaseline: 'ws-broadcast', latencyMs: { p50: 2, p99: 3 }, p99Ratio: 1.5, cpuMicrosPerRequest: 4, rssPerSubscriberBytes: 20480 },
+    { name: 'subscription-fanout-mixed', connections: 10, rps: 400, ratioToRest: 0.4, latencyMs: { p50: 2, p99: 5 }, p99Ratio: 2.5, rssPerSubscriberBytes: 40960 }
+  ]))!
+  t.match(table, /ws-broadcast\s+10\s+1000\s+2\.0\s+2\.0\s+10\.0\s+baseline/)
+  t.match(table, /subscription-fanout\s+10\s+600\s+0\.60\s+3\.0\s+1\.50\s+4\.0\s+2\.00\s+20\.0\s+met/)
+  t.match(table, /subscription-fanout-mixed .*missed: deliveries\/s, p99, RSS/)
+  t.equal(fanoutTextTable(report([{ name: 'users-list', ratioToRest: 1 }])), null, 'no fan-out table without fan-out rows')
+})
+
+test('the mixed fan-out fails when every caller gets the same payload (ws-broadcast sends everyone the same bytes)', async (t) => {
+  const logDir = mkdtempSync(join(tmpdir(), 'bench-fanout-'))
+  // An anonymous caller's view: email null, with the field's error. The poster (subscriber 0) must see the email.
+  const sample = JSON.stringify({
+    data: { messageAdded: { id: '1', content: 'x', author: { name: 'A', email: null } } },
+    errors: [{ message: 'Authentication required', path: ['messageAdded', 'author', 'email'], extensions: { code: 'UNAUTHENTICATED' } }]
+  })
+  const server = await startServer({ name: 'ws-broadcast-test', script: 'bench/fanout-baseline-server.ts', env: { FANOUT_SAMPLE: sample }, logDir })
+  t.teardown(async () => {
+    await server.stop()
+    rmSync(logDir, { recursive: true, force: true })
+  })
+  const users = Array.from({ length: 4 }, (_, i) => ({ id: `u${i}`, token: `t${i}` }))
+  const fanoutData: BenchData = { users, adminToken: 'a', rooms: ['general'], runId: 'test' }
+  const options = { subscribers: 4, messages: 3, selection: 'mixed' as const, anonymousHalf: true, rssBytes: () => server.rssBytes(), cpuMicros: () => server.cpuMicros(), log: () => {} }
+  const unchecked = await runFanout(server.url, fanoutData, { ...options, checkVisibility: false })
+  t.equal(unchecked.status, 'ok', `the lean clients take ws-broadcast's messages: ${unchecked.reason ?? ''}`)
+  t.equal(unchecked.requests, 12, 'every delivery counted')
+  t.type(unchecked.rssPerSubscriberBytes, 'number', 'RSS per subscriber read from /proc')
+  const checked = await runFanout(server.url, fanoutData, { ...options, checkVisibility: true })
+  t.equal(checked.status, 'failed')
+  t.match(checked.reason, /3 deliveries showed the author's email to another caller or hid it from its owner/, 'the poster, a subscriber, never saw its own email')
+})
+
 test('npm run bench -- --smoke: every scenario runs against the real service and answers correctly', async (t) => {
   const out = mkdtempSync(join(tmpdir(), 'bench-smoke-'))
   t.teardown(() => rmSync(out, { recursive: true, force: true }))
@@ -85,10 +123,17 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
     t.equal(r?.non2xx, 0, `${name}: no non-2xx`)
   }
   // Scenarios whose transport lands separately either run cleanly or say why they are skipped.
-  for (const name of ['persisted-get', 'soap-get-user', 'subscription-fanout']) {
+  for (const name of ['persisted-get', 'soap-get-user', 'ws-broadcast', 'subscription-fanout', 'ws-broadcast-mixed', 'subscription-fanout-mixed']) {
     const r = byName.get(name)
     t.ok(r?.status === 'ok' || (r?.status === 'skipped' && /transport not available yet/.test(r.reason ?? '')), `${name}: ${r?.status} ${r?.reason ?? ''}`)
   }
+  for (const name of ['subscription-fanout', 'subscription-fanout-mixed']) {
+    const r = byName.get(name)!
+    if (r.status !== 'ok') continue
+    t.ok(r.ratioToRest! > 0 && r.p99Ratio! > 0, `${name}: deliveries/s and p99 as ratios to its ws-broadcast row`)
+    t.type(r.rssPerSubscriberBytes, 'number', `${name}: server RSS per subscriber`)
+  }
+  t.match(output, /fan-out row\s+subscribers\s+deliveries\/s/, 'the fan-out table is printed')
   t.ok(byName.get('users-list')!.ratioToRest! > 0, 'ratios are computed from the same run')
   t.match(output, /scenario\s+req\/s\s+× rest\s+× limit/, 'the table is printed')
   t.ok(readdirSync(out).some((n) => n.endsWith('.svg')), 'the chart is written')
