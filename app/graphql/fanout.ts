@@ -124,6 +124,8 @@ export class Member implements Payer {
   /** Gives back what the subscription holds (its per-caller slot) once it leaves. */
   readonly release: () => void
   group: Group | null
+  /** The last event of its topic it has paid for (0: none). */
+  paid = 0
   constructor (sink: SubscriptionSink, payer: Payer, group: Group, release: () => void) {
     this.sink = sink
     this.release = release
@@ -150,6 +152,8 @@ interface Topic {
   registered: Promise<void>
   queue: unknown[]
   draining: boolean
+  /** Events delivered so far: numbers each event, for `Member.paid`. */
+  events: number
 }
 
 /** A running subscription: `stop()` leaves the hub (nothing more is sent to its sink). */
@@ -165,16 +169,17 @@ export function createFanout (options: FanoutOptions) {
     const members: Member[] = []
     for (const group of topic.groups.values()) for (const member of group.members) members.push(member)
     if (members.length === 0) return
-    // Paid before anything is executed or sent.
+    // Paid before anything is executed or sent. Those who join meanwhile have not paid: not sent.
+    const paid = ++topic.events
     const { refused, resetMs } = await options.charge(members)
+    for (const member of members) member.paid = paid
     for (const member of refused) {
+      member.paid = 0
       leave(member)
       member.sink.end(options.refusal(resetMs, member.cost))
     }
-    const paid = refused.length === 0 ? null : new Set(members)
-    if (paid) for (const member of refused) paid.delete(member)
     await Promise.all([...topic.groups.values()].map(async (group) => {
-      const recipients = [...group.members].filter((member) => !paid || paid.has(member))
+      const recipients = [...group.members].filter((member) => member.paid === paid)
       if (recipients.length === 0) return
       const json = await options.answer(group.run, event)
       // Those who left while it executed are no longer in a group.
@@ -185,7 +190,14 @@ export function createFanout (options: FanoutOptions) {
   async function drain (topic: Topic): Promise<void> {
     topic.draining = true
     try {
-      while (topic.queue.length > 0) await deliver(topic, topic.queue.shift())
+      while (topic.queue.length > 0) {
+        try {
+          await deliver(topic, topic.queue.shift())
+        } catch {
+          // The budget could not be reached (answers never throw): delivery is best-effort, as
+          // publishing is (plugins/events.ts); the event is dropped, the next one tried.
+        }
+      }
     } finally {
       topic.draining = false
     }
@@ -200,6 +212,7 @@ export function createFanout (options: FanoutOptions) {
       size: 0,
       queue: [],
       draining: false,
+      events: 0,
       listener: (message, done) => {
         made.queue.push(message.payload)
         if (made.queue.length > options.maxQueuedEvents) made.queue.shift()

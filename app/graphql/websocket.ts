@@ -235,10 +235,10 @@ class Connection {
       const waited = dialect.initWaitsFor === 'init' ? this.initReceived : this.acknowledged
       if (!waited) closeSocket(socket, CloseCode.ConnectionInitialisationTimeout, 'Connection initialisation timeout')
     }, options.initTimeoutMs))
-    socket.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
-      const text = Array.isArray(data) ? Buffer.concat(data).toString() : Buffer.from(data as ArrayBuffer).toString()
-      if (!this.spend(text.length)) return
-      this.receive(text).catch(() => closeSocket(socket, CloseCode.InternalServerError, 'Internal server error'))
+    // ws hands messages over as Buffers (its default binaryType); the budget counts their bytes.
+    socket.on('message', (data: Buffer) => {
+      if (!this.spend(data.length)) return
+      this.receive(String(data)).catch(() => closeSocket(socket, CloseCode.InternalServerError, 'Internal server error'))
     })
     // Protocol-level pings (ws answers them itself) are frames too.
     socket.on('ping', (data: Buffer) => { this.spend(data.length) })
