@@ -136,7 +136,12 @@ test('subscriptions are capped per caller across connections and carriers', asyn
   const refusedSse = await collect(sseClient(url, bearer), query).done
   t.match(refusedSse.values, [{ errors: [{ extensions: { code: 'RATE_LIMITED' } }] }])
   // Another caller is not affected; a slot given back is taken again.
-  t.ok(await new Promise((resolve) => { const s = collect(wsClient(url), query); void eventually(() => app.subscriptionStats().topicSubscribers === 3, 5000, 'anonymous').then(() => { s.dispose(); resolve(true) }) }))
+  const anonymous = wsClient(url)
+  t.teardown(() => anonymous.dispose())
+  const other = collect(anonymous, query)
+  await eventually(() => app.subscriptionStats().topicSubscribers === 3, 5000, 'another caller subscribed')
+  other.dispose()
+  await eventually(() => app.subscriptionStats().topicSubscribers === 2, 5000, 'another caller left')
   first.dispose()
   await eventually(() => app.subscriptionStats().topicSubscribers === 1, 5000, 'a slot given back')
   const again = collect(three, query)
