@@ -171,6 +171,10 @@ test('frames on an open WebSocket are budgeted per connection: pings included; o
   await legacy.next('connection_ack')
   for (let i = 0; i < 20; i++) legacy.send({ id: String(i), type: 'stop' })
   t.equal((await legacy.closed).code, 1008, 'the legacy subprotocol too')
+
+  const control = await rawSocket(url, 'graphql-transport-ws')
+  for (let i = 0; i < 20; i++) control.socket.ping()
+  t.equal((await control.closed).code, 1008, 'WebSocket-level ping frames count too')
 })
 
 test('the answer cap counts UTF-8 bytes over WebSocket and SSE alike', async (t) => {
