@@ -138,6 +138,13 @@ export interface Config {
     maxMessageBytes: number
     /** Interval of protocol keep-alive messages on idle WebSocket connections; 0 turns them off. */
     keepAliveMs: number
+    /** Frames (pings included) and bytes one connection may send per second; over either, it is closed (1008). */
+    maxMessagesPerSecond: number
+    maxReceivedBytesPerSecond: number
+    /** Active subscriptions of one caller (user, or IP when anonymous) across its connections and carriers. */
+    maxSubscriptionsPerCaller: number
+    /** Unsent bytes past which a subscriber (WebSocket or event stream) is closed: it stopped reading. */
+    maxBufferedBytesPerSubscriber: number
   }
   /** OpenTelemetry tracing, from the standard OTEL_* variables; null: off (no SDK loaded, no hooks, no spans). */
   tracing: TracingConfig | null
@@ -252,6 +259,10 @@ const schema = {
     WS_MAX_SUBSCRIPTIONS_PER_CONNECTION: { type: 'integer', minimum: 1, default: 20 },
     WS_MAX_MESSAGE_BYTES: { type: 'integer', minimum: 256, default: 65536 },
     WS_KEEP_ALIVE_MS: { type: 'integer', minimum: 0, default: 15000 },
+    WS_MAX_MESSAGES_PER_SECOND: { type: 'integer', minimum: 1, default: 100 },
+    WS_MAX_RECEIVED_BYTES_PER_SECOND: { type: 'integer', minimum: 1024, default: 1048576 },
+    SUBSCRIPTIONS_MAX_PER_CALLER: { type: 'integer', minimum: 1, default: 100 },
+    SUBSCRIBER_MAX_BUFFERED_BYTES: { type: 'integer', minimum: 65536, default: 4194304 },
     // OpenTelemetry's own variable names (its SDK environment specification), so collectors' and
     // platforms' usual settings work unchanged.
     OTEL_SDK_DISABLED: { type: 'boolean', default: false },
@@ -480,7 +491,11 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       maxConnectionsPerClient: e.WS_MAX_CONNECTIONS_PER_CLIENT as number,
       maxSubscriptionsPerConnection: e.WS_MAX_SUBSCRIPTIONS_PER_CONNECTION as number,
       maxMessageBytes: e.WS_MAX_MESSAGE_BYTES as number,
-      keepAliveMs: e.WS_KEEP_ALIVE_MS as number
+      keepAliveMs: e.WS_KEEP_ALIVE_MS as number,
+      maxMessagesPerSecond: e.WS_MAX_MESSAGES_PER_SECOND as number,
+      maxReceivedBytesPerSecond: e.WS_MAX_RECEIVED_BYTES_PER_SECOND as number,
+      maxSubscriptionsPerCaller: e.SUBSCRIPTIONS_MAX_PER_CALLER as number,
+      maxBufferedBytesPerSubscriber: e.SUBSCRIBER_MAX_BUFFERED_BYTES as number
     },
     tracing
   }

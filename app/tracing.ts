@@ -156,7 +156,7 @@ export function startTracing (config: TracingConfig): Tracing {
       span.setAttribute(ATTR_ERROR_TYPE, String(first.extensions?.code ?? 'GraphQLError'))
       span.setStatus({ code: SpanStatusCode.ERROR, message: capped(first.message, ATTRIBUTE_VALUE_LENGTH_LIMIT) })
     }
-    const run = async <T extends ExecutionResult | AsyncIterableIterator<ExecutionResult>>(admission: Admission, start: () => Promise<T>): Promise<T> => {
+    const run = async <T extends ExecutionResult | AsyncIterable<unknown>>(admission: Admission, start: () => Promise<T>): Promise<T> => {
       const span = spans.get(admission)
       if (!span) return start()
       spans.delete(admission)
@@ -170,6 +170,7 @@ export function startTracing (config: TracingConfig): Tracing {
       plan: (source) => inner.plan(source),
       pin: (source) => inner.pin(source),
       operationType: (params, caller) => inner.operationType(params, caller),
+      chargeEvent: (subscribers) => inner.chargeEvent(subscribers),
       get cacheStats () { return inner.cacheStats },
       async admit (request) {
         // Named by the conventions' fallback until the operation is known.
@@ -189,7 +190,7 @@ export function startTracing (config: TracingConfig): Tracing {
         spans.set(admission, span)
         return admission
       },
-      execute: (admission) => run(admission, () => inner.execute(admission)),
+      execute: (admission, root) => run(admission, () => inner.execute(admission, root)),
       subscribe: (admission) => run(admission, () => inner.subscribe(admission))
     }
   }

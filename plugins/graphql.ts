@@ -69,8 +69,8 @@ export default fp(async function graphql (app: FastifyInstance) {
   } satisfies FormatOptions)
 
   // `subscription` on: only then does Mercurius's defineResolvers take the Subscription fields'
-  // { subscribe, resolve } pairs (plugins/subscriptions.ts). Its pub/sub is not used: the resolvers
-  // read the service's emitter themselves (app/graphql/topic-stream.ts).
+  // { subscribe, resolve } pairs (plugins/subscriptions.ts). Its pub/sub is not used: room events reach
+  // subscribers through the fan-out hub (app/graphql/fanout.ts) over the service's emitter.
   await app.register(mercurius, { schema: schemaSDL, resolvers, routes: false, jit: 0, cache: false, subscription: { emitter: app.emitter } })
 
   // Directive requirements are parsed once per directive node, not per resolved field.
@@ -96,7 +96,8 @@ export default fp(async function graphql (app: FastifyInstance) {
     domain: { store: app.store, events: app.events, caps: config.limits, cursorKey: cursorKey(config.cursorSecret) },
     persisted: () => app.persistedQueries,
     chargeCost: (caller, ip, cost) => app.chargeCost(caller, ip, cost),
-    spendRequest: (caller, ip) => app.spendRequest(caller, ip)
+    spendRequest: (caller, ip) => app.spendRequest(caller, ip),
+    spendCostUnits: (caller, ip, units) => app.spendCostUnits(caller, ip, units)
   })
   // With tracing on, every operation of every transport is a span (app/tracing.ts).
   app.decorate('graphqlPipeline', app.tracing ? app.tracing.pipeline(pipeline) : pipeline)

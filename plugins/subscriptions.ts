@@ -5,28 +5,31 @@
 // upgraded sockets and event-stream requests to the handlers decorated here.
 //
 // WebSocket rules: the Origin header, when sent, must be in CORS_ORIGINS or WS_ALLOWED_ORIGINS; connections
-// are capped per client IP (at the upgrade) and per user (at connection_init), messages by size (1009),
-// active subscriptions per connection; identity comes from connection_init's payload only.
+// are capped per client IP (at the upgrade) and per user (at connection_init), messages by size (1009)
+// and rate (1008), active subscriptions per connection; identity comes from connection_init's payload only.
+// Every carrier: active subscriptions capped per caller (SUBSCRIPTIONS_MAX_PER_CALLER), every event paid
+// for and shared (app/graphql/fanout.ts), a subscriber that stops reading closed.
 import { once } from 'node:events'
 import fp from 'fastify-plugin'
 import websocket from '@fastify/websocket'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { WebSocket } from 'ws'
-import { DEPRECATED_GRAPHQL_WS_PROTOCOL } from 'graphql-ws'
 import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
 import { formatThrown } from '../app/graphql/error-format.ts'
 import { operationStarter } from '../app/graphql/operations.ts'
 import { createSseHandler } from '../app/graphql/sse-handler.ts'
 import { subscriptionResolvers } from '../app/graphql/subscriptions.ts'
-import { topicStream } from '../app/graphql/topic-stream.ts'
-import { SUBPROTOCOLS, legacyWsConnection, transportWsServer, type GraphQLWebSocket } from '../app/graphql/websocket.ts'
+import { SUBPROTOCOLS, openConnection, type GraphQLWebSocket } from '../app/graphql/websocket.ts'
 
 export interface SubscriptionStats {
   webSockets: number
   /** Subscriptions delivering events over WebSocket. */
   webSocketSubscriptions: number
   eventStreams: number
+  /** Pub/sub topics listened to (one emitter listener each), and their subscribers on every carrier. */
+  topics: number
+  topicSubscribers: number
   /** Clients (IPs, users) holding at least one connection. */
   clients: number
 }
@@ -41,7 +44,7 @@ declare module 'fastify' {
   }
 }
 
-/** Events a subscriber that does not read may have queued before the oldest are dropped. */
+/** Events of one topic waiting for the previous one's delivery before the oldest are dropped. */
 const MAX_QUEUED_EVENTS = 1000
 
 /** How long startup waits for the Redis pub/sub connections. */
@@ -106,24 +109,32 @@ export default fp(async function subscriptions (app: FastifyInstance) {
   app.graphql.defineResolvers({
     Subscription: subscriptionResolvers({
       roomTopic: app.roomTopic,
-      subscribe: (topic) => topicStream(app.emitter, topic, { maxQueued: MAX_QUEUED_EVENTS }),
       maxCountTarget: limits.maxCountTarget
     })
   })
 
   const formatErrors = (err: unknown) => formatThrown(err, app.graphqlErrorOptions)
-  const start = operationStarter(() => app.graphqlPipeline, () => app.graphqlErrorOptions, limits.maxResponseBytes)
-  const wsOptions = {
+  const { start, fanout } = operationStarter({
+    pipeline: () => app.graphqlPipeline,
     schema: () => app.graphql.schema,
+    format: () => app.graphqlErrorOptions,
+    emitter: app.emitter,
+    maxQueuedEvents: MAX_QUEUED_EVENTS,
+    maxResponseBytes: limits.maxResponseBytes,
+    maxSubscriptionsPerCaller: ws.maxSubscriptionsPerCaller
+  })
+  const wsOptions = {
     start,
     authenticate: (authorization: string | undefined) => app.authenticate(authorization),
     admitCaller: (caller: Caller | null) => counter.acquire(userKey(caller)),
     formatErrors,
     initTimeoutMs: ws.initTimeoutMs,
     keepAliveMs: ws.keepAliveMs,
-    maxOperations: ws.maxSubscriptionsPerConnection
+    maxOperations: ws.maxSubscriptionsPerConnection,
+    maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
+    maxMessagesPerSecond: ws.maxMessagesPerSecond,
+    maxReceivedBytesPerSecond: ws.maxReceivedBytesPerSecond
   }
-  const openTransportWs = transportWsServer(wsOptions)
 
   // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
   app.addHook('preClose', async () => {
@@ -167,9 +178,7 @@ export default fp(async function subscriptions (app: FastifyInstance) {
     // Checked at the upgrade too; this take is the one that counts (concurrent upgrades).
     const releaseIp = counter.acquire([`ip:${request.ip}`])
     if (!releaseIp) return socket.close(1013, 'Too many connections from this address')
-    const connection = socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL
-      ? legacyWsConnection(socket, request.ip, wsOptions)
-      : openTransportWs(socket, request.ip)
+    const connection = openConnection(socket, request.ip, wsOptions)
     connections.add(connection)
     void connection.closed.then(() => {
       connections.delete(connection)
@@ -180,6 +189,7 @@ export default fp(async function subscriptions (app: FastifyInstance) {
   const serveEventStream = createSseHandler({
     start,
     formatErrors,
+    maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
     track: (stop) => {
       eventStreams.add(stop)
       return () => eventStreams.delete(stop)
@@ -201,6 +211,8 @@ export default fp(async function subscriptions (app: FastifyInstance) {
     webSockets: connections.size,
     webSocketSubscriptions: [...connections].reduce((n, c) => n + c.activeSubscriptions, 0),
     eventStreams: eventStreams.size,
+    topics: fanout.stats.topics,
+    topicSubscribers: fanout.stats.subscribers,
     clients: counter.size
   }))
 }, { name: 'subscriptions', dependencies: ['graphql', 'auth', 'events', 'rate-limit'] })

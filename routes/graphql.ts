@@ -6,6 +6,7 @@ import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { AppError } from '../app/errors.ts'
 import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from '../app/graphql/error-format.ts'
+import { withinAnswerCap } from '../app/graphql/answer-size.ts'
 import { PersistedMessages, hasPersistedQueryExtension, noPersistedQueries, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
 import type { CostReport } from '../app/graphql/context.ts'
 import { createHttpCache } from '../app/graphql/http-cache.ts'
@@ -76,8 +77,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   // the cap is replaced by an error before any byte of it is written. (Sending a string, the route
   // needs no serialisation or onSend hook.) The object sent is kept for metrics.
   const maxAnswer = config.limits.maxResponseBytes
-  // A UTF-16 unit is 1 to 3 bytes in UTF-8: only a length between the two bounds needs counting.
-  const withinCap = (json: string) => json.length * 3 <= maxAnswer || (json.length <= maxAnswer && Buffer.byteLength(json) <= maxAnswer)
+  const withinCap = (json: string) => withinAnswerCap(json, maxAnswer)
   /** The JSON sent for an answer; `fits` false when the answer was over the cap and replaced by its error. */
   function serialize (request: FastifyRequest, answer: GraphQLResponseBody | GraphQLResponseBody[]): { json: string; fits: boolean } {
     const json = JSON.stringify(answer)

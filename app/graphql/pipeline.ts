@@ -24,6 +24,7 @@ import { assertWithinCaps } from '../domain/input.ts'
 import { createDomainContext, withinDeadline, type Caller, type DomainDeps } from '../domain/context.ts'
 import type { Config } from '../config.ts'
 import type { CostReport, GraphQLContext } from './context.ts'
+import { chargeEvent, type Payer, type SpendCostUnits } from './fanout.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from './persisted.ts'
 
@@ -73,6 +74,8 @@ export interface PipelineOptions {
   chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
   /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
   spendRequest (caller: Caller | null, ip: string): Promise<void>
+  /** Spends cost units of the caller's window (what chargeCost spends): what is left, and when the window resets. */
+  spendCostUnits: SpendCostUnits
 }
 
 export interface Pipeline {
@@ -88,12 +91,21 @@ export interface Pipeline {
    */
   operationType (params: GraphQLRequestParams, caller: Caller | null): Promise<string | undefined>
   /**
-   * Runs an admitted query or mutation under the execution deadline: its result, or "Query timeout"
+   * Runs an admitted query or mutation (or one event of a subscription, its root value) under the
+   * execution deadline, with a fresh domain context (fresh loaders): its result, or "Query timeout"
    * when the deadline passes first (the domain then refuses any further write of that operation).
    */
-  execute (admission: Admission): Promise<ExecutionResult>
-  /** Starts an admitted subscription: its stream of results, or one result when it failed to start. */
-  subscribe (admission: Admission): Promise<AsyncIterableIterator<ExecutionResult> | ExecutionResult>
+  execute (admission: Admission, root?: unknown): Promise<ExecutionResult>
+  /**
+   * Starts an admitted subscription's source: the stream of its events (each then answered by
+   * `execute(admission, event)`), or one result when it failed to start.
+   */
+  subscribe (admission: Admission): Promise<AsyncIterable<unknown> | ExecutionResult>
+  /**
+   * Pays for one event of running subscriptions, each at its operation's cost, from the budget of whoever
+   * holds it (one spend per payer): the subscribers that could not be paid for (app/graphql/fanout.ts).
+   */
+  chargeEvent<M extends Payer> (subscribers: Iterable<M>): Promise<{ refused: M[]; resetMs: number }>
   /** Plans made for ad-hoc and APQ texts: entries and estimated bytes kept. */
   readonly cacheStats: { entries: number; bytes: number }
 }
@@ -241,23 +253,20 @@ export function createPipeline (options: PipelineOptions): Pipeline {
         return undefined
       }
     },
-    execute (admission) {
+    execute (admission, root) {
       const deadline = Date.now() + limits.timeoutMs
-      const result = admission.compiled.query(undefined, contextOf(admission, deadline), admission.variables)
+      const result = admission.compiled.query(root, contextOf(admission, deadline), admission.variables)
       // Synchronous results (no resolver waited) are complete; only a pending one races the deadline.
       return result instanceof Promise ? withinDeadline(result, limits.timeoutMs, TIMED_OUT) : Promise.resolve(result)
     },
     async subscribe (admission) {
-      // No deadline applies to a stream; each event is resolved with fresh loaders (see the messageAdded resolver).
-      const context = contextOf(admission, Infinity)
-      const { operation, compiled, variables } = admission
+      const { operation, variables } = admission
       // The source stream comes from graphql-js's createSourceEventStream: graphql-jit 0.8 hands the
-      // subscribe resolver the operation's variables instead of the field's arguments. Each event is
-      // then executed by the operation's compiled query, with the event as its root value.
-      const source = await createSourceEventStream({ schema: options.schema(), document: operation.document, operationName: operation.name, variableValues: variables, contextValue: context })
-      if (!(Symbol.asyncIterator in source)) return source
-      return mapStream(source, (event) => compiled.query(event, context, variables))
+      // subscribe resolver the operation's variables instead of the field's arguments. Its events are
+      // executed by `execute` (the carriers share one execution among subscribers: app/graphql/fanout.ts).
+      return createSourceEventStream({ schema: options.schema(), document: operation.document, operationName: operation.name, variableValues: variables, contextValue: contextOf(admission, Infinity) })
     },
+    chargeEvent: (subscribers) => chargeEvent(options.spendCostUnits, subscribers),
     get cacheStats () { return { entries: cache.size, bytes: cache.weight } }
   }
 }
@@ -265,21 +274,4 @@ export function createPipeline (options: PipelineOptions): Pipeline {
 const TIMED_OUT: ExecutionResult = {
   data: null,
   errors: [new GraphQLError(Messages.queryTimeout, { extensions: { code: 'TIMEOUT' } })]
-}
-
-/** A stream's values, each mapped (awaited in order); `return()` reaches the source. */
-export function mapStream<A, B> (source: AsyncIterable<A>, map: (value: A) => B | Promise<B>): AsyncIterableIterator<B> {
-  const from = source[Symbol.asyncIterator]()
-  const iterator: AsyncIterableIterator<B> = {
-    async next () {
-      const step = await from.next()
-      return step.done ? { done: true, value: undefined } : { done: false, value: await map(step.value) }
-    },
-    async return () {
-      await from.return?.()
-      return { done: true, value: undefined }
-    },
-    [Symbol.asyncIterator]: () => iterator
-  }
-  return iterator
 }

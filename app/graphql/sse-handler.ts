@@ -1,105 +1,99 @@
 // Operations over server-sent events: the graphql-sse protocol in distinct connections mode (one
-// POST /graphql with Accept: text/event-stream per operation), the caller taken from the Authorization
-// header by the route. graphql-sse's handler speaks the protocol; each operation is admitted and
-// started through the pipeline (app/graphql/operations.ts) and handed to it as its result or stream.
-// The operation's parameters are the request's own body, read by the pipeline like any POST's (persisted
-// ids in every form: app/graphql/persisted.ts); graphql-sse, which knows only `query`, checks the protocol.
-// This adapter owns the response (hijacked from Fastify) so that a client that leaves, or a server
-// that closes, ends the operation and releases its pub/sub listener.
-import { createHandler, type ExecutionResult, type RequestParams } from 'graphql-sse'
+// POST /graphql with Accept: text/event-stream per operation; graphql-sse's PROTOCOL.md), the caller
+// taken from the Authorization header by the route. Each operation is admitted and started through the
+// pipeline (app/graphql/operations.ts); its answers arrive serialised once (a subscription's events
+// are shared with every subscriber of its group: app/graphql/fanout.ts) and are written as they are.
+//
+// The protocol is ours rather than graphql-sse's handler: that handler serialises every result per
+// stream, which would undo the sharing. Distinct connections mode is small: `event: next` with each
+// answer, `event: complete` at the end, a `:` comment at once and every 12 s as a keep-alive (as
+// graphql-sse's handler does). A refusal is one `next` carrying its errors, then `complete`.
+//
+// A client that leaves, or a server that closes, ends the operation and releases its subscription; a
+// client whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES (it stopped reading) has its response
+// destroyed, so a stalled reader cannot pin memory.
 import type { OutgoingHttpHeaders } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { StartOperation } from './operations.ts'
+import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
 
-/** One stream's state: its running operation, once started. */
-interface StreamState {
-  operation: AsyncIterator<unknown> | null
-  /** The client left, or the server is closing. */
-  stopped: boolean
+/** How often an idle stream carries a comment, so proxies and browsers keep it open (graphql-sse's interval). */
+const KEEP_ALIVE_MS = 12_000
+
+const EVENT_STREAM_HEADERS = {
+  connection: 'keep-alive',
+  'cache-control': 'no-cache',
+  'content-encoding': 'none',
+  'content-type': 'text/event-stream; charset=utf-8'
 }
 
 export interface SseOptions {
   start: StartOperation
   formatErrors (err: unknown): unknown[]
-  /** Registers a running stream's stop function (graceful shutdown); returns its unregistration. */
+  /** Registers a running stream's stop function (graceful shutdown: the stream completes); returns its unregistration. */
   track (stop: () => void): () => void
-}
-
-function header (value: string | string[] | undefined): string | null {
-  return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value
-}
-
-function isAsyncIterator (value: unknown): value is AsyncIterator<unknown> {
-  return typeof (value as AsyncIterator<unknown> | null)?.next === 'function'
+  /** Unsent bytes past which a stream is cut. */
+  maxBufferedBytes: number
 }
 
 export function createSseHandler (options: SseOptions) {
-  const handler = createHandler<FastifyRequest, StreamState, Record<PropertyKey, unknown>>({
-    // No stream reservations: distinct connections mode only.
-    authenticate: () => null,
-    onSubscribe: async (req) => {
-      const request = req.raw
-      try {
-        const { answer } = await options.start({ params: request.body as GraphQLRequestParams, transport: 'SSE', caller: request.caller, ip: request.ip })
-        if (isAsyncIterator(answer)) {
-          // The client left while the operation was being admitted: end what it started.
-          if (req.context.stopped) await answer.return?.()
-          req.context.operation = answer
-        }
-        // graphql-sse streams a result as one `next` event then `complete`, and a stream event by event.
-        return answer as ExecutionResult | AsyncIterable<ExecutionResult>
-      } catch (err) {
-        // Refused before it started (the `data` key is what marks it as a result).
-        return { data: undefined, errors: options.formatErrors(err) } as unknown as ExecutionResult
-      }
-    }
-  })
-
   return async function serveEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void> {
-    const state: StreamState = { operation: null, stopped: false }
-    const stop = () => {
-      state.stopped = true
-      void state.operation?.return?.()
-    }
-    const untrack = options.track(stop)
     reply.hijack()
     const response = reply.raw
-    response.once('close', stop)
-    try {
-      const [body, init] = await handler({
-        method: request.method,
-        url: request.url,
-        // The route sends only event-stream requests here; graphql-sse compares the Accept header exactly.
-        headers: { get: (key) => (key === 'accept' ? 'text/event-stream' : header(request.headers[key.toLowerCase()])) },
-        // graphql-sse refuses a body without a string `query` (a persisted id) with a code-less 400: it
-        // gets one, and the pipeline reads the real body (onSubscribe above).
-        body: { ...request.body as Record<PropertyKey, unknown>, query: '' } satisfies Partial<RequestParams>,
-        raw: request,
-        context: state
-      })
-      // Headers set by hooks (request id, CORS, rate limit) go out too.
-      response.writeHead(init.status, init.statusText, { ...reply.getHeaders(), ...init.headers } as OutgoingHttpHeaders)
-      if (!body || typeof body === 'string') {
-        response.end(body ?? undefined)
-        return
-      }
-      for await (const chunk of body) {
-        if (!response.writable) break
-        await new Promise<void>((resolve, reject) => response.write(chunk, (err) => (err ? reject(err) : resolve())))
-      }
-      response.end()
-    } catch (err) {
-      request.log.error({ err }, 'event stream failed')
-      if (!response.headersSent) {
-        response.writeHead(500, { 'content-type': 'application/json; charset=utf-8' })
-        response.end(JSON.stringify({ errors: options.formatErrors(err) }))
-      } else {
+    let subscription: Subscription | null = null
+    let ended = false
+    let keepAlive: NodeJS.Timeout | undefined
+    let settle: () => void = () => {}
+    const over = new Promise<void>((resolve) => { settle = resolve })
+    const finish = () => {
+      if (ended) return
+      ended = true
+      clearInterval(keepAlive)
+      subscription?.stop()
+      settle()
+    }
+    const write = (chunk: string) => { if (!ended && response.writable) response.write(chunk) }
+    const sink: SubscriptionSink = {
+      next (json) {
+        if (ended) return
+        if (response.writableLength > options.maxBufferedBytes) {
+          finish()
+          response.destroy()
+          return
+        }
+        write(`event: next\ndata: ${json}\n\n`)
+      },
+      end (errors) {
+        if (ended) return
+        if (errors) write(`event: next\ndata: ${JSON.stringify({ errors })}\n\n`)
+        write('event: complete\ndata:\n\n')
+        finish()
         response.end()
       }
+    }
+    const untrack = options.track(() => sink.end())
+    response.once('close', finish)
+    try {
+      // Headers set by hooks (request id, CORS, rate limit) go out too.
+      response.writeHead(200, { ...reply.getHeaders(), ...EVENT_STREAM_HEADERS } as OutgoingHttpHeaders)
+      // Some browsers (Firefox, Safari) wait for a first byte before they report the stream open.
+      write(':\n\n')
+      keepAlive = setInterval(() => write(':\n\n'), KEEP_ALIVE_MS)
+      const started = await options.start({ params: request.body as GraphQLRequestParams, transport: 'SSE', caller: request.caller, ip: request.ip }, sink)
+      if (started.subscription) {
+        // The client left (or the stream was ended) while the operation was admitted: nothing is kept.
+        if (ended) return started.subscription.stop()
+        subscription = started.subscription
+        return await over
+      }
+      sink.next(started.answer)
+      sink.end()
+    } catch (err) {
+      // Refused before it started.
+      sink.end(options.formatErrors(err))
     } finally {
-      response.off('close', stop)
-      stop()
+      response.off('close', finish)
+      finish()
       untrack()
     }
   }

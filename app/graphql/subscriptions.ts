@@ -1,10 +1,9 @@
 // The Subscription resolvers, independent of their carrier (WebSocket or server-sent events; every
 // subscription is admitted by the pipeline first): Subscription.count and Subscription.messageAdded.
 import type { DomainEvent } from '../domain/context.ts'
-import { createLoaders } from '../domain/loaders.ts'
 import { normalizeRoomId } from '../domain/input.ts'
 import { badInput } from '../errors.ts'
-import type { GraphQLContext } from './context.ts'
+import { TopicEvents } from './fanout.ts'
 
 /** How often `count` emits. The interface says "one value about every second". */
 export const COUNT_INTERVAL_MS = 1000
@@ -54,27 +53,23 @@ export function assertCountTarget (target: number, max: number): number {
 
 export interface SubscriptionResolverOptions {
   roomTopic (roomId: string): string
-  /** The events of a pub/sub topic (app/graphql/topic-stream.ts over the service's emitter). */
-  subscribe (topic: string): Promise<AsyncIterableIterator<unknown>>
   maxCountTarget: number
   countIntervalMs?: number
 }
 
 /** The Subscription resolvers, in Mercurius's { subscribe, resolve } form. */
-export function subscriptionResolvers ({ roomTopic, subscribe, maxCountTarget, countIntervalMs = COUNT_INTERVAL_MS }: SubscriptionResolverOptions) {
+export function subscriptionResolvers ({ roomTopic, maxCountTarget, countIntervalMs = COUNT_INTERVAL_MS }: SubscriptionResolverOptions) {
   return {
     count: {
       subscribe: (_root: unknown, { target }: { target: number }) => countUpTo(assertCountTarget(target, maxCountTarget), countIntervalMs),
       resolve: (value: number) => value
     },
     messageAdded: {
-      subscribe: (_root: unknown, { roomId }: { roomId: string }) => subscribe(roomTopic(normalizeRoomId(roomId))),
-      resolve: (event: DomainEvent, _args: unknown, ctx: GraphQLContext) => {
-        // Each event is resolved like a request of its own: fresh loaders (the author goes through
-        // them), so a long-lived subscription neither serves stale rows nor accumulates a cache.
-        ctx.domain.loaders = createLoaders(ctx.domain.store)
-        return event.message
-      }
+      // The room's events are delivered by the fan-out hub (app/graphql/fanout.ts), which executes each
+      // like a request of its own: a fresh domain context and loaders per event and group, so a
+      // long-lived subscription neither serves stale rows nor accumulates a cache.
+      subscribe: (_root: unknown, { roomId }: { roomId: string }) => new TopicEvents(roomTopic(normalizeRoomId(roomId))),
+      resolve: (event: DomainEvent) => event.message
     }
   }
 }

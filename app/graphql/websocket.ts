@@ -1,27 +1,40 @@
 // GraphQL over WebSocket, both subprotocols, every operation admitted by the pipeline (through
-// `StartOperation`, app/graphql/operations.ts):
-// - graphql-transport-ws is graphql-ws's own server (`makeServer`): the protocol, its close codes
-//   (4400, 4401, 4403, 4408, 4409, 4429) and its initialisation timeout are the library's; this module
-//   adds identity at connection_init, the per-user connection cap, the per-connection operation cap,
-//   keep-alive pings and a graceful shutdown.
-// - the legacy graphql-ws subprotocol (subscriptions-transport-ws) has no maintained server library, so
-//   it is written here in full (LegacyConnection), with the same rules and close codes.
-// Identity comes from connection_init's payload only (never from the upgrade's headers or cookies),
-// once per connection, in the shapes clients' documented examples use (credentialOf).
-import { CloseCode, DEPRECATED_GRAPHQL_WS_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL, makeServer, type Context, type ExecutionResult, type FormattedExecutionResult } from 'graphql-ws'
-import { GraphQLError, type ExecutionArgs, type GraphQLSchema } from 'graphql'
+// `StartOperation`, app/graphql/operations.ts). One connection implementation (Connection) speaks two
+// dialects: graphql-transport-ws (graphql-ws's PROTOCOL.md, with the library's exported constants and
+// message parser) and the legacy graphql-ws subprotocol (subscriptions-transport-ws).
+//
+// graphql-transport-ws is ours rather than graphql-ws's `makeServer`: that server serialises every
+// message per subscriber (an event shared by 10000 subscribers would be stringified 10000 times) and
+// answers pings itself, outside any budget. Here an event's answer arrives serialised once
+// (app/graphql/fanout.ts) and is wrapped per subscriber by string concatenation, and every frame a
+// client sends is spent from its connection's budget first.
+//
+// Rules, both dialects: identity at connection_init only (never from the upgrade's headers or cookies),
+// in the shapes clients' documented examples use (credentialOf); the init timeout (4408), one init
+// (4429), nothing before the ack (4401), refused credentials (4403), bad messages (4400), duplicate ids
+// (4409); the per-user connection cap (1013), the per-connection operation cap; keep-alive; a token's
+// expiry closes the connection (4403); a graceful shutdown sends `complete` for every operation. Added:
+// - a per-connection frame budget (messages and bytes per second, pings included): over it, close 1008
+//   (policy violation; graphql-ws clients do not retry it);
+// - a subscriber whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES is closed with 4503 (a private
+//   code: 1013 already means "too many connections" here; graphql-ws clients retry it with back-off).
+import { CloseCode, DEPRECATED_GRAPHQL_WS_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL, MessageType, parseMessage } from 'graphql-ws'
 import type { WebSocket } from 'ws'
 import type { Caller } from '../domain/context.ts'
 import { AppError } from '../errors.ts'
-import type { ErrorJson, GraphQLAnswer } from './error-format.ts'
-import type { StartOperation } from './operations.ts'
+import type { ErrorJson } from './error-format.ts'
+import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
 
 export { CloseCode }
 export const SUBPROTOCOLS = [GRAPHQL_TRANSPORT_WS_PROTOCOL, DEPRECATED_GRAPHQL_WS_PROTOCOL] as const
 
+/** A subscriber that stopped reading: its unsent data passed the bound. */
+export const SLOW_READER_CLOSE_CODE = 4503
+/** Frames beyond the connection's budget. */
+export const OVER_BUDGET_CLOSE_CODE = 1008
+
 export interface WebSocketOptions {
-  schema (): GraphQLSchema
   start: StartOperation
   /** "Bearer <token>" → caller; undefined → anonymous; throws when the token is not valid. */
   authenticate (authorization: string | undefined): Caller | null
@@ -32,6 +45,11 @@ export interface WebSocketOptions {
   initTimeoutMs: number
   keepAliveMs: number
   maxOperations: number
+  /** Unsent bytes (ws's bufferedAmount) past which a subscriber is closed. */
+  maxBufferedBytes: number
+  /** Frames (any type, pings included) and their bytes a connection may send per second. */
+  maxMessagesPerSecond: number
+  maxReceivedBytesPerSecond: number
 }
 
 /** One connection, whichever subprotocol it speaks. */
@@ -83,41 +101,208 @@ export function credentialOf (payload: unknown): string | undefined {
   return [...values][0]
 }
 
+
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref())
+
+/** How long a closed slow reader's socket may take to read the close frame before it is cut. */
+const SLOW_READER_GRACE_MS = 1000
 
 /** A close reason is at most 123 bytes. */
 function closeSocket (socket: WebSocket, code: number, reason: string): void {
   if (socket.readyState === socket.OPEN) socket.close(code, Buffer.from(reason).subarray(0, 123).toString())
 }
 
-function sendOn (socket: WebSocket, message: unknown): Promise<void> {
-  if (socket.readyState !== socket.OPEN) return Promise.resolve()
-  const data = typeof message === 'string' ? message : JSON.stringify(message)
-  return new Promise((resolve) => socket.send(data, () => resolve()))
+/** A message from the client, in either dialect's words. */
+interface Incoming { type: string; id?: string; payload?: unknown }
+
+/** What differs between the two subprotocols: message names and a few rules. */
+interface Dialect {
+  /** Parses a frame (throws with the reason to close 4400 with). */
+  parse (data: string): Incoming
+  init: string
+  ack: string
+  start: string
+  /** The client ends one operation. */
+  stop: string
+  next: string
+  keepAlive: string
+  /** A refused connection_init: what is sent before the close (legacy: connection_error). */
+  refusal? (reason: string): string
+  /** Sent right after the ack (legacy: a first `ka`). */
+  afterAck?: string
+  /** When the init timeout is lifted: at connection_init (legacy) or at the ack (graphql-transport-ws). */
+  initWaitsFor: 'init' | 'ack'
+  /** Answers a message only this dialect has (ping, connection_terminate); false when unknown. */
+  other (connection: Connection, message: Incoming): boolean
 }
 
-/** What both subprotocols keep per connection: the caller, the running streams, the cap and the keep-alive. */
-class ConnectionState {
+const transportWs: Dialect = {
+  // graphql-ws's own validation: shapes and types of every message of its protocol.
+  parse: (data) => {
+    const message = parseMessage(data)
+    return { type: message.type, id: 'id' in message ? message.id : undefined, payload: 'payload' in message ? message.payload : undefined }
+  },
+  init: MessageType.ConnectionInit,
+  ack: JSON.stringify({ type: MessageType.ConnectionAck }),
+  start: MessageType.Subscribe,
+  stop: MessageType.Complete,
+  next: MessageType.Next,
+  keepAlive: JSON.stringify({ type: MessageType.Ping }),
+  initWaitsFor: 'ack',
+  other (connection, message) {
+    if (message.type === MessageType.Ping) {
+      // Answered like graphql-ws does (its payload echoed); the frame has paid its budget already.
+      connection.send(JSON.stringify(message.payload === undefined ? { type: MessageType.Pong } : { type: MessageType.Pong, payload: message.payload }))
+      return true
+    }
+    return message.type === MessageType.Pong
+  }
+}
+
+const legacyWs: Dialect = {
+  parse: (data) => {
+    let message: unknown
+    try {
+      message = JSON.parse(data)
+    } catch {
+      throw new Error('Invalid message: not JSON')
+    }
+    const { type, id, payload } = (message ?? {}) as { type?: unknown; id?: unknown; payload?: unknown }
+    if (typeof type !== 'string') throw new Error(`Invalid message type ${JSON.stringify(type) ?? 'undefined'}`)
+    if (type === 'start' && (typeof id !== 'string' || id === '')) throw new Error('Invalid message: id must be a non-empty string')
+    return { type, id: id === undefined ? undefined : String(id), payload: type === 'start' && (payload === null || typeof payload !== 'object') ? {} : payload }
+  },
+  init: 'connection_init',
+  ack: JSON.stringify({ type: 'connection_ack' }),
+  start: 'start',
+  stop: 'stop',
+  next: 'data',
+  keepAlive: JSON.stringify({ type: 'ka' }),
+  refusal: (reason) => JSON.stringify({ type: 'connection_error', payload: { message: reason } }),
+  afterAck: JSON.stringify({ type: 'ka' }),
+  initWaitsFor: 'init',
+  other (connection, message) {
+    if (message.type !== 'connection_terminate') return false
+    closeSocket(connection.socket, 1000, 'Normal closure')
+    return true
+  }
+}
+
+/**
+ * One operation of a connection, from its start message until it ends; the sink of its subscription.
+ * Kept small: its id (as JSON, ready to be concatenated), its connection and its subscription.
+ */
+class Operation implements SubscriptionSink {
+  readonly id: string
+  readonly idJson: string
+  readonly connection: Connection
+  subscription: Subscription | null = null
+  constructor (connection: Connection, id: string) {
+    this.connection = connection
+    this.id = id
+    this.idJson = JSON.stringify(id)
+  }
+
+  next (json: string): void { this.connection.sendNext(this, json) }
+  end (errors?: unknown[]): void { this.connection.finish(this, errors) }
+}
+
+/** One connection, whichever subprotocol it speaks. */
+class Connection {
+  readonly socket: WebSocket
+  readonly ip: string
+  readonly options: WebSocketOptions
+  readonly dialect: Dialect
   caller: Caller | null = null
+  initReceived = false
+  acknowledged = false
   closing = false
   closed = false
   releaseCaller: (() => void) | null = null
-  /** Running subscription streams by operation id. */
-  readonly streams = new Map<string, AsyncIterableIterator<GraphQLAnswer>>()
-  readonly socket: WebSocket
-  readonly options: WebSocketOptions
-  readonly ip: string
-  keepAlive: NodeJS.Timeout | null = null
-  expiry: NodeJS.Timeout | null = null
+  readonly operations = new Map<string, Operation>()
+  private readonly timers: NodeJS.Timeout[] = []
+  /** The frame budget's current second: when it started, frames and bytes received in it. */
+  private budgetStart = 0
+  private budgetMessages = 0
+  private budgetBytes = 0
 
-  constructor (socket: WebSocket, ip: string, options: WebSocketOptions) {
+  constructor (socket: WebSocket, ip: string, options: WebSocketOptions, dialect: Dialect) {
     this.socket = socket
     this.ip = ip
     this.options = options
+    this.dialect = dialect
+    this.timers.push(setTimeout(() => {
+      const waited = dialect.initWaitsFor === 'init' ? this.initReceived : this.acknowledged
+      if (!waited) closeSocket(socket, CloseCode.ConnectionInitialisationTimeout, 'Connection initialisation timeout')
+    }, options.initTimeoutMs))
+    // ws hands messages over as Buffers (its default binaryType); the budget counts their bytes.
+    socket.on('message', (data: Buffer) => {
+      if (!this.spend(data.length)) return
+      this.receive(String(data)).catch(() => closeSocket(socket, CloseCode.InternalServerError, 'Internal server error'))
+    })
+    // Protocol-level pings (ws answers them itself) are frames too.
+    socket.on('ping', (data: Buffer) => { this.spend(data.length) })
+  }
+
+  get activeSubscriptions (): number {
+    let n = 0
+    for (const operation of this.operations.values()) if (operation.subscription) n++
+    return n
+  }
+
+  /** Spends one frame of `bytes` from the connection's budget; closes it (false) when over. */
+  private spend (bytes: number): boolean {
+    const now = Date.now()
+    if (now - this.budgetStart >= 1000) {
+      this.budgetStart = now
+      this.budgetMessages = 0
+      this.budgetBytes = 0
+    }
+    this.budgetMessages++
+    this.budgetBytes += bytes
+    const { maxMessagesPerSecond, maxReceivedBytesPerSecond } = this.options
+    if (this.budgetMessages <= maxMessagesPerSecond && this.budgetBytes <= maxReceivedBytesPerSecond) return true
+    closeSocket(this.socket, OVER_BUDGET_CLOSE_CODE, `Too many messages: at most ${maxMessagesPerSecond} messages and ${maxReceivedBytesPerSecond} bytes a second`)
+    return false
+  }
+
+  send (data: string): void {
+    if (this.socket.readyState === this.socket.OPEN) this.socket.send(data)
+  }
+
+  private sendMessage (type: string, id: string, payload?: unknown): void {
+    this.send(JSON.stringify(payload === undefined ? { id, type } : { id, type, payload }))
+  }
+
+  /** An answer already serialised, wrapped for this operation without parsing or serialising it again. */
+  sendNext (operation: Operation, json: string): void {
+    if (this.closed || this.operations.get(operation.id) !== operation) return
+    if (this.socket.bufferedAmount > this.options.maxBufferedBytes) return this.abandon()
+    this.send(`{"id":${operation.idJson},"type":"${this.dialect.next}","payload":${json}}`)
+  }
+
+  /**
+   * The client stopped reading: what it has not received would otherwise pile up in this process. The
+   * close frame waits behind that data; if it is not read within a second, the socket is cut.
+   */
+  private abandon (): void {
+    if (this.closing) return
+    this.closing = true
+    closeSocket(this.socket, SLOW_READER_CLOSE_CODE, `Subscriber too slow: more than ${this.options.maxBufferedBytes} bytes unsent`)
+    setTimeout(() => this.socket.terminate(), SLOW_READER_GRACE_MS).unref()
+  }
+
+  /** An operation ended by the server: `complete`, or `error` with its errors. */
+  finish (operation: Operation, errors?: unknown[]): void {
+    if (this.operations.get(operation.id) !== operation) return
+    this.operations.delete(operation.id)
+    operation.subscription?.stop()
+    if (errors) this.sendMessage(MessageType.Error, operation.id, errors)
+    else this.sendMessage(MessageType.Complete, operation.id)
   }
 
   /** Authenticates connection_init and takes the user's connection slot; the refusal's close code and reason, or null. */
-  identify (payload: unknown): { code: number; reason: string } | null {
+  private identify (payload: unknown): { code: number; reason: string } | null {
     let caller: Caller | null
     try {
       caller = this.options.authenticate(credentialOf(payload))
@@ -141,230 +326,109 @@ class ConnectionState {
     if (expiresAt === undefined) return
     // setTimeout holds at most ~24.8 days; a longer-lived token is checked again then.
     const wait = Math.min(expiresAt - Date.now(), 2 ** 31 - 1)
-    this.expiry = setTimeout(() => {
+    this.timers.push(setTimeout(() => {
       if (Date.now() >= expiresAt) closeSocket(this.socket, CloseCode.Forbidden, 'Forbidden: Token expired')
       else this.closeAtExpiry(expiresAt)
-    }, Math.max(0, wait))
+    }, Math.max(0, wait)))
   }
 
-  startKeepAlive (message: string): void {
-    if (this.options.keepAliveMs > 0) this.keepAlive = setInterval(() => void sendOn(this.socket, message), this.options.keepAliveMs)
+  private async receive (data: string): Promise<void> {
+    const { dialect, socket } = this
+    let message: Incoming
+    try {
+      message = dialect.parse(data)
+    } catch (err) {
+      return closeSocket(socket, CloseCode.BadRequest, (err as Error).message)
+    }
+    switch (message.type) {
+      case dialect.init: {
+        // A second connection_init would re-run authentication and swap the connection's identity.
+        if (this.initReceived) return closeSocket(socket, CloseCode.TooManyInitialisationRequests, 'Too many initialisation requests')
+        this.initReceived = true
+        const refused = this.identify(message.payload)
+        if (refused) {
+          if (dialect.refusal) this.send(dialect.refusal(refused.reason))
+          return closeSocket(socket, refused.code, refused.reason)
+        }
+        this.acknowledged = true
+        this.send(dialect.ack)
+        if (dialect.afterAck) this.send(dialect.afterAck)
+        const { keepAliveMs } = this.options
+        if (keepAliveMs > 0) this.timers.push(setInterval(() => this.send(dialect.keepAlive), keepAliveMs))
+        return
+      }
+      case dialect.start: {
+        if (!this.acknowledged) return closeSocket(socket, CloseCode.Unauthorized, 'Unauthorized')
+        const id = message.id!
+        if (this.operations.has(id)) return closeSocket(socket, CloseCode.SubscriberAlreadyExists, `Subscriber for ${id} already exists`)
+        return this.run(new Operation(this, id), message.payload as GraphQLRequestParams)
+      }
+      case dialect.stop: {
+        // The client ended it: nothing more is sent for this id.
+        const operation = this.operations.get(String(message.id))
+        if (!operation) return
+        this.operations.delete(operation.id)
+        operation.subscription?.stop()
+        return
+      }
+      default:
+        if (!dialect.other(this, message)) closeSocket(socket, CloseCode.BadRequest, `Invalid message type ${JSON.stringify(message.type)}`)
+    }
   }
 
-  refuseOverCap (running: number): void {
-    const max = this.options.maxOperations
-    if (running > max) throw new AppError('RATE_LIMITED', `Too many active subscriptions on this connection: at most ${max}`, { maxSubscriptions: max })
+  private async run (operation: Operation, params: GraphQLRequestParams): Promise<void> {
+    const { id } = operation
+    this.operations.set(id, operation)
+    try {
+      const max = this.options.maxOperations
+      if (this.operations.size > max) throw new AppError('RATE_LIMITED', `Too many active subscriptions on this connection: at most ${max}`, { maxSubscriptions: max })
+      const started = await this.options.start({ params, transport: 'WS', caller: this.caller, ip: this.ip }, operation)
+      // The client completed the operation, or left, or the server is closing, while it was admitted.
+      if (this.operations.get(id) !== operation || this.closing || this.closed) {
+        started.subscription?.stop()
+        return
+      }
+      if (started.subscription) {
+        operation.subscription = started.subscription
+        return
+      }
+      this.sendNext(operation, started.answer)
+      this.finish(operation)
+    } catch (err) {
+      this.finish(operation, this.options.formatErrors(err))
+    }
   }
 
-  /** Ends a stream started for a connection or an operation that is gone; true when it had to. */
-  async dropIfGone (stream: AsyncIterableIterator<GraphQLAnswer>, stillWanted: boolean): Promise<boolean> {
-    if (stillWanted && !this.closing && !this.closed) return false
-    await stream.return?.()
-    return true
-  }
-
+  /** The socket closed: every subscription leaves its topic, every timer and slot is released. */
   released (): void {
     if (this.closed) return
     this.closed = true
-    if (this.keepAlive) clearInterval(this.keepAlive)
-    if (this.expiry) clearTimeout(this.expiry)
+    for (const timer of this.timers) clearTimeout(timer)
     this.releaseCaller?.()
-    for (const stream of this.streams.values()) void stream.return?.()
-    this.streams.clear()
+    for (const operation of this.operations.values()) operation.subscription?.stop()
+    this.operations.clear()
   }
 
-  /** Ends every stream; `drained` resolves once their `complete` messages are sent. */
-  async shutdown (graceMs: number, drained: () => Promise<unknown>): Promise<void> {
+  /** Ends every operation (the client is told each completed), then closes with 1001 after at most `graceMs`. */
+  async shutdown (graceMs: number): Promise<void> {
+    for (const operation of [...this.operations.values()]) this.finish(operation)
     this.closing = true
-    await Promise.all([...this.streams.values()].map((stream) => stream.return?.()))
-    await Promise.race([drained(), delay(graceMs)])
+    const deadline = Date.now() + graceMs
+    while (this.socket.bufferedAmount > 0 && this.socket.readyState === this.socket.OPEN && Date.now() < deadline) await delay(10)
     closeSocket(this.socket, 1001, 'Server shutting down')
   }
 }
 
-/** The marker graphql-ws needs (GraphQLError instances), carrying our formatted errors. */
-class RefusedError extends GraphQLError {
-  readonly formatted: ErrorJson
-  constructor (formatted: ErrorJson) {
-    super(formatted.message, { extensions: formatted.extensions })
-    this.formatted = formatted
-  }
-}
-
-interface Extra { state: ConnectionState }
-/** What onSubscribe hands to execute/subscribe: the operation already started. */
-interface Started { answer: GraphQLAnswer | AsyncIterableIterator<GraphQLAnswer> }
-
-/** graphql-transport-ws: graphql-ws's server, one for the app; `open` attaches a socket to it. */
-export function transportWsServer (options: WebSocketOptions) {
-  const server = makeServer<Record<string, unknown> | undefined, Extra>({
-    connectionInitWaitTimeout: options.initTimeoutMs,
-    onConnect: (ctx: Context<Record<string, unknown> | undefined, Extra>) => {
-      const { state } = ctx.extra
-      const refused = state.identify(ctx.connectionParams)
-      if (!refused) return true
-      // Our reason (graphql-ws would say only "Forbidden"); its own close after this one is a no-op.
-      closeSocket(state.socket, refused.code, refused.reason)
-      return false
-    },
-    onSubscribe: async (ctx, id, payload) => {
-      const { state } = ctx.extra
-      try {
-        // graphql-ws has registered this id already: it counts.
-        state.refuseOverCap(Object.keys(ctx.subscriptions).length)
-        const { operation, answer } = await options.start({ params: payload as GraphQLRequestParams, transport: 'WS', caller: state.caller, ip: state.ip })
-        if (Symbol.asyncIterator in answer) {
-          // The client completed the operation, or left, while it was being admitted: start nothing.
-          if (await state.dropIfGone(answer, id in ctx.subscriptions)) return [new GraphQLError('The operation ended before it started')]
-          state.streams.set(id, answer)
-        }
-        const started: Started = { answer }
-        return {
-          schema: options.schema(),
-          document: operation.document,
-          operationName: operation.name ?? undefined,
-          contextValue: started
-        } satisfies ExecutionArgs
-      } catch (err) {
-        return options.formatErrors(err).map((e) => new RefusedError(e))
-      }
-    },
-    // The operation has run in onSubscribe: these only hand its answer (or stream) to graphql-ws.
-    // (Our answers are formatted already: their errors are plain JSON, hence the casts to graphql-ws's types.)
-    execute: (args) => (args.contextValue as Started).answer as unknown as ExecutionResult,
-    subscribe: (args) => (args.contextValue as Started).answer as unknown as AsyncGenerator<ExecutionResult>,
-    // Answers are in our shape already (formatted once, in operations.ts).
-    onNext: (_ctx, _id, _payload, _args, result) => result as unknown as FormattedExecutionResult,
-    onError: (_ctx, _id, _payload, errors) => errors.map((e) => (e instanceof RefusedError ? e.formatted : options.formatErrors(e)[0]!)),
-    onComplete: (ctx, id) => { ctx.extra.state.streams.delete(id) }
-  })
-
-  return function open (socket: WebSocket, ip: string): GraphQLWebSocket & { closed: Promise<void> } {
-    const state = new ConnectionState(socket, ip, options)
-    const closed = server.opened({
-      // A client naming no subprotocol speaks graphql-transport-ws.
-      protocol: GRAPHQL_TRANSPORT_WS_PROTOCOL,
-      send: (data) => sendOn(socket, data),
-      close: (code, reason) => closeSocket(socket, code ?? 1000, reason ?? ''),
-      onMessage: (handle) => socket.on('message', (data) => {
-        handle(String(data)).catch(() => closeSocket(socket, CloseCode.InternalServerError, 'Internal server error'))
-      })
-    }, { state })
-    state.startKeepAlive(JSON.stringify({ type: 'ping' }))
-    const ended = new Promise<void>((resolve) => socket.once('close', (code, reason) => {
-      state.released()
-      void closed(code, String(reason)).finally(resolve)
-    }))
-    return {
-      get activeSubscriptions () { return state.streams.size },
-      // graphql-ws sends `complete` for each ended stream right after onComplete removed it.
-      shutdown: (graceMs) => state.shutdown(graceMs, async () => {
-        while (state.streams.size > 0) await delay(10)
-        await delay(10)
-      }),
-      closed: ended
-    }
-  }
-}
-
-/**
- * The legacy subprotocol: connection_init → connection_ack (or connection_error, then 4403), ka
- * keep-alives, start → data… complete (or error), stop, connection_terminate.
- */
-export function legacyWsConnection (socket: WebSocket, ip: string, options: WebSocketOptions): GraphQLWebSocket & { closed: Promise<void> } {
-  const state = new ConnectionState(socket, ip, options)
-  let initReceived = false
-  let acknowledged = false
-  /** Operations from their start message until they end (a started stream is also in state.streams). */
-  const operations = new Set<string>()
-  const running = new Set<Promise<void>>()
-  const initTimer = setTimeout(() => {
-    if (!initReceived) closeSocket(socket, CloseCode.ConnectionInitialisationTimeout, 'Connection initialisation timeout')
-  }, options.initTimeoutMs)
-  const send = (type: string, id?: string, payload?: unknown) => sendOn(socket, { type, ...(id !== undefined ? { id } : {}), ...(payload !== undefined ? { payload } : {}) })
-
-  async function run (id: string, payload: Record<string, unknown>): Promise<void> {
-    try {
-      state.refuseOverCap(operations.size)
-      const { answer } = await options.start({ params: payload as GraphQLRequestParams, transport: 'WS', caller: state.caller, ip })
-      if (!(Symbol.asyncIterator in answer)) {
-        await send('data', id, answer)
-      } else {
-        if (await state.dropIfGone(answer, operations.has(id))) return
-        state.streams.set(id, answer)
-        for await (const event of answer) await send('data', id, event)
-      }
-      if (operations.has(id)) await send('complete', id)
-    } catch (err) {
-      if (operations.has(id)) await send('error', id, options.formatErrors(err))
-    } finally {
-      operations.delete(id)
-      state.streams.delete(id)
-    }
-  }
-
-  async function onMessage (data: string): Promise<void> {
-    let message: { type?: unknown; id?: unknown; payload?: unknown }
-    try {
-      message = JSON.parse(data)
-    } catch {
-      return closeSocket(socket, CloseCode.BadRequest, 'Invalid message: not JSON')
-    }
-    switch (message?.type) {
-      case 'connection_init': {
-        // A second connection_init would re-run authentication and swap the connection's identity.
-        if (initReceived) return closeSocket(socket, CloseCode.TooManyInitialisationRequests, 'Too many initialisation requests')
-        initReceived = true
-        clearTimeout(initTimer)
-        const refused = state.identify(message.payload)
-        if (refused) {
-          await send('connection_error', undefined, { message: refused.reason })
-          return closeSocket(socket, refused.code, refused.reason)
-        }
-        acknowledged = true
-        await send('connection_ack')
-        await send('ka')
-        state.startKeepAlive(JSON.stringify({ type: 'ka' }))
-        return
-      }
-      case 'start': {
-        if (!acknowledged) return closeSocket(socket, CloseCode.Unauthorized, 'Unauthorized: send connection_init first')
-        const id = message.id
-        if (typeof id !== 'string' || id === '') return closeSocket(socket, CloseCode.BadRequest, 'Invalid message: id must be a non-empty string')
-        if (operations.has(id)) return closeSocket(socket, CloseCode.SubscriberAlreadyExists, `Subscriber for ${id} already exists`)
-        operations.add(id)
-        const payload = message.payload !== null && typeof message.payload === 'object' ? message.payload as Record<string, unknown> : {}
-        const operation = run(id, payload)
-        running.add(operation)
-        void operation.finally(() => running.delete(operation))
-        return
-      }
-      case 'stop': {
-        const id = String(message.id)
-        operations.delete(id)
-        await state.streams.get(id)?.return?.()
-        return
-      }
-      case 'connection_terminate':
-        return closeSocket(socket, 1000, 'Normal closure')
-      default:
-        return closeSocket(socket, CloseCode.BadRequest, `Invalid message type ${JSON.stringify(message?.type)}`)
-    }
-  }
-
-  socket.on('message', (data) => {
-    onMessage(String(data)).catch(() => closeSocket(socket, CloseCode.InternalServerError, 'Internal server error'))
-  })
-  const ended = new Promise<void>((resolve) => socket.once('close', () => {
-    clearTimeout(initTimer)
-    operations.clear()
-    state.released()
+/** Serves one upgraded socket in the subprotocol it agreed (a client naming none speaks graphql-transport-ws). */
+export function openConnection (socket: WebSocket, ip: string, options: WebSocketOptions): GraphQLWebSocket & { closed: Promise<void> } {
+  const connection = new Connection(socket, ip, options, socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL ? legacyWs : transportWs)
+  const closed = new Promise<void>((resolve) => socket.once('close', () => {
+    connection.released()
     resolve()
   }))
   return {
-    get activeSubscriptions () { return state.streams.size },
-    // Ended streams finish their `run`, which sends `complete` for each.
-    shutdown: (graceMs) => state.shutdown(graceMs, () => Promise.allSettled([...running])),
-    closed: ended
+    get activeSubscriptions () { return connection.activeSubscriptions },
+    shutdown: (graceMs) => connection.shutdown(graceMs),
+    closed
   }
 }
