@@ -72,15 +72,34 @@ test('every variable app/config.ts reads is in docs/settings.md, with its defaul
   t.same([...example].filter((name) => !variables.has(name)), [], '.env.example lists no variable config.ts does not read')
 })
 
-test('the README and the reference docs link only to files that exist', async (t) => {
-  const files = ['README.md', 'docs/reference.md', 'docs/errors.md', 'docs/settings.md', 'docs/soap.md', 'docs/operations.md', 'docs/benchmarks.md']
-  for (const file of files) {
+/** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
+const anchor = (heading: string) => heading.trim().toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, '').replaceAll(' ', '-')
+
+const GUIDE_AND_REFERENCE = ['README.md', 'docs/reference.md', 'docs/errors.md', 'docs/settings.md', 'docs/soap.md', 'docs/operations.md', 'docs/benchmarks.md']
+
+test('the README and the reference docs link only to files and headings that exist', async (t) => {
+  for (const file of GUIDE_AND_REFERENCE) {
     const dir = file.includes('/') ? file.slice(0, file.lastIndexOf('/') + 1) : ''
-    for (const [, target] of read(file).matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+    for (const [, target, fragment] of read(file).matchAll(/\]\(([^)#\s]*)(?:#([^)\s]*))?\)/g)) {
       if (/^[a-z]+:/.test(target!)) continue
+      const path = target ? new URL(target, `file:///${dir}`).pathname.slice(1) : file
       // docs/architecture.md is written alongside this change (issue #23).
-      if (`${dir}${target}`.endsWith('docs/architecture.md')) continue
-      t.doesNotThrow(() => read(new URL(target!, `file:///${dir}`).pathname.slice(1)), `${file} → ${target}`)
+      if (path === 'docs/architecture.md') continue
+      let text = ''
+      t.doesNotThrow(() => { text = read(path) }, `${file} → ${path}`)
+      if (fragment) {
+        const anchors = [...text.matchAll(/^#+ (.*)$/gm)].map((m) => anchor(m[1]!))
+        t.ok(anchors.includes(fragment), `${file} → ${path}#${fragment} names a heading`)
+      }
     }
   }
+})
+
+test('the persisted ids the README and docs send are in persisted/manifest.json', async (t) => {
+  const manifest = JSON.parse(read('persisted/manifest.json')) as { operations: { id: string }[] }
+  const ids = new Set(manifest.operations.map((operation) => `sha256:${operation.id}`))
+  const sent = GUIDE_AND_REFERENCE.flatMap((file) => [...read(file).matchAll(/queryId=(sha256:[0-9a-f]{64})/g)].map((m) => [file, m[1]!]))
+  t.ok(sent.length >= 2, 'the README sends persisted queries')
+  for (const [file, id] of sent) t.ok(ids.has(id!), `${file}: ${id} is registered`)
+  t.match(read('README.md'), /PERSISTED_MANIFEST=persisted\/manifest\.json npm start/, 'the README starts the development server with that manifest')
 })
