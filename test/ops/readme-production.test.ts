@@ -1,6 +1,6 @@
 // The README's copy-paste production start, run as written by bash: both secrets, the manifest, a seeded
 // store, `npm start` in the background, a persisted GET, and a SIGTERM that stops the service. Only the
-// port and the store's path are changed, so the test neither collides with a service on 3000 nor
+// port and the store's path are changed, so the test neither collides with a running service nor
 // writes into the repository.
 import { test } from 'tap'
 import { spawn } from 'node:child_process'
@@ -21,7 +21,11 @@ test('the README\'s production start works as written', async (t) => {
   const block = productionStart()
   t.match(block, /JWT_SECRET=/, 'names JWT_SECRET')
   t.match(block, /PERSISTED_MANIFEST=/, 'names PERSISTED_MANIFEST')
-  const script = `set -e\nexport PORT=${port}\n` + block.replaceAll(':3000', `:${port}`).replaceAll('data/production.db', `${dir}/production.db`)
+  // The development server the README starts just above listens on 3000: the production block must not.
+  const blockPort = /\bPORT=(\d+)/.exec(block)?.[1]
+  t.ok(blockPort && blockPort !== '3000', 'sets a PORT of its own, not the development server\'s 3000')
+  t.notMatch(block, /:3000\b/, 'and calls no service on 3000')
+  const script = 'set -e\n' + block.replaceAll(`PORT=${blockPort}`, `PORT=${port}`).replaceAll(`:${blockPort}`, `:${port}`).replaceAll('data/production.db', `${dir}/production.db`)
   const bash = spawn('bash', ['-c', script], { cwd: REPO, env: processEnv({}), stdio: ['ignore', 'pipe', 'pipe'] })
   let stdout = ''
   let stderr = ''

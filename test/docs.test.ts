@@ -1,0 +1,105 @@
+// The reference tables that restate the code, checked against the code: every error code of the catalogue
+// in docs/errors.md with its HTTP status, and every variable app/config.ts reads in docs/settings.md (with
+// its default) and in .env.example. Adding a code or a setting without documenting it fails here.
+import { test } from 'tap'
+import { readFileSync } from 'node:fs'
+import { ErrorCodes } from '../app/errors.ts'
+import { REPO } from './helpers/server-process.ts'
+
+const read = (path: string) => readFileSync(`${REPO}/${path}`, 'utf8')
+
+/** The first cells of a markdown table's rows whose first cell is one `NAME`, keyed by that name. */
+function tableRows (markdown: string): Map<string, string[]> {
+  const rows = new Map<string, string[]>()
+  for (const line of markdown.split('\n')) {
+    const match = /^\| `([A-Z][A-Z0-9_]*)` \|(.*)\|$/.exec(line)
+    if (match) rows.set(match[1]!, match[2]!.split('|').map((cell) => cell.trim()))
+  }
+  return rows
+}
+
+/**
+ * The variables app/config.ts reads, with the literal defaults its env-schema gives them: the entries of
+ * the JSON schema's `properties` (config.ts does not export the schema, so its text is read).
+ */
+function configVariables (): Map<string, string | null> {
+  const source = read('app/config.ts')
+  const start = source.indexOf('const schema = {')
+  const end = source.indexOf('} as const', start)
+  if (start < 0 || end < 0) throw new Error('app/config.ts: no `const schema = { ... } as const` (the env-schema) found')
+  const variables = new Map<string, string | null>()
+  for (const match of source.slice(start, end).matchAll(/^\s+([A-Z][A-Z0-9_]*): \{([^\n]*)\},?$/gm)) {
+    const literal = /\bdefault: (-?\d+(?:\.\d+)?|true|false|'[^']*')/.exec(match[2]!)?.[1]
+    variables.set(match[1]!, literal === undefined ? null : literal.replace(/^'|'$/g, ''))
+  }
+  return variables
+}
+
+test('every error code of the catalogue is in docs/errors.md with its HTTP status, and nothing else', async (t) => {
+  const rows = tableRows(read('docs/errors.md'))
+  for (const [code, { status }] of Object.entries(ErrorCodes)) {
+    const row = rows.get(code)
+    if (!row) {
+      t.fail(`docs/errors.md has no row for ${code}`)
+      continue
+    }
+    t.equal(row[0], String(status), `${code}: HTTP ${status}`)
+    t.ok(row[1], `${code}: says what it means`)
+  }
+  t.same([...rows.keys()].filter((code) => !Object.hasOwn(ErrorCodes, code)), [], 'no row for a code the catalogue lacks')
+})
+
+test('every variable app/config.ts reads is in docs/settings.md, with its default, and in .env.example', async (t) => {
+  const variables = configVariables()
+  t.ok(variables.size > 50, `the schema's variables were found (${variables.size})`)
+  // Every `e.NAME` config.ts reads must be one of the schema's, so the list above is the whole list.
+  const reads = new Set([...read('app/config.ts').matchAll(/\be\.([A-Z][A-Z0-9_]*)/g)].map((m) => m[1]!))
+  t.same([...reads].filter((name) => !variables.has(name)), [], 'config.ts reads no variable outside its schema')
+
+  const rows = tableRows(read('docs/settings.md'))
+  const example = new Set([...read('.env.example').matchAll(/^#? ?([A-Z][A-Z0-9_]*)=/gm)].map((m) => m[1]!))
+  for (const [name, literal] of variables) {
+    const row = rows.get(name)
+    if (!row) t.fail(`docs/settings.md has no row for ${name}`)
+    else {
+      t.ok(row[1], `${name}: says what it means`)
+      const documented = literal === '' ? 'empty' : `\`${literal}\``
+      if (literal !== null) t.ok(row[0]!.includes(documented), `${name}: default ${documented} (docs say ${row[0]})`)
+    }
+    t.ok(example.has(name), `.env.example lists ${name}`)
+  }
+  t.same([...rows.keys()].filter((name) => !variables.has(name)), [], 'docs/settings.md has no row for a variable config.ts does not read')
+  t.same([...example].filter((name) => !variables.has(name)), [], '.env.example lists no variable config.ts does not read')
+})
+
+/** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
+const anchor = (heading: string) => heading.trim().toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, '').replaceAll(' ', '-')
+
+const GUIDE_AND_REFERENCE = ['README.md', 'docs/reference.md', 'docs/errors.md', 'docs/settings.md', 'docs/soap.md', 'docs/operations.md', 'docs/benchmarks.md']
+
+test('the README and the reference docs link only to files and headings that exist', async (t) => {
+  for (const file of GUIDE_AND_REFERENCE) {
+    const dir = file.includes('/') ? file.slice(0, file.lastIndexOf('/') + 1) : ''
+    for (const [, target, fragment] of read(file).matchAll(/\]\(([^)#\s]*)(?:#([^)\s]*))?\)/g)) {
+      if (/^[a-z]+:/.test(target!)) continue
+      const path = target ? new URL(target, `file:///${dir}`).pathname.slice(1) : file
+      // docs/architecture.md is written alongside this change (issue #23).
+      if (path === 'docs/architecture.md') continue
+      let text = ''
+      t.doesNotThrow(() => { text = read(path) }, `${file} → ${path}`)
+      if (fragment) {
+        const anchors = [...text.matchAll(/^#+ (.*)$/gm)].map((m) => anchor(m[1]!))
+        t.ok(anchors.includes(fragment), `${file} → ${path}#${fragment} names a heading`)
+      }
+    }
+  }
+})
+
+test('the persisted ids the README and docs send are in persisted/manifest.json', async (t) => {
+  const manifest = JSON.parse(read('persisted/manifest.json')) as { operations: { id: string }[] }
+  const ids = new Set(manifest.operations.map((operation) => `sha256:${operation.id}`))
+  const sent = GUIDE_AND_REFERENCE.flatMap((file) => [...read(file).matchAll(/queryId=(sha256:[0-9a-f]{64})/g)].map((m) => [file, m[1]!]))
+  t.ok(sent.length >= 2, 'the README sends persisted queries')
+  for (const [file, id] of sent) t.ok(ids.has(id!), `${file}: ${id} is registered`)
+  t.match(read('README.md'), /PERSISTED_MANIFEST=persisted\/manifest\.json npm start/, 'the README starts the development server with that manifest')
+})
