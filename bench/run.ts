@@ -108,6 +108,8 @@ const baseEnv: Record<string, string> = {
   RATE_LIMIT_REQUESTS: '1000000000',
   RATE_LIMIT_COST: '1000000000000',
   WS_MAX_CONNECTIONS_PER_CLIENT: '100000',
+  // Anonymous fan-out subscribers all come from 127.0.0.1: one caller for the per-caller subscription cap.
+  SUBSCRIPTIONS_MAX_PER_CALLER: '100000',
   // One load generator on loopback opens every connection (up to 10000 fan-out subscribers from 127.0.0.1, checked):
   // no per-address cap, and the WebSocket cap per client (address or user) out of reach.
   MAX_CONNECTIONS_PER_IP: '0',
