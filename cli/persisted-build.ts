@@ -8,11 +8,11 @@
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 import { buildSchema, print } from 'graphql'
-import { loadConfig } from '../config.ts'
-import { makePlan, type DocumentPlan } from './plan.ts'
-import { sha256Hex, type ApolloManifest } from './persisted.ts'
+import { loadConfig } from '../app/config.ts'
+import { makePlan, type DocumentPlan } from '../routes/graphql/plan.ts'
+import { sha256Hex, type ApolloManifest } from '../routes/graphql/persisted.ts'
 
-export const SCHEMA_FILE = new URL('./schema.graphql', import.meta.url)
+export const SCHEMA_FILE = new URL('../routes/graphql/schema.graphql', import.meta.url)
 
 export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_FILE, 'utf8')): ApolloManifest {
   const schema = buildSchema(schemaSDL)

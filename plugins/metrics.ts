@@ -135,8 +135,8 @@ export default fp(async function metrics (app: FastifyInstance) {
     registers: [registry],
     collect () { faults.flushInto(this) }
   })
-  // Read at scrape time from the subscriptions plugin (registered after this one).
-  const subscriptionStats = () => (app.hasDecorator('subscriptionStats') ? app.subscriptionStats() : null)
+  // Read at scrape time from the GraphQL room's inspection surface (registered after this plugin).
+  const subscriptionStats = () => (app.hasDecorator('graphqlRoom') ? app.graphqlRoom.subscriptionStats() : null)
   new Gauge({
     name: 'graphql_open_subscriptions',
     help: 'GraphQL subscriptions currently open on this instance, by transport (ws, sse)',

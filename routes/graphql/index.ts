@@ -1,33 +1,61 @@
-// The GraphQL engine: Mercurius builds the executable schema from our SDL and resolvers and hosts
-// mercurius-auth (the @auth directive wraps the protected fields' resolvers in the schema itself);
-// the admission pipeline (app/graphql/pipeline.ts) runs every operation of every transport through
-// graphql-jit against that schema. Mercurius's routes, caches and hooks are not used: the HTTP routes
-// are in routes/graphql.ts, the subscription transports in plugins/subscriptions.ts.
-import { readFileSync } from 'node:fs'
+// The GraphQL room's entry, and with http.ts and subscription-carriers.ts its only Fastify code. It
+// fills in the room's ports (ports.ts) from the cross-cutting plugins once, builds the Fastify-free core
+// over them in dependency order, then registers the carriers:
+//
+//   schema (Mercurius + mercurius-auth, schema.ts) → plans (pipeline.ts: createPlans)
+//     → persisted registry (persisted.ts; plans registered texts) → pipeline (pipeline.ts; resolves
+//     documents through the registry) → streaming carriers (subscription-carriers.ts: WebSocket, SSE)
+//     → HTTP routes (http.ts: POST, GET, PUT /graphql)
+//
+// Mercurius builds the executable schema from our SDL and resolvers and hosts mercurius-auth; the
+// pipeline runs every operation of every transport through graphql-jit against that schema.
+// Mercurius's routes, caches, hooks and pub/sub are not used.
 import fp from 'fastify-plugin'
 import mercurius from 'mercurius'
 import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
-import { isObjectType, type ArgumentNode, type DirectiveNode, type GraphQLSchema, type ListValueNode } from 'graphql'
-import { meets, type AccessRequirement } from '../app/domain/authorization.ts'
-import { assertBeforeDeadline } from '../app/domain/context.ts'
-import { cursorKey } from '../app/domain/pages.ts'
-import { forbidden, unauthenticated } from '../app/errors.ts'
-import type { GraphQLContext } from '../app/graphql/context.ts'
-import type { FormatOptions } from '../app/graphql/error-format.ts'
-import { createPipeline, type Pipeline } from '../app/graphql/pipeline.ts'
-import { resolvers } from '../app/graphql/resolvers.ts'
+import type { DomainDeps } from '../../app/domain/context.ts'
+import type { Tracing } from '../../app/tracing.ts'
+import type { FormatOptions } from './error-format.ts'
+import { registerHttpRoutes } from './http.ts'
+import { createPersistedQueries, emptyManifest, loadManifests, memoryApqStore, redisApqStore } from './persisted.ts'
+import { createPipeline, createPlans, type Pipeline } from './pipeline.ts'
+import type { GraphQLPorts, RoomCore } from './ports.ts'
+import { resolvers } from './resolvers.ts'
+import { authPolicy, schemaSDL, stopResolversAtDeadline } from './schema.ts'
+import { registerSubscriptionCarriers, type SubscriptionStats } from './subscription-carriers.ts'
+import { subscriptionResolvers } from './subscriptions.ts'
 
 // mercurius-auth is CommonJS whose typings declare `export default`: at run time the import is the plugin itself.
 const mercuriusAuth = mercuriusAuthModule as unknown as FastifyPluginAsync<MercuriusAuthOptions>
 
-export const schemaSDL = readFileSync(new URL('../app/graphql/schema.graphql', import.meta.url), 'utf8')
+export interface GraphQLRoomOptions {
+  /** The domain's dependencies, built once by the composition root (app/app.ts) for every transport. */
+  domain: DomainDeps
+}
+
+export interface WarmUpReport {
+  /** Operations planned (parsed, validated, analysed) and compiled at start. */
+  compiled: number
+  ms: number
+}
+
+/**
+ * The room's inspection surface, read by metrics (plugins/metrics.ts) and tests; nothing in the room
+ * reads it. (`app.graphql` is Mercurius's own decorator, hence the name.)
+ */
+export interface GraphQLRoomInspection {
+  /** The pipeline every operation runs through (its `cacheStats`: plans kept for ad-hoc and APQ texts). */
+  readonly pipeline: Pipeline
+  /** Open WebSockets, event streams, subscriptions and fan-out topics on this instance. */
+  subscriptionStats (): SubscriptionStats
+  /** What the persisted manifest's warm-up did at start; null until the server is ready. */
+  readonly persistedWarmUp: WarmUpReport | null
+}
 
 declare module 'fastify' {
   interface FastifyInstance {
-    graphqlErrorOptions: FormatOptions
-    /** Every GraphQL operation, whatever its transport, is admitted and run through it. */
-    graphqlPipeline: Pipeline
+    graphqlRoom: GraphQLRoomInspection
   }
   interface FastifyRequest {
     /** The operation this request executes, once admitted (read by metrics). */
@@ -35,70 +63,118 @@ declare module 'fastify' {
   }
 }
 
-function requirementsOf (directive: DirectiveNode): AccessRequirement[] {
-  const requires = directive.arguments?.find((a: ArgumentNode) => a.name.value === 'requires')?.value as ListValueNode | undefined
-  return (requires?.values ?? []).map((v) => (v as { value: string }).value as AccessRequirement)
-}
-
-/**
- * Every field that has a resolver (root fields, Message.author, the @auth-wrapped fields) first checks
- * the operation's deadline: once "Query timeout" has been answered, the rest of the execution reads
- * and writes nothing more. (The deadline timer cannot interrupt synchronous work; that work is bounded
- * by the cost budget and the answer cap instead.) Plain property fields have no resolver, so graphql-jit
- * keeps inlining them.
- */
-function stopResolversAtDeadline (schema: GraphQLSchema): void {
-  for (const type of Object.values(schema.getTypeMap())) {
-    if (!isObjectType(type) || type.name.startsWith('__') || type === schema.getSubscriptionType()) continue
-    for (const field of Object.values(type.getFields())) {
-      const resolve = field.resolve
-      if (!resolve) continue
-      field.resolve = (parent, args, context: GraphQLContext, info) => {
-        assertBeforeDeadline(context.domain)
-        return resolve(parent, args, context, info)
-      }
-    }
+/** With tracing on, every operation of every transport is a span (app/tracing.ts). */
+function traced (inner: Pipeline, tracing: Tracing): Pipeline {
+  const { admit, execute, subscribe } = tracing.pipeline(inner)
+  return {
+    plan: inner.plan,
+    pin: inner.pin,
+    operationType: inner.operationType,
+    chargeEvent: inner.chargeEvent,
+    admit,
+    execute,
+    subscribe,
+    get cacheStats () { return inner.cacheStats }
   }
 }
 
-export default fp(async function graphql (app: FastifyInstance) {
+export default fp(async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions) {
   const { config } = app
-  app.decorate('graphqlErrorOptions', {
+  // Read at call time: a budget plugin's functions stay replaceable (tests count spends through them).
+  const ports: GraphQLPorts = {
+    budgets: {
+      spendRequest: (caller, ip) => app.spendRequest(caller, ip),
+      chargeCost: (caller, ip, cost) => app.chargeCost(caller, ip, cost),
+      spendCostUnits: (caller, ip, units) => app.spendCostUnits(caller, ip, units)
+    },
+    authenticate: (authorization) => app.authenticate(authorization),
+    domain: options.domain,
+    emitter: app.emitter,
+    roomTopic: app.roomTopic,
+    config,
+    log: app.log
+  }
+  const errorOptions: FormatOptions = {
     production: config.profile === 'production',
-    logInternal: (err) => app.log.error({ err }, 'GraphQL request failed')
-  } satisfies FormatOptions)
+    logInternal: (err) => ports.log.error({ err }, 'GraphQL request failed')
+  }
 
-  // `subscription` on: only then does Mercurius's defineResolvers take the Subscription fields'
-  // { subscribe, resolve } pairs (plugins/subscriptions.ts). Its pub/sub is not used: room events reach
-  // subscribers through the fan-out hub (app/graphql/fanout.ts) over the service's emitter.
-  await app.register(mercurius, { schema: schemaSDL, resolvers, routes: false, jit: 0, cache: false, subscription: { emitter: app.emitter } })
+  // The schema. `subscription` on: only then does Mercurius's defineResolvers take the Subscription
+  // fields' { subscribe, resolve } pairs (below). Its pub/sub is not used: room events reach
+  // subscribers through the fan-out hub (fanout.ts) over the service's emitter.
+  await app.register(mercurius, { schema: schemaSDL, resolvers, routes: false, jit: 0, cache: false, subscription: { emitter: ports.emitter } })
+  await app.register(mercuriusAuth, { authDirective: 'auth', applyPolicy: authPolicy() })
+  stopResolversAtDeadline(app.graphql.schema)
+  const schema = () => app.graphql.schema
 
-  // Directive requirements are parsed once per directive node, not per resolved field.
-  const parsedRequirements = new WeakMap<DirectiveNode, AccessRequirement[]>()
-  await app.register(mercuriusAuth, {
-    authDirective: 'auth',
-    applyPolicy: async (policy: DirectiveNode, parent: { id?: string }, _args: unknown, context: GraphQLContext) => {
-      let requirements = parsedRequirements.get(policy)
-      if (!requirements) parsedRequirements.set(policy, requirements = requirementsOf(policy))
-      const caller = context.domain.caller
-      if (meets(caller, requirements, parent.id ?? null)) return true
-      return caller ? forbidden('Not allowed to read this field') : unauthenticated()
-    }
+  // Plans first: the persisted registry plans the texts it registers, and the pipeline resolves
+  // documents through the registry. Built in that order, nothing waits for anything built later.
+  const plans = createPlans(schema, config.limits)
+
+  // Persisted queries: the deploy-time manifests (PERSISTED_MANIFEST, comma-separated files) and
+  // automatic registration (APQ: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode).
+  const files = (config.persistedManifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
+  // Hashes and single operations are checked here; validity for this service when the plans are pinned.
+  const manifest = files.length > 0 ? loadManifests(files) : emptyManifest()
+  if (config.persistedOnly && manifest.operations.length === 0) {
+    ports.log.warn({}, 'persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused')
+  }
+  const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
+  const apq = !apqOn ? null : app.redis
+    ? redisApqStore(app.redis, app.redisKey, config.apqMaxEntries, ports.log)
+    : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
+  const persisted = createPersistedQueries({
+    manifest,
+    persistedOnly: config.persistedOnly,
+    apq,
+    apqMaxEntries: config.apqMaxEntries,
+    apqMaxBytes: config.apqMaxBytes,
+    apqMaxDocumentBytes: config.apqMaxDocumentBytes,
+    plan: plans.plan
   })
 
-  stopResolversAtDeadline(app.graphql.schema)
-
-  app.decorateRequest('graphqlOperation', null)
-  const pipeline = createPipeline({
-    schema: () => app.graphql.schema,
+  const core = createPipeline({
+    schema,
     limits: config.limits,
     introspection: config.introspection,
-    domain: { store: app.store, events: app.events, caps: config.limits, cursorKey: cursorKey(config.cursorSecret) },
-    persisted: () => app.persistedQueries,
-    chargeCost: (caller, ip, cost) => app.chargeCost(caller, ip, cost),
-    spendRequest: (caller, ip) => app.spendRequest(caller, ip),
-    spendCostUnits: (caller, ip, units) => app.spendCostUnits(caller, ip, units)
+    domain: ports.domain,
+    plans,
+    persisted,
+    ...ports.budgets
   })
-  // With tracing on, every operation of every transport is a span (app/tracing.ts).
-  app.decorate('graphqlPipeline', app.tracing ? app.tracing.pipeline(pipeline) : pipeline)
-}, { name: 'graphql', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit'] })
+  const pipeline = app.tracing ? traced(core, app.tracing) : core
+  const room: RoomCore = { ports, schema, pipeline, errorOptions }
+
+  app.graphql.defineResolvers({
+    Subscription: subscriptionResolvers({ roomTopic: ports.roomTopic, maxCountTarget: config.limits.maxCountTarget })
+  })
+  app.decorateRequest('graphqlOperation', null)
+  // Before the HTTP routes: it registers @fastify/websocket, which must see the GET route being added.
+  const carriers = await registerSubscriptionCarriers(app, room)
+  registerHttpRoutes(app, room, carriers)
+
+  let persistedWarmUp: WarmUpReport | null = null
+  app.decorate('graphqlRoom', {
+    pipeline,
+    subscriptionStats: carriers.stats,
+    get persistedWarmUp () { return persistedWarmUp }
+  } satisfies GraphQLRoomInspection)
+
+  // onReady: every resolver is in place (and wrapped by @auth), and nothing listens yet. Each manifest
+  // operation gets its plan and compilation now, kept for the life of the process; a text the service
+  // cannot run (schema drift, a limit such as MAX_DEPTH) is a broken deploy, refused at start.
+  app.addHook('onReady', async () => {
+    const started = performance.now()
+    for (const operation of manifest.operations) {
+      try {
+        pipeline.pin(operation.text)
+      } catch (err) {
+        const nested = (err as { errors?: { message: string }[] }).errors
+        const reason = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
+        throw new Error(`Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`)
+      }
+    }
+    persistedWarmUp = { compiled: manifest.operations.length, ms: Math.round((performance.now() - started) * 10) / 10 }
+    ports.log.info({ operations: manifest.operations.length, ms: persistedWarmUp.ms, apq: apq ? (app.redis ? 'redis' : 'memory') : 'off', persistedOnly: config.persistedOnly }, 'persisted queries ready')
+  })
+}, { name: 'graphql-room', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit', 'redis'] })

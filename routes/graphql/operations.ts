@@ -11,8 +11,8 @@
 // the IP when anonymous) across connections and carriers on this instance.
 import type { ExecutionResult, GraphQLSchema } from 'graphql'
 import type { MQEmitter } from 'mqemitter'
-import { AppError } from '../errors.ts'
-import type { Caller } from '../domain/context.ts'
+import { AppError } from '../../app/errors.ts'
+import type { Caller } from '../../app/domain/context.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import { formatError, formatResult, formatThrown, type FormatOptions } from './error-format.ts'
 import { TopicEvents, createFanout, type Fanout, type Subscription, type SubscriptionSink } from './fanout.ts'

@@ -16,8 +16,8 @@ import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { Kind, parse, type DocumentNode, type OperationTypeNode } from 'graphql'
 import type { Redis } from 'ioredis'
-import { AppError } from '../errors.ts'
-import { LruMap } from '../lru-map.ts'
+import { AppError } from '../../app/errors.ts'
+import { LruMap } from '../../app/lru-map.ts'
 
 export interface GraphQLRequestParams {
   query?: unknown
@@ -395,15 +395,3 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
   }
 }
 
-/** Without a registry: ad-hoc queries only (or none, in persisted-only mode). */
-export function noPersistedQueries (persistedOnly: boolean): PersistedQueries {
-  return createPersistedQueries({
-    manifest: emptyManifest(),
-    persistedOnly,
-    apq: null,
-    apqMaxEntries: 0,
-    apqMaxBytes: 0,
-    apqMaxDocumentBytes: 0,
-    plan: () => { throw new Error('no plans: automatic registration is off') }
-  })
-}

@@ -18,8 +18,8 @@ import {
   type OperationDefinitionNode, type OperationTypeNode, type SelectionSetNode, type ValidationContext, type ValidationRule, type ValueNode,
   type VariableDefinitionNode
 } from 'graphql'
-import { AppError } from '../errors.ts'
-import { DEFAULT_PAGE_SIZE, assertPageSize, type InputCaps } from '../domain/input.ts'
+import { AppError } from '../../app/errors.ts'
+import { DEFAULT_PAGE_SIZE, assertPageSize, type InputCaps } from '../../app/domain/input.ts'
 
 export interface PlanLimits extends InputCaps {
   maxDepth: number

@@ -1,8 +1,8 @@
 // The Subscription resolvers, independent of their carrier (WebSocket or server-sent events; every
 // subscription is admitted by the pipeline first): Subscription.count and Subscription.messageAdded.
-import type { DomainEvent } from '../domain/context.ts'
-import { normalizeRoomId } from '../domain/input.ts'
-import { badInput } from '../errors.ts'
+import type { DomainEvent } from '../../app/domain/context.ts'
+import { normalizeRoomId } from '../../app/domain/input.ts'
+import { badInput } from '../../app/errors.ts'
 import { TopicEvents } from './fanout.ts'
 
 /** How often `count` emits. The interface says "one value about every second". */

@@ -20,8 +20,8 @@
 //   code: 1013 already means "too many connections" here; graphql-ws clients retry it with back-off).
 import { CloseCode, DEPRECATED_GRAPHQL_WS_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL, MessageType, parseMessage } from 'graphql-ws'
 import type { WebSocket } from 'ws'
-import type { Caller } from '../domain/context.ts'
-import { AppError } from '../errors.ts'
+import type { Caller } from '../../app/domain/context.ts'
+import { AppError } from '../../app/errors.ts'
 import type { ErrorJson } from './error-format.ts'
 import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
