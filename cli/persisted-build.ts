@@ -1,6 +1,6 @@
 // `npm run persisted:build -- <folder> [--out persisted/manifest.json]`: registers the operations a
 // client ships. Every *.graphql / *.gql file under the folder holds one operation (plus the fragments
-// it uses); each is parsed, validated against app/graphql/schema.graphql with the service's
+// it uses); each is parsed, validated against routes/graphql/schema.graphql with the service's
 // validation rules, printed in canonical form and written with its sha256 into a manifest in
 // Apollo's persisted-query manifest format (which the service also loads as Apollo's tooling writes
 // it). Clients send `queryId: "sha256:<id>"`. A file with several operations (graphql-jit compiles

@@ -168,7 +168,7 @@ export default fp(async function metrics (app: FastifyInstance) {
   // Hooks here are synchronous (callback style): no promise per request for bookkeeping. They are
   // added to each route as it is declared, with the route's pattern in hand: Fastify's
   // request.routeOptions builds a new object on every read. The executed operation is the one
-  // plugins/graphql.ts selected (persisted queries carry no operationName).
+  // the GraphQL pipeline admitted (routes/graphql/http.ts; persisted queries carry no operationName).
 
   // GraphQL outcomes are read from the answer object the route (or the error handler) kept on the
   // request, once the response is sent: no hook in the way of the response.

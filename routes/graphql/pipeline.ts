@@ -1,8 +1,8 @@
 // The admission pipeline: the one way a GraphQL operation gets to run, whatever carries it (HTTP
 // POST, persisted GET, WebSocket in either subprotocol, server-sent events).
 //
-//   request → document text (persisted id, APQ hash or ad-hoc query; app/graphql/persisted.ts)
-//           → plan (made once per text and cached by bytes: app/graphql/plan.ts)
+//   request → document text (persisted id, APQ hash or ad-hoc query; persisted.ts)
+//           → plan (made once per text and cached by bytes: plan.ts)
 //           → operation chosen by operationName, allowed on this transport
 //           → introspection rule (by caller) → variables coerced (graphql-js) and capped
 //           → cost = the plan's function of the variables, against the caller's budget
@@ -124,7 +124,7 @@ export interface Pipeline {
   subscribe (admission: Admission): Promise<AsyncIterable<unknown> | ExecutionResult>
   /**
    * Pays for one event of running subscriptions, each at its operation's cost, from the budget of whoever
-   * holds it (one spend per payer): the subscribers that could not be paid for (app/graphql/fanout.ts).
+   * holds it (one spend per payer): the subscribers that could not be paid for (fanout.ts).
    */
   chargeEvent<M extends Payer> (subscribers: Iterable<M>): Promise<{ refused: M[]; resetMs: number }>
   /** Plans made for ad-hoc and APQ texts: entries and estimated bytes kept. */
@@ -294,7 +294,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
       const { operation, variables } = admission
       // The source stream comes from graphql-js's createSourceEventStream: graphql-jit 0.8 hands the
       // subscribe resolver the operation's variables instead of the field's arguments. Its events are
-      // executed by `execute` (the carriers share one execution among subscribers: app/graphql/fanout.ts).
+      // executed by `execute` (the carriers share one execution among subscribers: fanout.ts).
       return createSourceEventStream({ schema: options.schema(), document: operation.document, operationName: operation.name, variableValues: variables, contextValue: contextOf(admission, Infinity) })
     },
     chargeEvent: (subscribers) => chargeEvent(options.spendCostUnits, subscribers),

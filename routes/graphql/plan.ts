@@ -1,5 +1,5 @@
 // A plan: everything about a GraphQL document that does not depend on the request, made once per
-// document text and cached (app/graphql/pipeline.ts). Parsing (token-capped), validation
+// document text and cached (pipeline.ts). Parsing (token-capped), validation
 // (graphql-js's rules plus the literal input caps), and one analysis pass per operation:
 // - depth, counted through fragments (introspection fields count as one level: their shape is the
 //   schema's, bounded, and the standard introspection query is deeper than any sensible limit);

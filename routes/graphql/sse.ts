@@ -1,8 +1,8 @@
 // Operations over server-sent events: the graphql-sse protocol in distinct connections mode (one
 // POST /graphql with Accept: text/event-stream per operation; graphql-sse's PROTOCOL.md), the caller
 // taken from the Authorization header by the route. Each operation is admitted and started through the
-// pipeline (app/graphql/operations.ts); its answers arrive serialised once (a subscription's events
-// are shared with every subscriber of its group: app/graphql/fanout.ts) and are written as they are.
+// pipeline (operations.ts); its answers arrive serialised once (a subscription's events
+// are shared with every subscriber of its group: fanout.ts) and are written as they are.
 //
 // The protocol is ours rather than graphql-sse's handler: that handler serialises every result per
 // stream, which would undo the sharing. Distinct connections mode is small: `event: next` with each

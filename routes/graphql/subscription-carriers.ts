@@ -80,7 +80,7 @@ const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
 /**
  * With Redis, waits until mqemitter-redis's two connections are ready. A SUBSCRIBE sent while the
  * subscriber connection is still in its handshake makes ioredis's ready check fail (the connection is
- * then in subscriber mode) and reconnect, and events.ts drops publishes while the publisher is not ready.
+ * then in subscriber mode) and reconnect, and plugins/events.ts drops publishes while the publisher is not ready.
  */
 async function pubSubReady (emitter: unknown, timeoutMs: number): Promise<void> {
   const { subConn, pubConn } = emitter as { subConn?: NodeJS.EventEmitter & { status: string }; pubConn?: NodeJS.EventEmitter & { status: string } }

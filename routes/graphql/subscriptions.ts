@@ -65,7 +65,7 @@ export function subscriptionResolvers ({ roomTopic, maxCountTarget, countInterva
       resolve: (value: number) => value
     },
     messageAdded: {
-      // The room's events are delivered by the fan-out hub (app/graphql/fanout.ts), which executes each
+      // The room's events are delivered by the fan-out hub (fanout.ts), which executes each
       // like a request of its own: a fresh domain context and loaders per event and group, so a
       // long-lived subscription neither serves stale rows nor accumulates a cache.
       subscribe: (_root: unknown, { roomId }: { roomId: string }) => new TopicEvents(roomTopic(normalizeRoomId(roomId))),

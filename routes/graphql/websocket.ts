@@ -1,12 +1,12 @@
 // GraphQL over WebSocket, both subprotocols, every operation admitted by the pipeline (through
-// `StartOperation`, app/graphql/operations.ts). One connection implementation (Connection) speaks two
+// `StartOperation`, operations.ts). One connection implementation (Connection) speaks two
 // dialects: graphql-transport-ws (graphql-ws's PROTOCOL.md, with the library's exported constants and
 // message parser) and the legacy graphql-ws subprotocol (subscriptions-transport-ws).
 //
 // graphql-transport-ws is ours rather than graphql-ws's `makeServer`: that server serialises every
 // message per subscriber (an event shared by 10000 subscribers would be stringified 10000 times) and
 // answers pings itself, outside any budget. Here an event's answer arrives serialised once
-// (app/graphql/fanout.ts) and is wrapped per subscriber by string concatenation, and every frame a
+// (fanout.ts) and is wrapped per subscriber by string concatenation, and every frame a
 // client sends is spent from its connection's budget first.
 //
 // Rules, both dialects: identity at connection_init only (never from the upgrade's headers or cookies),

@@ -14,7 +14,7 @@ export function queryIdOf (name: string): string {
   return `sha256:${op.id}`
 }
 
-/** Apollo Client's HttpLink sends this on GET too (the service does not require it: see routes/graphql.ts). */
+/** Apollo Client's HttpLink sends this on GET too (the service does not require it: see routes/graphql/http.ts). */
 export const PREFLIGHT = { 'content-type': 'application/json' }
 
 export function persistedGetUrl (url: string, queryId: string, variables?: Record<string, unknown>, extra: Record<string, string> = {}): string {
