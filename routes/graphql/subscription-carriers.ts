@@ -1,8 +1,9 @@
-// The room's streaming carriers (Fastify side): over WebSocket on GET /graphql (graphql-transport-ws, and the legacy graphql-ws;
-// a client naming no subprotocol speaks graphql-transport-ws) and over server-sent events on POST
-// /graphql with Accept: text/event-stream (graphql-sse). Events come from the service's emitter
-// (plugins/events.ts: in-process, or Redis across instances). The connection code is websocket.ts
-// and sse.ts in this folder (no Fastify); http.ts hands event-stream requests to `serveEventStream`.
+// The room's streaming carriers, Fastify side: over WebSocket on GET /graphql (graphql-transport-ws,
+// and the legacy graphql-ws; a client naming no subprotocol speaks graphql-transport-ws) and over
+// server-sent events on POST /graphql with Accept: text/event-stream (graphql-sse). Events come from
+// the service's emitter (plugins/events.ts: in-process, or Redis across instances). The connection code
+// is websocket.ts and sse.ts in this folder (no Fastify); http.ts hands event-stream requests to
+// `serveEventStream`.
 //
 // WebSocket rules: the Origin header, when sent, must be in CORS_ORIGINS or WS_ALLOWED_ORIGINS; connections
 // are capped per client IP (at the upgrade) and per user (at connection_init), messages by size (1009)
@@ -180,7 +181,7 @@ export async function registerSubscriptionCarriers (app: FastifyInstance, { port
     })
   }
 
-  const serveEventStream = createSseHandler({
+  const writeEventStream = createSseHandler({
     start,
     formatErrors,
     maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
@@ -190,13 +191,13 @@ export async function registerSubscriptionCarriers (app: FastifyInstance, { port
     }
   })
 
-  async function serveEventStreamOf (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  async function serveEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     if (shuttingDown) throw new AppError('SERVICE_UNAVAILABLE', 'Server shutting down')
     const release = counter.acquire([`ip:${request.ip}`, ...userKey(request.caller)])
     if (!release) throw new AppError('RATE_LIMITED', `Too many connections for this client: at most ${ws.maxConnectionsPerClient}`)
     try {
       reply.hijack()
-      await serveEventStream({
+      await writeEventStream({
         operation: { params: request.body as GraphQLRequestParams, transport: 'SSE', caller: request.caller, ip: request.ip },
         response: reply.raw,
         headers: reply.getHeaders() as OutgoingHttpHeaders
@@ -214,5 +215,5 @@ export async function registerSubscriptionCarriers (app: FastifyInstance, { port
     topicSubscribers: fanout.stats.subscribers,
     clients: counter.size
   })
-  return { serveEventStream: serveEventStreamOf, stats }
+  return { serveEventStream, stats }
 }
