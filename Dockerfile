@@ -23,6 +23,7 @@ COPY package.json ./
 COPY app ./app
 COPY plugins ./plugins
 COPY routes ./routes
+COPY cli ./cli
 COPY persisted ./persisted
 # The embedded store's directory, for runs without DATABASE_URL: the only place the service writes.
 RUN mkdir -p /app/data && chown node:node /app/data

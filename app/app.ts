@@ -7,9 +7,10 @@ import type { Config } from './config.ts'
 import { accessLog, serverLogging, type LoggingOptions } from './logging.ts'
 import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts'
 import { connectionCaps, guardListener } from './descriptors.ts'
+import type { DomainDeps } from './domain/context.ts'
+import { cursorKey } from './domain/pages.ts'
 import { AppError, type ErrorCode } from './errors.ts'
-import { formatError } from './graphql/error-format.ts'
-import { jsonAnswerType, setRefusalHeaders } from './graphql/media-types.ts'
+import { fastifyErrorAsAppError } from './fastify-errors.ts'
 import type { Store } from './store/types.ts'
 import configPlugin from '../plugins/config.ts'
 import tracingPlugin from '../plugins/tracing.ts'
@@ -22,10 +23,9 @@ import eventsPlugin from '../plugins/events.ts'
 import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
 import rateLimitPlugin from '../plugins/rate-limit.ts'
-import graphqlPlugin from '../plugins/graphql.ts'
-import subscriptionsPlugin from '../plugins/subscriptions.ts'
-import persistedQueriesPlugin from '../plugins/persisted-queries.ts'
-import graphqlRoutes from '../routes/graphql.ts'
+import graphqlRoom from '../routes/graphql/index.ts'
+import { formatError } from '../routes/graphql/error-format.ts'
+import { jsonAnswerType, setRefusalHeaders } from '../routes/graphql/media-types.ts'
 import healthRoutes from '../routes/health.ts'
 import queryUiRoutes from '../routes/query-ui.ts'
 import soapRoutes from '../routes/soap/index.ts'
@@ -35,22 +35,6 @@ export interface BuildOptions extends LoggingOptions {
   store?: Store
   /** Epoch-milliseconds clock for WS-Security freshness (tests replaying captured SOAP requests inject one). */
   clock?: () => number
-}
-
-/** Maps errors raised by Fastify itself (body parsing, limits, routing) to the catalogue. */
-function toAppError (err: FastifyError): AppError {
-  if (err instanceof AppError) return err
-  const status = err.statusCode ?? 500
-  const byStatus: Record<number, [ErrorCode, string]> = {
-    400: ['BAD_REQUEST', err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'The request body is empty' : 'Malformed request body: it is not valid JSON'],
-    404: ['NOT_FOUND', 'Not found'],
-    405: ['METHOD_NOT_ALLOWED', 'Method not allowed'],
-    413: ['PAYLOAD_TOO_LARGE', 'Request body too large'],
-    415: ['UNSUPPORTED_MEDIA_TYPE', 'Unsupported Content-Type'],
-    429: ['RATE_LIMITED', err.message]
-  }
-  const known = byStatus[status]
-  return known ? new AppError(known[0], known[1]) : (err as unknown as AppError)
 }
 
 /**
@@ -122,7 +106,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   // Every error that escapes a route answers in the GraphQL error shape, without internals in production.
   // (The SOAP routes answer with faults through their own handler.)
   app.setErrorHandler(async (error: FastifyError, request, reply) => {
-    const appError = toAppError(error)
+    const appError = fastifyErrorAsAppError(error)
     const status = appError instanceof AppError ? appError.status : 500
     if (status >= 500) request.log.error({ err: error }, 'request failed')
     const body = { errors: [formatError(appError, { production, logInternal: () => {} })] }
@@ -152,13 +136,11 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(eventsPlugin)
   await app.register(authPlugin)
   await app.register(rateLimitPlugin)
-  await app.register(graphqlPlugin)
-  // Before the GraphQL routes: it registers @fastify/websocket, which must see the GET route being added.
-  await app.register(subscriptionsPlugin)
-  await app.register(persistedQueriesPlugin)
-  await app.register(graphqlRoutes)
+  // The domain's dependencies, built once here and handed to both transports (GraphQL and SOAP).
+  const domain: DomainDeps = { store: app.store, events: app.events, caps: config.limits, cursorKey: cursorKey(config.cursorSecret) }
+  await app.register(graphqlRoom, { domain })
   await app.register(healthRoutes)
   await app.register(queryUiRoutes)
-  await app.register(soapRoutes, { clock: options.clock })
+  await app.register(soapRoutes, { domain, clock: options.clock })
   return app
 }

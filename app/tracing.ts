@@ -28,7 +28,6 @@ import { readFileSync } from 'node:fs'
 import type { ExecutionResult } from 'graphql'
 import type { TracingConfig } from './config.ts'
 import { AppError } from './errors.ts'
-import type { Admission, Pipeline } from './graphql/pipeline.ts'
 import type { Store } from './store/types.ts'
 
 // The GraphQL, legacy database and RPC-system attributes are still "incubating" in the semantic
@@ -56,6 +55,19 @@ function capped (text: string, max: number): string {
 
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
 
+/** What a span reads of an admitted GraphQL operation (the room's pipeline admissions have it). */
+export interface TracedAdmission {
+  operation: { name: string | null; type: string }
+  cost: { requested: number }
+}
+
+/** The calls of an operation's life that spans cover: admission, then execution or subscription. */
+export interface TracedOperations<Request, A extends TracedAdmission> {
+  admit (request: Request): Promise<A>
+  execute (admission: A, root?: unknown): Promise<ExecutionResult>
+  subscribe (admission: A): Promise<AsyncIterable<unknown> | ExecutionResult>
+}
+
 export interface Tracing {
   readonly tracer: Tracer
   /** The trace context of an incoming request's headers (traceparent, tracestate); the root context when absent or malformed. */
@@ -64,8 +76,8 @@ export interface Tracing {
   inject (ctx: Context, set: (name: string, value: string) => void): void
   /** The store whose every call (close aside) is a database client span under the active operation. */
   store (store: Store): Store
-  /** The pipeline whose every operation is a span: from admission to the end of its execution. */
-  pipeline (pipeline: Pipeline): Pipeline
+  /** A pipeline's operation calls, each operation a span: from admission to the end of its execution. */
+  pipeline<Request, A extends TracedAdmission> (pipeline: TracedOperations<Request, A>): TracedOperations<Request, A>
   /**
    * Runs a SOAP request under a span of its own; `describe` names its operation and cost once known,
    * and an answer carrying a fault (its catalogue code) marks the span failed.
@@ -147,16 +159,16 @@ export function startTracing (config: TracingConfig): Tracing {
     return { ...inner, ...traced } as Store
   }
 
-  function pipeline (inner: Pipeline): Pipeline {
+  function pipeline<Request, A extends TracedAdmission> (inner: TracedOperations<Request, A>): TracedOperations<Request, A> {
     // An admitted operation's span, ended when its execution (or its subscription's start) ends.
-    const spans = new WeakMap<Admission, Span>()
+    const spans = new WeakMap<A, Span>()
     const outcome = (span: Span, result: ExecutionResult) => {
       const first = result.errors?.[0]
       if (!first) return
       span.setAttribute(ATTR_ERROR_TYPE, String(first.extensions?.code ?? 'GraphQLError'))
       span.setStatus({ code: SpanStatusCode.ERROR, message: capped(first.message, ATTRIBUTE_VALUE_LENGTH_LIMIT) })
     }
-    const run = async <T extends ExecutionResult | AsyncIterable<unknown>>(admission: Admission, start: () => Promise<T>): Promise<T> => {
+    const run = async <T extends ExecutionResult | AsyncIterable<unknown>>(admission: A, start: () => Promise<T>): Promise<T> => {
       const span = spans.get(admission)
       if (!span) return start()
       spans.delete(admission)
@@ -167,15 +179,10 @@ export function startTracing (config: TracingConfig): Tracing {
       })
     }
     return {
-      plan: (source) => inner.plan(source),
-      pin: (source) => inner.pin(source),
-      operationType: (params, caller) => inner.operationType(params, caller),
-      chargeEvent: (subscribers) => inner.chargeEvent(subscribers),
-      get cacheStats () { return inner.cacheStats },
       async admit (request) {
         // Named by the conventions' fallback until the operation is known.
         const span = tracer.startSpan('GraphQL Operation')
-        let admission: Admission
+        let admission: A
         try {
           admission = await context.with(trace.setSpan(context.active(), span), () => inner.admit(request))
         } catch (err) {

@@ -275,7 +275,7 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       next: () => {
         const { id, token } = persistedUser()
         const query = new URLSearchParams({ queryId: data.persistedUserQueryId ?? 'sha256:unavailable', variables: JSON.stringify({ id }) })
-        // apollo-require-preflight, as Apollo's clients send it (not required: see routes/graphql.ts).
+        // apollo-require-preflight, as Apollo's clients send it (not required: see routes/graphql/http.ts).
         return { method: 'GET', path: `/graphql?${query}`, headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' } }
       },
       verify: (request, response) => {

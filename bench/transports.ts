@@ -20,9 +20,9 @@ const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-s
 
 /** Creates the partner account the SOAP scenario logs in with, when the SOAP transport's command exists. */
 export async function createBenchPartner (store: Store, partnerSecretKey: string): Promise<{ login: string; password: string } | null> {
-  let module: typeof import('../app/auth/create-partner.ts')
+  let module: typeof import('../cli/create-partner.ts')
   try {
-    module = await import('../app/auth/create-partner.ts')
+    module = await import('../cli/create-partner.ts')
   } catch {
     return null
   }
@@ -93,7 +93,7 @@ function verifySoap (request: RequestSpec, response: Sample): string | null {
 
 /** Whether the running service answers a GetUser envelope as expected; sets data.soap when it does. */
 export async function discoverSoap (url: string, data: BenchData, partner: { login: string; password: string } | null): Promise<string | null> {
-  if (!partner) return 'transport not available yet (no partner-account command, app/auth/create-partner.ts)'
+  if (!partner) return 'transport not available yet (no partner-account command, cli/create-partner.ts)'
   data.soap = { path: SOAP_PATH, ...partner }
   const request = soapRequest(data, data.users[0]!.id)
   const response = await fetch(url + request.path, { method: 'POST', headers: request.headers, body: request.body, signal: AbortSignal.timeout(10_000) })

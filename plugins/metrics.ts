@@ -135,8 +135,8 @@ export default fp(async function metrics (app: FastifyInstance) {
     registers: [registry],
     collect () { faults.flushInto(this) }
   })
-  // Read at scrape time from the subscriptions plugin (registered after this one).
-  const subscriptionStats = () => (app.hasDecorator('subscriptionStats') ? app.subscriptionStats() : null)
+  // Read at scrape time from the GraphQL room's inspection surface (registered after this plugin).
+  const subscriptionStats = () => (app.hasDecorator('graphqlRoom') ? app.graphqlRoom.subscriptionStats() : null)
   new Gauge({
     name: 'graphql_open_subscriptions',
     help: 'GraphQL subscriptions currently open on this instance, by transport (ws, sse)',
@@ -168,7 +168,7 @@ export default fp(async function metrics (app: FastifyInstance) {
   // Hooks here are synchronous (callback style): no promise per request for bookkeeping. They are
   // added to each route as it is declared, with the route's pattern in hand: Fastify's
   // request.routeOptions builds a new object on every read. The executed operation is the one
-  // plugins/graphql.ts selected (persisted queries carry no operationName).
+  // the GraphQL pipeline admitted (routes/graphql/http.ts; persisted queries carry no operationName).
 
   // GraphQL outcomes are read from the answer object the route (or the error handler) kept on the
   // request, once the response is sent: no hook in the way of the response.

@@ -10,9 +10,9 @@ import { processEnv, REPO } from './helpers/server-process.ts'
 const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
 const now = () => Math.floor(Date.now() / 1000)
 
-/** Runs `npm run token -- <args>` as a process (node app/auth/mint-token.ts) with only `env` set. */
+/** Runs `npm run token -- <args>` as a process (node cli/mint-token.ts) with only `env` set. */
 function mint (args: string[], env: Record<string, string> = {}) {
-  return spawnSync(process.execPath, ['app/auth/mint-token.ts', ...args], { cwd: REPO, env: processEnv(env), encoding: 'utf8' })
+  return spawnSync(process.execPath, ['cli/mint-token.ts', ...args], { cwd: REPO, env: processEnv(env), encoding: 'utf8' })
 }
 
 function hs256 (payload: object, header: object = { alg: 'HS256', typ: 'JWT' }, secret = TEST_JWT_SECRET): string {

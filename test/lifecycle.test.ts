@@ -5,7 +5,7 @@ import { buildApp } from '../app/app.ts'
 import { openSqliteStore } from '../app/store/sqlite.ts'
 import { loadDemoData } from '../app/store/sample-data.ts'
 import { gql, listenTestApp, testConfig, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY, type TestLike } from './helpers/app.ts'
-import { mintToken } from '../app/auth/mint-token.ts'
+import { mintToken } from '../cli/mint-token.ts'
 import { startService } from './helpers/server-process.ts'
 import { MANIFEST_FILE, persistedGetUrl, queryIdOf } from './persisted/helpers.ts'
 

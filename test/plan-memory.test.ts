@@ -33,7 +33,7 @@ test('1000 distinct documents, each executed (compiled): after GC the heap has g
   }
   collectGarbage()
   const grown = process.memoryUsage().heapUsed - before
-  const { bytes, entries } = app.graphqlPipeline.cacheStats
+  const { bytes, entries } = app.graphqlRoom.pipeline.cacheStats
   t.ok(bytes <= PLAN_CACHE_BYTES, `the cache keeps ${entries} plans, ${bytes} estimated bytes`)
   t.ok(grown < PLAN_CACHE_BYTES + 16 * MiB, `the heap grew by ${(grown / MiB).toFixed(1)} MiB`)
 })
@@ -43,11 +43,11 @@ test('a cached plan weighs at least what it keeps alive, its compilation include
   await gql(url, document(-1, 8000))
   collectGarbage()
   const before = process.memoryUsage().heapUsed
-  const cachedBefore = app.graphqlPipeline.cacheStats.bytes
+  const cachedBefore = app.graphqlRoom.pipeline.cacheStats.bytes
   for (let n = 0; n < 60; n++) t.ok((await gql(url, document(n, 8000))).body.data, `document ${n} ran`)
   collectGarbage()
   const retained = process.memoryUsage().heapUsed - before
-  const estimated = app.graphqlPipeline.cacheStats.bytes - cachedBefore
+  const estimated = app.graphqlRoom.pipeline.cacheStats.bytes - cachedBefore
   t.ok(retained <= estimated, `60 plans keep ${(retained / MiB).toFixed(1)} MiB; the cache counts ${(estimated / MiB).toFixed(1)} MiB`)
   t.ok(estimated <= 2 * retained, 'and not more than twice as much')
 })

@@ -11,8 +11,9 @@
 import { createHash } from 'node:crypto'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { trustedPeers } from '../../app/peers.ts'
-import { cursorKey } from '../../app/domain/pages.ts'
-import { AppError, ErrorCodes, type ErrorCode } from '../../app/errors.ts'
+import type { DomainDeps } from '../../app/domain/context.ts'
+import { AppError, ErrorCodes } from '../../app/errors.ts'
+import { fastifyErrorAsAppError } from '../../app/fastify-errors.ts'
 import type { SoapVersion } from './envelope.ts'
 import { SoapFault, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
 import { SERVICE_VERSIONS, type ServiceVersion } from './operations.ts'
@@ -21,6 +22,8 @@ import { createWsSecurity, memoryNonceCache, redisNonceCache } from './ws-securi
 import { buildWsdl } from './wsdl.ts'
 
 export interface SoapRoutesOptions {
+  /** The domain's dependencies, built once by the composition root (app/app.ts) for every transport. */
+  domain: DomainDeps
   /** Epoch milliseconds; WS-Security freshness and nonce lifetimes are judged against it (tests inject one). */
   clock?: () => number
 }
@@ -37,18 +40,10 @@ function actionParameter (contentType: string): string | undefined {
   return match?.[1]
 }
 
-/** Errors raised by Fastify before our handler runs, as catalogue errors. */
-function fastifyErrorAsAppError (error: FastifyError): unknown {
-  if (error instanceof AppError || error instanceof SoapFault) return error
-  const byStatus: Record<number, [ErrorCode, string]> = {
-    400: ['BAD_REQUEST', 'Malformed request'],
-    413: ['PAYLOAD_TOO_LARGE', 'Request body too large'],
-    415: ['UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be text/xml (SOAP 1.1) or application/soap+xml (SOAP 1.2)'],
-    429: ['RATE_LIMITED', error.message],
-    503: ['SERVICE_UNAVAILABLE', 'Service unavailable; retry later']
-  }
-  const known = error.statusCode !== undefined ? byStatus[error.statusCode] : undefined
-  return known ? new AppError(known[0], known[1]) : error
+/** The SOAP binding's words for Fastify's own refusals (fastifyErrorAsAppError words the rest). */
+const FASTIFY_ERROR_WORDS = {
+  400: 'Malformed request',
+  415: 'Content-Type must be text/xml (SOAP 1.1) or application/soap+xml (SOAP 1.2)'
 }
 
 // Where the WSDL's endpoint address goes: built once per version, the address filled in per request.
@@ -68,7 +63,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   const { config } = app
   const clock = options.clock ?? Date.now
   const wsSecurity = createWsSecurity({
-    store: app.store,
+    store: options.domain.store,
     partnerSecretKey: config.soap.partnerSecretKey,
     maxAgeMs: config.soap.maxAgeSec * 1000,
     nonces: app.redis ? redisNonceCache(app.redis, app.redisKey) : memoryNonceCache(),
@@ -76,10 +71,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   })
   const service = createSoapService({
     namespaceBase: config.soap.namespaceBase,
-    store: app.store,
-    events: app.events,
-    caps: config.limits,
-    cursorKey: cursorKey(config.cursorSecret),
+    ...options.domain,
     mutationCost: config.limits.mutationCost,
     xmlLimits: { maxElements: config.soap.maxElements, maxAttributes: config.soap.maxAttributes },
     timeoutMs: config.limits.timeoutMs,
@@ -104,7 +96,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
 
   app.setErrorHandler(async (error: FastifyError, request, reply) => {
     const version = versionByPath.get(request.routeOptions.url ?? '') ?? SERVICE_VERSIONS[0]!
-    const fault = SoapFault.from(fastifyErrorAsAppError(error))
+    const fault = SoapFault.from(error instanceof SoapFault ? error : fastifyErrorAsAppError(error, FASTIFY_ERROR_WORDS))
     if (fault.code === 'INTERNAL_SERVER_ERROR') request.log.error({ err: error }, 'SOAP request failed')
     // Refused before the handler (media type, body size): it authenticated nobody, so it counts on the address.
     if (request.method === 'POST') await app.spendRequest(null, request.ip).catch(() => {})

@@ -6,7 +6,7 @@ import { loadConfig, type Config } from '../../app/config.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import type { Store } from '../../app/store/types.ts'
-import { mintToken } from '../../app/auth/mint-token.ts'
+import { mintToken } from '../../cli/mint-token.ts'
 import type { Role } from '../../app/store/types.ts'
 
 export interface TestLike {

@@ -25,7 +25,7 @@ test('bad settings: every problem is reported at once, one line each, without a 
 })
 
 test('the commands (seed, partner:create, token) report configuration problems the same way', async (t) => {
-  for (const command of ['app/store/seed.ts', 'app/auth/create-partner.ts', 'app/auth/mint-token.ts']) {
+  for (const command of ['cli/seed.ts', 'cli/create-partner.ts', 'cli/mint-token.ts']) {
     const args = command.endsWith('create-partner.ts') ? ['--login', 'acme', '--password', 'a-long-random-password'] : command.endsWith('mint-token.ts') ? ['--sub', '1'] : []
     const dir = t.testdir()
     const run = spawnService(t, { NODE_ENV: 'production', SQLITE_PATH: `${dir}/service.db` }, { command: [process.execPath, `${REPO}/${command}`, ...args], cwd: dir })

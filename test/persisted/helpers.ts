@@ -1,7 +1,7 @@
 // Shared by the persisted-query tests: the example manifest (persisted/manifest.json, built from
 // persisted/operations) and requests in the two persisted forms.
 import { readFileSync } from 'node:fs'
-import type { ApolloManifest } from '../../app/graphql/persisted.ts'
+import type { ApolloManifest } from '../../routes/graphql/persisted.ts'
 
 export const MANIFEST_FILE = new URL('../../persisted/manifest.json', import.meta.url).pathname
 export const OPERATIONS_DIR = new URL('../../persisted/operations', import.meta.url).pathname
@@ -14,7 +14,7 @@ export function queryIdOf (name: string): string {
   return `sha256:${op.id}`
 }
 
-/** Apollo Client's HttpLink sends this on GET too (the service does not require it: see routes/graphql.ts). */
+/** Apollo Client's HttpLink sends this on GET too (the service does not require it: see routes/graphql/http.ts). */
 export const PREFLIGHT = { 'content-type': 'application/json' }
 
 export function persistedGetUrl (url: string, queryId: string, variables?: Record<string, unknown>, extra: Record<string, string> = {}): string {

@@ -6,12 +6,12 @@ import { mkdtempSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
-import { buildManifest } from '../../app/graphql/persisted-build.ts'
-import { loadManifests, sha256Hex } from '../../app/graphql/persisted.ts'
+import { buildManifest } from '../../cli/persisted-build.ts'
+import { loadManifests, sha256Hex } from '../../routes/graphql/persisted.ts'
 import { OPERATIONS_DIR, manifest } from './helpers.ts'
 
 const run = promisify(execFile)
-const BUILD = new URL('../../app/graphql/persisted-build.ts', import.meta.url).pathname
+const BUILD = new URL('../../cli/persisted-build.ts', import.meta.url).pathname
 
 function tempDir (files: Record<string, string>): string {
   const dir = mkdtempSync(join(tmpdir(), 'persisted-'))

@@ -23,7 +23,7 @@ jitModule.exports = {
 }
 const { buildTestApp } = await import('../helpers/app.ts')
 const { countingStore } = await import('../helpers/counting-store.ts')
-const { sha256Hex } = await import('../../app/graphql/persisted.ts')
+const { sha256Hex } = await import('../../routes/graphql/persisted.ts')
 const { MANIFEST_FILE, NO_SHEDDING, PREFLIGHT, manifest, queryIdOf } = await import('./helpers.ts')
 
 const DEVELOPMENT = { PERSISTED_MANIFEST: MANIFEST_FILE, ...NO_SHEDDING }
@@ -40,9 +40,9 @@ test('every manifest operation is parsed, validated and compiled at start, witho
 
   const names = manifest.operations.map((o) => o.name).sort()
   t.same(compilations.slice().sort(), names, 'each operation compiled once, at start')
-  t.same(app.persistedWarmUp, { compiled: names.length, ms: app.persistedWarmUp!.ms })
+  t.same(app.graphqlRoom.persistedWarmUp, { compiled: names.length, ms: app.graphqlRoom.persistedWarmUp!.ms })
   t.same(calls, [], 'the warm-up read and wrote nothing (it executes nothing)')
-  const planned = app.graphqlPipeline.cacheStats.entries
+  const planned = app.graphqlRoom.pipeline.cacheStats.entries
 
   const auth = { authorization: `Bearer ${token('1', 'ADMIN')}` }
   for (const op of manifest.operations) {
@@ -52,12 +52,12 @@ test('every manifest operation is parsed, validated and compiled at start, witho
     }
   }
   t.equal(compilations.length, names.length, 'no request compiled anything')
-  t.equal(app.graphqlPipeline.cacheStats.entries, planned, 'no request planned (parsed, validated) anything')
+  t.equal(app.graphqlRoom.pipeline.cacheStats.entries, planned, 'no request planned (parsed, validated) anything')
 
   // The same measurement sees an operation that was not registered: planned and compiled on its first use, once.
   for (let i = 0; i < 2; i++) await app.inject({ method: 'POST', url: '/graphql', payload: { query: 'query NotRegistered { users { id } }' } })
   t.same(compilations.slice(names.length), ['NotRegistered'])
-  t.equal(app.graphqlPipeline.cacheStats.entries, planned + 1)
+  t.equal(app.graphqlRoom.pipeline.cacheStats.entries, planned + 1)
 })
 
 test('an operation over a caller budget at start is still planned; each request is priced for its caller', async (t) => {
@@ -87,7 +87,7 @@ test('restart: an app built again from the same manifest file serves the same id
 
   const second = await buildTestApp(t, DEVELOPMENT)
   await second.app.ready()
-  t.equal(second.app.persistedWarmUp!.compiled, manifest.operations.length, 'warmed up again')
+  t.equal(second.app.graphqlRoom.persistedWarmUp!.compiled, manifest.operations.length, 'warmed up again')
   t.equal((await second.app.inject(get)).json().data.user.name, 'Alan Turing', 'the manifest ids survive the restart')
   t.equal((await second.app.inject({ method: 'POST', url: '/graphql', payload: apq })).json().errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND',
     'automatic registrations live in memory (or Redis), not in the manifest')

@@ -4,8 +4,8 @@
 // the address's budget, and an exhausted address no longer gets its failed logins verified (429) while
 // partners keep working. Cost units are priced like the GraphQL operation doing the same read or write.
 import { test } from 'tap'
-import { createPartnerAccount } from '../../app/auth/create-partner.ts'
-import { mintToken } from '../../app/auth/mint-token.ts'
+import { createPartnerAccount } from '../../cli/create-partner.ts'
+import { mintToken } from '../../cli/mint-token.ts'
 import { gql } from '../helpers/app.ts'
 import { envelope, listenSoapApp, post, readFault, textToken } from './helpers.ts'
 

@@ -6,8 +6,8 @@
 import { test } from 'tap'
 import http from 'node:http'
 import soap from 'soap'
-import { createPartnerAccount } from '../../app/auth/create-partner.ts'
-import { mintToken } from '../../app/auth/mint-token.ts'
+import { createPartnerAccount } from '../../cli/create-partner.ts'
+import { mintToken } from '../../cli/mint-token.ts'
 import { gql, type TestLike } from '../helpers/app.ts'
 import { listenSoapApp, parseXmlText } from './helpers.ts'
 

@@ -69,7 +69,7 @@ test('digest fixtures are refused once their Created is older than 5 minutes, ev
 
 test('a digest fixture is refused with the wrong password on the account', async (t) => {
   const { store, partnerSecretKey } = await appWithUser007(t)
-  const { createPartnerAccount } = await import('../../app/auth/create-partner.ts')
+  const { createPartnerAccount } = await import('../../cli/create-partner.ts')
   await createPartnerAccount(store, partnerSecretKey, { login: 'partner', password: 'another-secret', userId: '5' })
   // The credentials cache of this app still holds the old password for a moment; a new app reads the new one.
   const fresh = await listenSoapApp(t, CAPTURED_ENV, { clock: () => CAPTURED, store })

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto'
 import { test } from 'tap'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
-import { createPartnerAccount } from '../../app/auth/create-partner.ts'
+import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
 import { fixture, listenSoapApp, post, readFault } from './helpers.ts'
 

@@ -4,7 +4,7 @@
 // paging elements answers as before (no nextPageToken), and v1 has no paging at all.
 import { test } from 'tap'
 import soap from 'soap'
-import { createPartnerAccount } from '../../app/auth/create-partner.ts'
+import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { gql } from '../helpers/app.ts'
 import { STORE_KINDS, at, duplicates, emptyStore, seedUsers } from '../helpers/paging.ts'
 import { listenSoapApp } from './helpers.ts'

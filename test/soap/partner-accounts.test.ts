@@ -15,7 +15,7 @@ import { TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
 import { WSSE, WSU, envelope, listenSoapApp, post, readFault, textToken } from './helpers.ts'
 
 const run = promisify(execFile)
-const SCRIPT = new URL('../../app/auth/create-partner.ts', import.meta.url).pathname
+const SCRIPT = new URL('../../cli/create-partner.ts', import.meta.url).pathname
 
 test('sealing: opens with the same key and login only; scrypt hashes verify', async (t) => {
   const sealed = sealPassword('s3cret', 'acme', TEST_PARTNER_SECRET_KEY)

@@ -2,7 +2,7 @@
 // through PostgreSQL, a captured digest request is accepted and its replay refused, and a user created
 // over SOAP lands in PostgreSQL. Needs PostgreSQL at 127.0.0.1:5432 (fails with a clear message without it).
 import { test } from 'tap'
-import { createPartnerAccount } from '../../app/auth/create-partner.ts'
+import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { openPostgresStore } from '../../app/store/postgres.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'

@@ -6,7 +6,7 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { test } from 'tap'
 import soap from 'soap'
-import { createPartnerAccount } from '../../app/auth/create-partner.ts'
+import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { memoryNonceCache } from '../../routes/soap/ws-security.ts'
 import { WSSE, WSU, envelope, listenSoapApp, post, readFault, textToken } from './helpers.ts'
 

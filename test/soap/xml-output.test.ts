@@ -3,7 +3,7 @@
 // rule, or by another path): every SOAP answer is a document a conformant parser accepts.
 import { test } from 'tap'
 import { SaxesParser } from 'saxes'
-import { mintToken } from '../../app/auth/mint-token.ts'
+import { mintToken } from '../../cli/mint-token.ts'
 import { gql } from '../helpers/app.ts'
 import { envelope, listenSoapApp, parseXmlText, post, textToken } from './helpers.ts'
 

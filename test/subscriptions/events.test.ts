@@ -42,7 +42,7 @@ test('messageAdded: every message of the room, in production order, and only tha
   t.teardown(() => client.dispose())
   const red = collect(client, ROOM_QUERY, { room: 'red' })
   const blue = collect(client, ROOM_QUERY, { room: 'blue' })
-  await eventually(() => app.subscriptionStats().webSocketSubscriptions === 2, 3000, 'both subscriptions live')
+  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 2, 3000, 'both subscriptions live')
 
   const posted: Record<string, string[]> = { red: [], blue: [] }
   for (let i = 0; i < 15; i++) {
@@ -74,7 +74,7 @@ test('field rules apply per subscriber: email only for the author and administra
     t.teardown(() => client.dispose())
     return [name, collect(client, ROOM_QUERY, { room: 'shared' })]
   }))
-  await eventually(() => app.subscriptionStats().webSocketSubscriptions === 4, 3000, 'four subscriptions live')
+  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 4, 3000, 'four subscriptions live')
   await gql(url, 'mutation { postMessage(roomId: "shared", content: "mine") { id } }', undefined, { authorization: `Bearer ${token('2')}` })
   await eventually(() => Object.values(subs).every((s) => s.outcome.values.length === 1), 3000, 'one event each')
   const [author, other, admin, anonymous] = ['author', 'other', 'admin', 'anonymous'].map((name) => subs[name]!.outcome.values[0] as any)
@@ -92,7 +92,7 @@ test('each event reads the author afresh (no loader cache kept across events)', 
   const client = wsClient(url, { authToken: `Bearer ${token('3')}` })
   t.teardown(() => client.dispose())
   const sub = collect(client, ROOM_QUERY, { room: 'news' })
-  await eventually(() => app.subscriptionStats().webSocketSubscriptions === 1, 3000, 'subscription live')
+  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1, 3000, 'subscription live')
   const post = () => gql(url, 'mutation { postMessage(roomId: "news", content: "x") { id } }', undefined, { authorization: `Bearer ${token('2')}` })
   await post()
   await eventually(() => sub.outcome.values.length === 1)

@@ -10,7 +10,7 @@ import { test } from 'tap'
 import WebSocket from 'ws'
 import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
 import { startService } from '../helpers/server-process.ts'
-import { mintToken } from '../../app/auth/mint-token.ts'
+import { mintToken } from '../../cli/mint-token.ts'
 import { loadConfig } from '../../app/config.ts'
 import { wsUrl } from './clients.ts'
 

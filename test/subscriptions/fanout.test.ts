@@ -1,5 +1,5 @@
-// Subscription events priced, shared and bounded (app/graphql/fanout.ts, app/graphql/operations.ts,
-// app/graphql/websocket.ts, app/graphql/sse-handler.ts), against a listening server with real clients.
+// Subscription events priced, shared and bounded (routes/graphql/fanout.ts, routes/graphql/operations.ts,
+// routes/graphql/websocket.ts, routes/graphql/sse.ts), against a listening server with real clients.
 import { request as httpRequest } from 'node:http'
 import { test } from 'tap'
 import WebSocket from 'ws'
@@ -10,7 +10,7 @@ const ROOM_WITH_AUTHOR = 'subscription ($room: String!) { messageAdded(roomId: $
 
 test('one room, four callers: each sees only the fields its own rules allow, and each scope is executed once', async (t) => {
   const { url, app, token } = await listenTestApp(t)
-  const pipeline = app.graphqlPipeline
+  const pipeline = app.graphqlRoom.pipeline
   const execute = pipeline.execute
   let executions = 0
   pipeline.execute = (admission, root) => {
@@ -27,7 +27,7 @@ test('one room, four callers: each sees only the fields its own rules allow, and
   const [a, b, ad, anon, a2] = [...clients, alsoA].map((c) => collect(c, ROOM_WITH_AUTHOR, { room: 'scopes' }))
   // A public query (no @auth field) in the same room: one shared execution for every caller.
   const publicOnes = clients.map((c) => collect(c, 'subscription { messageAdded(roomId: "scopes") { content author { name } } }'))
-  await eventually(() => app.subscriptionStats().topicSubscribers === 9, 5000, 'nine subscribers')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 9, 5000, 'nine subscribers')
 
   await gql(url, 'mutation { postMessage(roomId: "scopes", content: "by A") { id } }', undefined, { authorization: `Bearer ${token('4')}` })
   await eventually(() => [a, b, ad, anon, a2, ...publicOnes].every((s) => s!.outcome.values.length === 1), 5000, 'the event everywhere')
@@ -64,7 +64,7 @@ test('every event is charged to whoever holds the subscription, one spend per pa
   const byUser2 = collect(ws2, query)
   const byUser3 = collect(sse3, query)
   const anonymous = anonymousWs.flatMap((c) => [collect(c, query), collect(c, query)])
-  await eventually(() => app.subscriptionStats().topicSubscribers === 6, 5000, 'six subscribers')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 6, 5000, 'six subscribers')
   const admissions = spends.length
   const costOf = spends[0]!.units
 
@@ -89,7 +89,7 @@ test('every event is charged to whoever holds the subscription, one spend per pa
   t.match(over3.values[1], { errors: [{ message: /Cost rate limit exceeded/, extensions: { code: 'RATE_LIMITED' } }] })
   t.ok(over3.completed, 'then complete')
   await eventually(() => anonymous.every((s) => s.outcome.values.length === 2), 5000, 'the anonymous subscribers, who paid, still get it')
-  await eventually(() => app.subscriptionStats().topicSubscribers === 4, 5000, 'the unpaid subscriptions left the room')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 4, 5000, 'the unpaid subscriptions left the room')
 
   // The legacy subprotocol: an `error` message for that id.
   const legacy = await rawSocket(url, 'graphql-ws')
@@ -98,7 +98,7 @@ test('every event is charged to whoever holds the subscription, one spend per pa
   await legacy.next('connection_ack')
   broke = new Set()
   legacy.send({ id: 'l', type: 'start', payload: { query } })
-  await eventually(() => app.subscriptionStats().topicSubscribers === 5, 5000, 'the legacy subscriber')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 5, 5000, 'the legacy subscriber')
   broke = new Set(['user:2'])
   await post('three')
   t.match(await legacy.next('error'), { id: 'l', payload: [{ extensions: { code: 'RATE_LIMITED' } }] })
@@ -117,7 +117,7 @@ test('count ticks are charged the same way', async (t) => {
   const outcome = await collect(wsClient(url, { authToken: `Bearer ${token('2')}` }), 'subscription { count(target: 5) }').done
   t.same(outcome.values, [{ data: { count: 0 } }])
   t.match(outcome.error, [{ extensions: { code: 'RATE_LIMITED' } }])
-  await eventually(() => app.subscriptionStats().webSocketSubscriptions === 0, 3000, 'released')
+  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 0, 3000, 'released')
 })
 
 test('subscriptions are capped per caller across connections and carriers', async (t) => {
@@ -130,7 +130,7 @@ test('subscriptions are capped per caller across connections and carriers', asyn
   t.teardown(() => { one.dispose(); two.dispose(); three.dispose() })
   const first = collect(one, query)
   const second = collect(two, query)
-  await eventually(() => app.subscriptionStats().topicSubscribers === 2, 5000, 'two subscriptions')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'two subscriptions')
   const refused = await collect(three, query).done
   t.match(refused.error, [{ message: 'Too many active subscriptions for this client: at most 2 across its connections', extensions: { code: 'RATE_LIMITED' } }])
   const refusedSse = await collect(sseClient(url, bearer), query).done
@@ -139,13 +139,13 @@ test('subscriptions are capped per caller across connections and carriers', asyn
   const anonymous = wsClient(url)
   t.teardown(() => anonymous.dispose())
   const other = collect(anonymous, query)
-  await eventually(() => app.subscriptionStats().topicSubscribers === 3, 5000, 'another caller subscribed')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 3, 5000, 'another caller subscribed')
   other.dispose()
-  await eventually(() => app.subscriptionStats().topicSubscribers === 2, 5000, 'another caller left')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'another caller left')
   first.dispose()
-  await eventually(() => app.subscriptionStats().topicSubscribers === 1, 5000, 'a slot given back')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 1, 5000, 'a slot given back')
   const again = collect(three, query)
-  await eventually(() => app.subscriptionStats().topicSubscribers === 2, 5000, 'taken again')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'taken again')
   again.dispose()
   second.dispose()
 })
@@ -185,7 +185,7 @@ test('the answer cap counts UTF-8 bytes over WebSocket and SSE alike', async (t)
   t.teardown(() => { ws.dispose(); sse.dispose() })
   const overWs = collect(ws, query)
   const overSse = collect(sse, query)
-  await eventually(() => app.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
   // 400 characters of 3 bytes each: 1200 bytes of content, 400 UTF-16 units.
   await gql(url, 'mutation ($c: String!) { postMessage(roomId: "utf8", content: $c) { id } }', { c: '€'.repeat(400) }, { authorization: `Bearer ${token('2')}` })
   await eventually(() => overWs.outcome.values.length === 1 && overSse.outcome.values.length === 1, 5000, 'the event')
@@ -205,14 +205,14 @@ test('a WebSocket subscriber that stops reading is closed once its unsent data p
   socket.send(JSON.stringify({ type: 'connection_init' }))
   await new Promise((resolve) => socket.once('message', resolve))
   socket.send(JSON.stringify({ id: '1', type: 'subscribe', payload: { query: WIDE('stalled') } }))
-  await eventually(() => app.subscriptionStats().topicSubscribers === 1, 5000, 'subscribed')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 1, 5000, 'subscribed')
   // The client stops reading: the kernel's buffers fill, then the server's.
   socket.pause()
-  for (let i = 0; i < 400 && app.subscriptionStats().webSockets > 0; i++) {
+  for (let i = 0; i < 400 && app.graphqlRoom.subscriptionStats().webSockets > 0; i++) {
     await publishLarge(app, 'stalled', i)
     await new Promise((resolve) => setImmediate(resolve))
   }
-  await eventually(() => app.subscriptionStats().webSockets === 0 && app.subscriptionStats().topicSubscribers === 0, 5000, 'the stalled connection closed by the server')
+  await eventually(() => app.graphqlRoom.subscriptionStats().webSockets === 0 && app.graphqlRoom.subscriptionStats().topicSubscribers === 0, 5000, 'the stalled connection closed by the server')
   socket.resume()
   t.ok([4503, 1006].includes(await closed), 'the client sees 4503 if it reads that far, else the cut')
 })
@@ -226,13 +226,13 @@ test('an SSE subscriber that stops reading has its stream cut once its unsent da
   })
   response.on('error', () => {})
   const ended = new Promise<void>((resolve) => response.on('close', () => resolve()))
-  await eventually(() => app.subscriptionStats().topicSubscribers === 1, 5000, 'subscribed')
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 1, 5000, 'subscribed')
   response.pause()
-  for (let i = 0; i < 400 && app.subscriptionStats().eventStreams > 0; i++) {
+  for (let i = 0; i < 400 && app.graphqlRoom.subscriptionStats().eventStreams > 0; i++) {
     await publishLarge(app, 'stalled-sse', i)
     await new Promise((resolve) => setImmediate(resolve))
   }
-  await eventually(() => app.subscriptionStats().eventStreams === 0 && app.subscriptionStats().topicSubscribers === 0, 5000, 'the stalled stream cut by the server')
+  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 0 && app.graphqlRoom.subscriptionStats().topicSubscribers === 0, 5000, 'the stalled stream cut by the server')
   response.resume()
   await ended
   t.pass('the client sees its stream end')

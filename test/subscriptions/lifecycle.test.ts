@@ -2,7 +2,7 @@
 // (1000 connect/disconnect cycles), and a graceful shutdown completes subscriptions and closes sockets.
 import { test } from 'tap'
 import { buildApp } from '../../app/app.ts'
-import { mintToken } from '../../app/auth/mint-token.ts'
+import { mintToken } from '../../cli/mint-token.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { listenTestApp, testConfig } from '../helpers/app.ts'
@@ -27,9 +27,9 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
     ws.send(subscribe(`count-${i}`, 'subscription { count(target: 50) }'))
     return ws
   }))
-  await eventually(() => app.subscriptionStats().webSocketSubscriptions === 40, 5000, '40 live subscriptions')
+  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 40, 5000, '40 live subscriptions')
   t.equal(roomListeners(app, 'leak'), 1, 'one emitter listener for the room, however many subscribe')
-  t.equal(app.subscriptionStats().topicSubscribers, 20)
+  t.equal(app.graphqlRoom.subscriptionStats().topicSubscribers, 20)
   for (const ws of live) ws.socket.terminate()
 
   // Then 1000 cycles, 20 at a time: connect, initialise, subscribe, leave (cleanly or not) at once.
@@ -51,10 +51,10 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
   t.equal(cycles, 1000)
 
   await eventually(() => {
-    const stats = app.subscriptionStats()
+    const stats = app.graphqlRoom.subscriptionStats()
     return stats.webSockets === 0 && stats.webSocketSubscriptions === 0 && stats.clients === 0 && stats.topicSubscribers === 0 && roomListeners(app, 'leak') === 0
   }, 5000, 'everything released')
-  t.same(app.subscriptionStats(), { webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, topics: 0, topicSubscribers: 0, clients: 0 })
+  t.same(app.graphqlRoom.subscriptionStats(), { webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, topics: 0, topicSubscribers: 0, clients: 0 })
   t.equal(roomListeners(app, 'leak'), 0, 'no listener left on the emitter')
   await eventually(() => timers() <= timersBefore + 5, 3000, 'timers released')
   t.ok(timers() <= timersBefore + 5, `no timers left behind (${timersBefore} before, ${timers()} after)`)
@@ -80,7 +80,7 @@ test('a client that leaves while its subscription is being checked starts nothin
   ws.socket.terminate()
   await new Promise((resolve) => setTimeout(resolve, 400))
   t.equal(roomListeners(app, 'gone'), 0, 'no listener registered for a departed client')
-  t.same(app.subscriptionStats(), { webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, topics: 0, topicSubscribers: 0, clients: 0 })
+  t.same(app.graphqlRoom.subscriptionStats(), { webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, topics: 0, topicSubscribers: 0, clients: 0 })
 
   // The same for an operation the client completes while it is being checked; the connection stays.
   const stays = await rawSocket(url, 'graphql-transport-ws')
@@ -90,8 +90,8 @@ test('a client that leaves while its subscription is being checked starts nothin
   stays.send({ id: '1', type: 'complete' })
   await new Promise((resolve) => setTimeout(resolve, 400))
   t.equal(roomListeners(app, 'gone'), 0, 'a completed operation does not start')
-  t.equal(app.subscriptionStats().webSocketSubscriptions, 0)
-  t.equal(app.subscriptionStats().webSockets, 1)
+  t.equal(app.graphqlRoom.subscriptionStats().webSocketSubscriptions, 0)
+  t.equal(app.graphqlRoom.subscriptionStats().webSockets, 1)
   stays.socket.close()
 })
 
@@ -113,7 +113,7 @@ test('graceful shutdown completes subscriptions and closes sockets cleanly', asy
   legacy.send({ id: 'L1', type: 'start', payload: { query: 'subscription { messageAdded(roomId: "bye") { id } }' } })
   const sse = collect(sseClient(url, `Bearer ${token}`), 'subscription { count(target: 100) }')
   await eventually(() => counting.outcome.values.length > 0 && sse.outcome.values.length > 0 &&
-    app.subscriptionStats().webSocketSubscriptions === 3, 5000, 'all subscriptions live')
+    app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 3, 5000, 'all subscriptions live')
 
   const started = Date.now()
   await app.close()

@@ -38,14 +38,14 @@ test('SSE is authenticated with the Authorization header', async (t) => {
   const query = 'subscription { messageAdded(roomId: "sse") { content author { id email } } }'
   const own = collect(sseClient(url, `Bearer ${token('2')}`), query)
   const anonymous = collect(sseClient(url), query)
-  await eventually(() => app.subscriptionStats().eventStreams === 2 && app.subscriptionStats().topicSubscribers === 2 && roomListeners(app, 'sse') === 1, 3000, 'two live streams')
+  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 2 && app.graphqlRoom.subscriptionStats().topicSubscribers === 2 && roomListeners(app, 'sse') === 1, 3000, 'two live streams')
   await gql(url, 'mutation { postMessage(roomId: "sse", content: "over sse") { id } }', undefined, { authorization: `Bearer ${token('2')}` })
   await eventually(() => own.outcome.values.length === 1 && anonymous.outcome.values.length === 1, 3000, 'the event')
   t.same(own.outcome.values[0], { data: { messageAdded: { content: 'over sse', author: { id: '2', email: 'ada@example.com' } } } })
   t.match(anonymous.outcome.values[0], { data: { messageAdded: { author: { id: '2', email: null } } }, errors: [{ extensions: { code: 'UNAUTHENTICATED' } }] })
   own.dispose()
   anonymous.dispose()
-  await eventually(() => app.subscriptionStats().eventStreams === 0 && roomListeners(app, 'sse') === 0, 3000, 'streams released')
+  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 0 && roomListeners(app, 'sse') === 0, 3000, 'streams released')
   t.pass('a client that leaves releases its stream and its listener')
 })
 
@@ -62,13 +62,13 @@ test('SSE operations are validated and limited like WebSocket ones', async (t) =
   t.ok(query.completed)
   const target = await collect(client, 'subscription { count(target: 1000) }').done
   t.match(target.values, [{ errors: [{ message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } }] }])
-  t.equal(app.subscriptionStats().eventStreams, 0)
+  t.equal(app.graphqlRoom.subscriptionStats().eventStreams, 0)
 })
 
 test('event streams count against the per-client connection cap', async (t) => {
   const { url, token, app } = await listenTestApp(t, { WS_MAX_CONNECTIONS_PER_CLIENT: '1' })
   const first = collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 5) }')
-  await eventually(() => app.subscriptionStats().eventStreams === 1, 3000, 'the first stream')
+  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 1, 3000, 'the first stream')
   const second = await fetch(`${url}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${token('2')}` },
@@ -77,6 +77,6 @@ test('event streams count against the per-client connection cap', async (t) => {
   t.equal(second.status, 429)
   t.match(await second.json(), { errors: [{ message: 'Too many connections for this client: at most 1', extensions: { code: 'RATE_LIMITED' } }] })
   first.dispose()
-  await eventually(() => app.subscriptionStats().clients === 0, 3000, 'the slot released')
+  await eventually(() => app.graphqlRoom.subscriptionStats().clients === 0, 3000, 'the slot released')
   t.ok((await collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 1) }').done).completed, 'a new stream is accepted')
 })

@@ -180,7 +180,7 @@ test('connections are capped per IP and per user', async (t) => {
   t.match(refused.body.errors[0], { message: 'Too many connections from this address: at most 2', extensions: { code: 'RATE_LIMITED' } })
   a.socket.close()
   await a.closed
-  await eventually(() => app.subscriptionStats().webSockets === 1, 2000, 'the slot to be released')
+  await eventually(() => app.graphqlRoom.subscriptionStats().webSockets === 1, 2000, 'the slot to be released')
   const c = await rawSocket(url, 'graphql-transport-ws', from('10.0.0.1'))
   b.socket.close()
   c.socket.close()
@@ -250,7 +250,7 @@ test('subscription documents are validated and limited like any operation', asyn
   t.match(await errorOf('subscription { count(target: 101) }'),
     { message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } })
   t.match(await errorOf('subscription {'), { extensions: { code: 'GRAPHQL_PARSE_FAILED' } })
-  t.equal(app.subscriptionStats().webSocketSubscriptions, 0, 'nothing was started')
+  t.equal(app.graphqlRoom.subscriptionStats().webSocketSubscriptions, 0, 'nothing was started')
   // The connection survives refused operations.
   t.ok((await collect(client, 'subscription { count(target: 0) }').done).completed)
 })

@@ -1,26 +1,28 @@
-// GraphQL subscriptions: over WebSocket on GET /graphql (graphql-transport-ws, and the legacy graphql-ws;
-// a client naming no subprotocol speaks graphql-transport-ws) and over server-sent events on POST
-// /graphql with Accept: text/event-stream (graphql-sse). Events come from the service's emitter
-// (plugins/events.ts: in-process, or Redis across instances). The routes in routes/graphql.ts hand
-// upgraded sockets and event-stream requests to the handlers decorated here.
+// The room's streaming carriers, Fastify side: over WebSocket on GET /graphql (graphql-transport-ws,
+// and the legacy graphql-ws; a client naming no subprotocol speaks graphql-transport-ws) and over
+// server-sent events on POST /graphql with Accept: text/event-stream (graphql-sse). Events come from
+// the service's emitter (plugins/events.ts: in-process, or Redis across instances). The connection code
+// is websocket.ts and sse.ts in this folder (no Fastify); http.ts hands event-stream requests to
+// `serveEventStream`.
 //
 // WebSocket rules: the Origin header, when sent, must be in CORS_ORIGINS or WS_ALLOWED_ORIGINS; connections
 // are capped per client IP (at the upgrade) and per user (at connection_init), messages by size (1009)
 // and rate (1008), active subscriptions per connection; identity comes from connection_init's payload only.
 // Every carrier: active subscriptions capped per caller (SUBSCRIPTIONS_MAX_PER_CALLER), every event paid
-// for and shared (app/graphql/fanout.ts), a subscriber that stops reading closed.
+// for and shared (fanout.ts), a subscriber that stops reading closed.
 import { once } from 'node:events'
-import fp from 'fastify-plugin'
+import type { OutgoingHttpHeaders } from 'node:http'
 import websocket from '@fastify/websocket'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { WebSocket } from 'ws'
-import type { Caller } from '../app/domain/context.ts'
-import { AppError } from '../app/errors.ts'
-import { formatThrown } from '../app/graphql/error-format.ts'
-import { operationStarter } from '../app/graphql/operations.ts'
-import { createSseHandler } from '../app/graphql/sse-handler.ts'
-import { subscriptionResolvers } from '../app/graphql/subscriptions.ts'
-import { SUBPROTOCOLS, openConnection, type GraphQLWebSocket } from '../app/graphql/websocket.ts'
+import type { Caller } from '../../app/domain/context.ts'
+import { AppError } from '../../app/errors.ts'
+import { formatThrown } from './error-format.ts'
+import { operationStarter } from './operations.ts'
+import type { GraphQLRequestParams } from './persisted.ts'
+import { createSseHandler } from './sse.ts'
+import type { RoomCore } from './ports.ts'
+import { SUBPROTOCOLS, openConnection, type GraphQLWebSocket } from './websocket.ts'
 
 export interface SubscriptionStats {
   webSockets: number
@@ -34,14 +36,11 @@ export interface SubscriptionStats {
   clients: number
 }
 
-declare module 'fastify' {
-  interface FastifyInstance {
-    /** The WebSocket side of GET /graphql. */
-    graphqlWsHandler (socket: WebSocket, request: FastifyRequest): void
-    /** POST /graphql with Accept: text/event-stream. */
-    graphqlEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void>
-    subscriptionStats (): SubscriptionStats
-  }
+/** The streaming carriers, as the room's index and its HTTP routes use them. */
+export interface SubscriptionCarriers {
+  /** POST /graphql with Accept: text/event-stream (called by http.ts). */
+  serveEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void>
+  stats (): SubscriptionStats
 }
 
 /** Events of one topic waiting for the previous one's delivery before the oldest are dropped. */
@@ -82,7 +81,7 @@ const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
 /**
  * With Redis, waits until mqemitter-redis's two connections are ready. A SUBSCRIBE sent while the
  * subscriber connection is still in its handshake makes ioredis's ready check fail (the connection is
- * then in subscriber mode) and reconnect, and events.ts drops publishes while the publisher is not ready.
+ * then in subscriber mode) and reconnect, and plugins/events.ts drops publishes while the publisher is not ready.
  */
 async function pubSubReady (emitter: unknown, timeoutMs: number): Promise<void> {
   const { subConn, pubConn } = emitter as { subConn?: NodeJS.EventEmitter & { status: string }; pubConn?: NodeJS.EventEmitter & { status: string } }
@@ -97,35 +96,31 @@ async function pubSubReady (emitter: unknown, timeoutMs: number): Promise<void> 
   }))
 }
 
-export default fp(async function subscriptions (app: FastifyInstance) {
-  const { config } = app
-  const { ws, limits } = config
+/**
+ * Registers the WebSocket side of GET /graphql (before that route is added: @fastify/websocket wires
+ * routes as they are added) and makes the SSE carrier, over the room's core.
+ */
+export async function registerSubscriptionCarriers (app: FastifyInstance, { ports, schema, pipeline, errorOptions }: RoomCore): Promise<SubscriptionCarriers> {
+  const { ws, limits } = ports.config
   const connections = new Set<GraphQLWebSocket>()
   const eventStreams = new Set<() => void>()
   const counter = connectionCounter(ws.maxConnectionsPerClient)
   let shuttingDown = false
-  await pubSubReady(app.emitter, PUBSUB_READY_TIMEOUT_MS)
+  await pubSubReady(ports.emitter, PUBSUB_READY_TIMEOUT_MS)
 
-  app.graphql.defineResolvers({
-    Subscription: subscriptionResolvers({
-      roomTopic: app.roomTopic,
-      maxCountTarget: limits.maxCountTarget
-    })
-  })
-
-  const formatErrors = (err: unknown) => formatThrown(err, app.graphqlErrorOptions)
+  const formatErrors = (err: unknown) => formatThrown(err, errorOptions)
   const { start, fanout } = operationStarter({
-    pipeline: () => app.graphqlPipeline,
-    schema: () => app.graphql.schema,
-    format: () => app.graphqlErrorOptions,
-    emitter: app.emitter,
+    pipeline: () => pipeline,
+    schema,
+    format: () => errorOptions,
+    emitter: ports.emitter,
     maxQueuedEvents: MAX_QUEUED_EVENTS,
     maxResponseBytes: limits.maxResponseBytes,
     maxSubscriptionsPerCaller: ws.maxSubscriptionsPerCaller
   })
   const wsOptions = {
     start,
-    authenticate: (authorization: string | undefined) => app.authenticate(authorization),
+    authenticate: ports.authenticate,
     admitCaller: (caller: Caller | null) => counter.acquire(userKey(caller)),
     formatErrors,
     initTimeoutMs: ws.initTimeoutMs,
@@ -143,10 +138,10 @@ export default fp(async function subscriptions (app: FastifyInstance) {
     await Promise.allSettled([...connections].map((connection) => connection.shutdown(SHUTDOWN_GRACE_MS)))
   })
 
-  // GET /graphql (routes/graphql.ts) is also the WebSocket endpoint: give the route its upgrade handler
+  // GET /graphql (http.ts) is also the WebSocket endpoint: give the route its upgrade handler
   // as it is added (before @fastify/websocket's own onRoute hook, which wires it).
   app.addHook('onRoute', (route) => {
-    if (route.url === '/graphql' && route.method === 'GET') route.wsHandler = (socket, request) => app.graphqlWsHandler(socket, request)
+    if (route.url === '/graphql' && route.method === 'GET') route.wsHandler = serveWebSocket
   })
 
   await app.register(websocket, {
@@ -173,7 +168,7 @@ export default fp(async function subscriptions (app: FastifyInstance) {
     }
   })
 
-  app.decorate('graphqlWsHandler', function graphqlWsHandler (socket: WebSocket, request: FastifyRequest) {
+  function serveWebSocket (socket: WebSocket, request: FastifyRequest): void {
     if (shuttingDown) return socket.close(1001, 'Server shutting down')
     // Checked at the upgrade too; this take is the one that counts (concurrent upgrades).
     const releaseIp = counter.acquire([`ip:${request.ip}`])
@@ -184,9 +179,9 @@ export default fp(async function subscriptions (app: FastifyInstance) {
       connections.delete(connection)
       releaseIp()
     })
-  })
+  }
 
-  const serveEventStream = createSseHandler({
+  const writeEventStream = createSseHandler({
     start,
     formatErrors,
     maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
@@ -196,23 +191,29 @@ export default fp(async function subscriptions (app: FastifyInstance) {
     }
   })
 
-  app.decorate('graphqlEventStream', async function graphqlEventStream (request: FastifyRequest, reply: FastifyReply) {
+  async function serveEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     if (shuttingDown) throw new AppError('SERVICE_UNAVAILABLE', 'Server shutting down')
     const release = counter.acquire([`ip:${request.ip}`, ...userKey(request.caller)])
     if (!release) throw new AppError('RATE_LIMITED', `Too many connections for this client: at most ${ws.maxConnectionsPerClient}`)
     try {
-      await serveEventStream(request, reply)
+      reply.hijack()
+      await writeEventStream({
+        operation: { params: request.body as GraphQLRequestParams, transport: 'SSE', caller: request.caller, ip: request.ip },
+        response: reply.raw,
+        headers: reply.getHeaders() as OutgoingHttpHeaders
+      })
     } finally {
       release()
     }
-  })
+  }
 
-  app.decorate('subscriptionStats', (): SubscriptionStats => ({
+  const stats = (): SubscriptionStats => ({
     webSockets: connections.size,
     webSocketSubscriptions: [...connections].reduce((n, c) => n + c.activeSubscriptions, 0),
     eventStreams: eventStreams.size,
     topics: fanout.stats.topics,
     topicSubscribers: fanout.stats.subscribers,
     clients: counter.size
-  }))
-}, { name: 'subscriptions', dependencies: ['graphql', 'auth', 'events', 'rate-limit'] })
+  })
+  return { serveEventStream, stats }
+}

@@ -3,8 +3,8 @@
 // The token alone goes to stdout (TOKEN=$(npm run -s token -- ...)); which key signed it goes to stderr.
 import { parseArgs } from 'node:util'
 import { createSigner } from 'fast-jwt'
-import { DEV_JWT_SECRET, loadConfigOrExit, type Config } from '../config.ts'
-import { ROLES, type Role } from '../store/types.ts'
+import { DEV_JWT_SECRET, loadConfigOrExit, type Config } from '../app/config.ts'
+import { ROLES, type Role } from '../app/store/types.ts'
 
 type JwtConfig = Config['jwt']
 

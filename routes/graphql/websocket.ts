@@ -1,12 +1,12 @@
 // GraphQL over WebSocket, both subprotocols, every operation admitted by the pipeline (through
-// `StartOperation`, app/graphql/operations.ts). One connection implementation (Connection) speaks two
+// `StartOperation`, operations.ts). One connection implementation (Connection) speaks two
 // dialects: graphql-transport-ws (graphql-ws's PROTOCOL.md, with the library's exported constants and
 // message parser) and the legacy graphql-ws subprotocol (subscriptions-transport-ws).
 //
 // graphql-transport-ws is ours rather than graphql-ws's `makeServer`: that server serialises every
 // message per subscriber (an event shared by 10000 subscribers would be stringified 10000 times) and
 // answers pings itself, outside any budget. Here an event's answer arrives serialised once
-// (app/graphql/fanout.ts) and is wrapped per subscriber by string concatenation, and every frame a
+// (fanout.ts) and is wrapped per subscriber by string concatenation, and every frame a
 // client sends is spent from its connection's budget first.
 //
 // Rules, both dialects: identity at connection_init only (never from the upgrade's headers or cookies),
@@ -20,8 +20,8 @@
 //   code: 1013 already means "too many connections" here; graphql-ws clients retry it with back-off).
 import { CloseCode, DEPRECATED_GRAPHQL_WS_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL, MessageType, parseMessage } from 'graphql-ws'
 import type { WebSocket } from 'ws'
-import type { Caller } from '../domain/context.ts'
-import { AppError } from '../errors.ts'
+import type { Caller } from '../../app/domain/context.ts'
+import { AppError } from '../../app/errors.ts'
 import type { ErrorJson } from './error-format.ts'
 import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'

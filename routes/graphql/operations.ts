@@ -6,13 +6,13 @@
 //
 // Every event a subscriber receives is paid for, before it is sent, from the cost budget of whoever
 // holds the subscription (the operation's cost per event): pub/sub topics through the fan-out hub
-// (app/graphql/fanout.ts, one execution per group of alike subscribers), `count` tick by tick (its
+// (fanout.ts, one execution per group of alike subscribers), `count` tick by tick (its
 // timers are per subscriber, nothing to share). Subscriptions are also capped per caller (the user, or
 // the IP when anonymous) across connections and carriers on this instance.
 import type { ExecutionResult, GraphQLSchema } from 'graphql'
 import type { MQEmitter } from 'mqemitter'
-import { AppError } from '../errors.ts'
-import type { Caller } from '../domain/context.ts'
+import { AppError } from '../../app/errors.ts'
+import type { Caller } from '../../app/domain/context.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import { formatError, formatResult, formatThrown, type FormatOptions } from './error-format.ts'
 import { TopicEvents, createFanout, type Fanout, type Subscription, type SubscriptionSink } from './fanout.ts'

@@ -1,9 +1,9 @@
 // npm run seed -- --users 10000 --messages 50000
 // Loads realistic users and messages into the configured store (SQLITE_PATH or DATABASE_URL).
 import { parseArgs } from 'node:util'
-import { loadConfigOrExit } from '../config.ts'
-import { openStore } from './index.ts'
-import { seed } from './sample-data.ts'
+import { loadConfigOrExit } from '../app/config.ts'
+import { openStore } from '../app/store/index.ts'
+import { seed } from '../app/store/sample-data.ts'
 
 const { values } = parseArgs({
   options: {

@@ -1,22 +1,18 @@
 // The GraphQL endpoint over HTTP: POST (JSON) for every operation (a JSON array of them: a batch), GET
 // for persisted queries only (as the interface allows: stable, cacheable URLs).
-// Request → identity → request budget (route hooks) → the admission pipeline (app/graphql/pipeline.ts:
+// Request → identity → request budget (route hooks) → the admission pipeline (pipeline.ts:
 // document, plan, checks, cost, execution under the deadline) → the interface's response shape.
-import fp from 'fastify-plugin'
+// A Fastify carrier of the room: registered by index.ts over the room's core.
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
-import { AppError } from '../app/errors.ts'
-import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from '../app/graphql/error-format.ts'
-import { withinAnswerCap } from '../app/graphql/answer-size.ts'
-import { PersistedMessages, hasPersistedQueryExtension, noPersistedQueries, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from '../app/graphql/persisted.ts'
-import type { CostReport } from '../app/graphql/context.ts'
-import { createHttpCache } from '../app/graphql/http-cache.ts'
-import { acceptsEventStream, jsonAnswerType, prefersEventStream, setRefusalHeaders, wantsGraphQLResponse } from '../app/graphql/media-types.ts'
-
-declare module 'fastify' {
-  interface FastifyInstance {
-    persistedQueries: PersistedQueries
-  }
-}
+import { AppError } from '../../app/errors.ts'
+import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from './error-format.ts'
+import { withinAnswerCap } from './answer-size.ts'
+import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
+import type { CostReport } from '../../app/limits/cost-report.ts'
+import { createHttpCache } from './http-cache.ts'
+import type { RoomCore } from './ports.ts'
+import type { SubscriptionCarriers } from './subscription-carriers.ts'
+import { acceptsEventStream, jsonAnswerType, prefersEventStream, setRefusalHeaders, wantsGraphQLResponse } from './media-types.ts'
 
 const JSON_TYPE = /^application\/json\s*(;|$)/i
 
@@ -67,11 +63,9 @@ function parseJsonParam (value: unknown, name: string): unknown {
   }
 }
 
-export default fp(async function graphqlRoutes (app: FastifyInstance) {
-  const { config } = app
-  if (!app.hasDecorator('persistedQueries')) app.decorate('persistedQueries', noPersistedQueries(config.persistedOnly))
-
-  const pipeline = app.graphqlPipeline
+/** POST, GET and PUT /graphql; event streams are handed to `serveEventStream` (subscription-carriers.ts). */
+export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, errorOptions }: RoomCore, { serveEventStream }: Pick<SubscriptionCarriers, 'serveEventStream'>): void {
+  const { config } = ports
 
   // The answer is serialised here, once, and held to the answer cap in UTF-8 bytes: an answer over
   // the cap is replaced by an error before any byte of it is written. (Sending a string, the route
@@ -90,7 +84,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   /** The JSON of the error that replaces an answer over the cap. */
   function tooLarge (request: FastifyRequest): string {
     const error = new AppError('RESPONSE_TOO_LARGE', `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`, { maxResponseBytes: maxAnswer })
-    const replaced = { errors: [formatError(error, app.graphqlErrorOptions)] }
+    const replaced = { errors: [formatError(error, errorOptions)] }
     request.graphqlAnswer = replaced
     return JSON.stringify(replaced)
   }
@@ -111,11 +105,11 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     try {
       const admission = await pipeline.admit({ params, transport: request.method === 'GET' ? 'GET' : 'POST', caller: request.caller, ip: request.ip, paidByRequest })
       request.graphqlOperation ??= admission.operation
-      const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), app.graphqlErrorOptions)
+      const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
       body.extensions = { cost: admission.cost }
       return body
     } catch (err) {
-      return { errors: formatThrown(err, app.graphqlErrorOptions) }
+      return { errors: formatThrown(err, errorOptions) }
     }
   }
 
@@ -141,7 +135,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     for (const [i, params] of batch.entries()) {
       const body = (params !== null && typeof params === 'object' && !Array.isArray(params))
         ? await answer(request, params as GraphQLRequestParams, i === 0)
-        : { errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), app.graphqlErrorOptions) }
+        : { errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), errorOptions) }
       const json = JSON.stringify(body)
       // One answer over the cap stops the batch at once; otherwise its bytes count toward the cap.
       bytes += (i > 0 ? 1 : 0) + (withinCap(json) ? Buffer.byteLength(json) : maxAnswer + 1)
@@ -173,7 +167,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     // A WebSocket's identity comes from its connection_init message, not from the upgrade request.
     if (request.ws) return undefined
     try {
-      request.caller = app.authenticate(request.headers.authorization)
+      request.caller = ports.authenticate(request.headers.authorization)
     } catch (err) {
       return err as AppError
     }
@@ -192,9 +186,9 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     if (Array.isArray(body)) return answerBatch(request, reply, body)
     if (body === null || typeof body !== 'object') throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
     const params = body as GraphQLRequestParams
-    // Operations over server-sent events (graphql-sse): plugins/subscriptions.ts.
+    // Operations over server-sent events (graphql-sse): subscription-carriers.ts, sse.ts.
     const asEventStream = answersAsEventStream(request, params)
-    if (asEventStream === true || (asEventStream !== false && await asEventStream)) return app.graphqlEventStream(request, reply)
+    if (asEventStream === true || (asEventStream !== false && await asEventStream)) return serveEventStream(request, reply)
     return send(request, reply, await answer(request, params))
   })
 
@@ -206,7 +200,7 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
   })
 
   const httpCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries, maxBytes: config.cacheMaxBytes })
-  // Also the WebSocket endpoint: plugins/subscriptions.ts attaches the subscription transport to this route.
+  // Also the WebSocket endpoint: subscription-carriers.ts attaches the subscription transport to this route.
   // No preflight-forcing header is required (urql, CDN warmers and curl send none): a GET runs queries
   // only, cookies are never read, and the one credential, Authorization, is itself a header a page on
   // another origin cannot send without a preflight that CORS_ORIGINS answers. So a GET a page can
@@ -236,4 +230,4 @@ export default fp(async function graphqlRoutes (app: FastifyInstance) {
     if (httpCache.cacheable(request, reply, json, type)) return reply.code(304).send()
     return reply.code(200).type(type).send(json)
   })
-}, { name: 'graphql-routes', dependencies: ['graphql', 'auth', 'subscriptions'] })
+}

@@ -1,8 +1,8 @@
 // Operations over server-sent events: the graphql-sse protocol in distinct connections mode (one
 // POST /graphql with Accept: text/event-stream per operation; graphql-sse's PROTOCOL.md), the caller
 // taken from the Authorization header by the route. Each operation is admitted and started through the
-// pipeline (app/graphql/operations.ts); its answers arrive serialised once (a subscription's events
-// are shared with every subscriber of its group: app/graphql/fanout.ts) and are written as they are.
+// pipeline (operations.ts); its answers arrive serialised once (a subscription's events
+// are shared with every subscriber of its group: fanout.ts) and are written as they are.
 //
 // The protocol is ours rather than graphql-sse's handler: that handler serialises every result per
 // stream, which would undo the sharing. Distinct connections mode is small: `event: next` with each
@@ -12,10 +12,9 @@
 // A client that leaves, or a server that closes, ends the operation and releases its subscription; a
 // client whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES (it stopped reading) has its response
 // destroyed, so a stalled reader cannot pin memory.
-import type { OutgoingHttpHeaders } from 'node:http'
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { OperationRequest } from './pipeline.ts'
 import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
-import type { GraphQLRequestParams } from './persisted.ts'
 
 /** How often an idle stream carries a comment, so proxies and browsers keep it open (graphql-sse's interval). */
 const KEEP_ALIVE_MS = 12_000
@@ -36,10 +35,17 @@ export interface SseOptions {
   maxBufferedBytes: number
 }
 
+/** One event-stream request, handed over by the HTTP carrier (which no longer writes to the response). */
+export interface EventStreamRequest {
+  /** The operation it carries (transport 'SSE'). */
+  operation: OperationRequest
+  response: ServerResponse
+  /** Headers set so far by the carrier's hooks (request id, CORS, rate limit): they go out too. */
+  headers: OutgoingHttpHeaders
+}
+
 export function createSseHandler (options: SseOptions) {
-  return async function serveEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void> {
-    reply.hijack()
-    const response = reply.raw
+  return async function serveEventStream ({ operation, response, headers }: EventStreamRequest): Promise<void> {
     let subscription: Subscription | null = null
     let ended = false
     let keepAlive: NodeJS.Timeout | undefined
@@ -74,12 +80,11 @@ export function createSseHandler (options: SseOptions) {
     const untrack = options.track(() => sink.end())
     response.once('close', finish)
     try {
-      // Headers set by hooks (request id, CORS, rate limit) go out too.
-      response.writeHead(200, { ...reply.getHeaders(), ...EVENT_STREAM_HEADERS } as OutgoingHttpHeaders)
+      response.writeHead(200, { ...headers, ...EVENT_STREAM_HEADERS })
       // Some browsers (Firefox, Safari) wait for a first byte before they report the stream open.
       write(':\n\n')
       keepAlive = setInterval(() => write(':\n\n'), KEEP_ALIVE_MS)
-      const started = await options.start({ params: request.body as GraphQLRequestParams, transport: 'SSE', caller: request.caller, ip: request.ip }, sink)
+      const started = await options.start(operation, sink)
       if (started.subscription) {
         // The client left (or the stream was ended) while the operation was admitted: nothing is kept.
         if (ended) return started.subscription.stop()

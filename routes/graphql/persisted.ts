@@ -16,8 +16,8 @@ import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { Kind, parse, type DocumentNode, type OperationTypeNode } from 'graphql'
 import type { Redis } from 'ioredis'
-import { AppError } from '../errors.ts'
-import { LruMap } from '../lru-map.ts'
+import { AppError } from '../../app/errors.ts'
+import { LruMap } from '../../app/lru-map.ts'
 
 export interface GraphQLRequestParams {
   query?: unknown
@@ -88,7 +88,7 @@ function singleOperation (document: DocumentNode): { name: string | null; type: 
 
 /**
  * Parses a registered text: it must hold one operation. Throws a message. (Whether the service can run
- * it, against its schema and limits, is decided when the plugin pins its plan at start.)
+ * it, against its schema and limits, is decided when the room (index.ts) pins its plan at start.)
  */
 function describeOperation (text: string): { name: string | null; type: OperationTypeNode } {
   let document: DocumentNode
@@ -395,15 +395,3 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
   }
 }
 
-/** Without a registry: ad-hoc queries only (or none, in persisted-only mode). */
-export function noPersistedQueries (persistedOnly: boolean): PersistedQueries {
-  return createPersistedQueries({
-    manifest: emptyManifest(),
-    persistedOnly,
-    apq: null,
-    apqMaxEntries: 0,
-    apqMaxBytes: 0,
-    apqMaxDocumentBytes: 0,
-    plan: () => { throw new Error('no plans: automatic registration is off') }
-  })
-}

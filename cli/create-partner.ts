@@ -5,10 +5,10 @@
 // and sealed with PARTNER_SECRET_KEY (PasswordDigest); --text-only stores the hash alone, and the
 // partner can then use PasswordText only.
 import { parseArgs } from 'node:util'
-import { loadConfigOrExit } from '../config.ts'
-import { openStore } from '../store/index.ts'
-import type { Store, UserRow } from '../store/types.ts'
-import { hashPassword, sealPassword } from './partner-secrets.ts'
+import { loadConfigOrExit } from '../app/config.ts'
+import { openStore } from '../app/store/index.ts'
+import type { Store, UserRow } from '../app/store/types.ts'
+import { hashPassword, sealPassword } from '../app/auth/partner-secrets.ts'
 
 export interface PartnerAccountInput {
   login: string

@@ -1,8 +1,8 @@
 // The admission pipeline: the one way a GraphQL operation gets to run, whatever carries it (HTTP
 // POST, persisted GET, WebSocket in either subprotocol, server-sent events).
 //
-//   request → document text (persisted id, APQ hash or ad-hoc query; app/graphql/persisted.ts)
-//           → plan (made once per text and cached by bytes: app/graphql/plan.ts)
+//   request → document text (persisted id, APQ hash or ad-hoc query; persisted.ts)
+//           → plan (made once per text and cached by bytes: plan.ts)
 //           → operation chosen by operationName, allowed on this transport
 //           → introspection rule (by caller) → variables coerced (graphql-js) and capped
 //           → cost = the plan's function of the variables, against the caller's budget
@@ -18,12 +18,13 @@ import { createRequire } from 'node:module'
 import { setFlagsFromString } from 'node:v8'
 import { GraphQLError, createSourceEventStream, getVariableValues, type ExecutionResult, type GraphQLSchema } from 'graphql'
 import type { CompiledQuery } from 'graphql-jit'
-import { AppError, Messages } from '../errors.ts'
-import { LruMap } from '../lru-map.ts'
-import { assertWithinCaps } from '../domain/input.ts'
-import { createDomainContext, withinDeadline, type Caller, type DomainDeps } from '../domain/context.ts'
-import type { Config } from '../config.ts'
-import type { CostReport, GraphQLContext } from './context.ts'
+import { AppError, Messages } from '../../app/errors.ts'
+import { LruMap } from '../../app/lru-map.ts'
+import { assertWithinCaps } from '../../app/domain/input.ts'
+import { createDomainContext, withinDeadline, type Caller, type DomainDeps } from '../../app/domain/context.ts'
+import type { Config } from '../../app/config.ts'
+import type { CostReport } from '../../app/limits/cost-report.ts'
+import type { GraphQLContext } from './context.ts'
 import { chargeEvent, type Payer, type SpendCostUnits } from './fanout.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from './persisted.ts'
@@ -63,13 +64,33 @@ export interface Admission {
   cost: CostReport
 }
 
+/** Limits the plan cache works under: a plan's own (depth, tokens, caps...), the text length, the cache's bytes. */
+export type PlanCacheLimits = Config['limits']
+
+/**
+ * The plans of document texts, made once per text and cached by bytes, with each operation's
+ * graphql-jit compilation. Built before the persisted registry (which plans registered texts) and the
+ * pipeline (which resolves documents through that registry): that order is the whole dependency chain.
+ */
+export interface Plans {
+  /** The plan of a text: from the cache, or made (and cached) now. Throws when the text cannot run. */
+  plan (source: string): DocumentPlan
+  /** Makes and compiles the plan of a deploy-time text, kept for the life of the process (never evicted). */
+  pin (source: string): void
+  /** The operation's compilation (of the text `source`), made now when it has none: the cached plan then weighs more. */
+  compiled (operation: OperationPlan, source: string): CompiledQuery
+  /** Plans made for ad-hoc and APQ texts: entries and estimated bytes kept. */
+  readonly stats: { entries: number; bytes: number }
+}
+
 /** What the pipeline needs from the service. */
 export interface PipelineOptions {
   schema (): GraphQLSchema
   limits: Config['limits']
   introspection: boolean
   domain: DomainDeps
-  persisted (): PersistedQueries
+  plans: Plans
+  persisted: PersistedQueries
   /** Refuses an operation over the caller's budget, spends its cost units (RATE_LIMITED when exhausted): the one call every transport makes. */
   chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
   /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
@@ -103,7 +124,7 @@ export interface Pipeline {
   subscribe (admission: Admission): Promise<AsyncIterable<unknown> | ExecutionResult>
   /**
    * Pays for one event of running subscriptions, each at its operation's cost, from the budget of whoever
-   * holds it (one spend per payer): the subscribers that could not be paid for (app/graphql/fanout.ts).
+   * holds it (one spend per payer): the subscribers that could not be paid for (fanout.ts).
    */
   chargeEvent<M extends Payer> (subscribers: Iterable<M>): Promise<{ refused: M[]; resetMs: number }>
   /** Plans made for ad-hoc and APQ texts: entries and estimated bytes kept. */
@@ -160,8 +181,7 @@ function weightOf (plan: DocumentPlan): number {
   return bytes
 }
 
-export function createPipeline (options: PipelineOptions): Pipeline {
-  const { limits } = options
+export function createPlans (schema: () => GraphQLSchema, limits: PlanCacheLimits): Plans {
   const cache = new LruMap<string, DocumentPlan>(Infinity, limits.planCacheBytes)
   const pinned = new Map<string, DocumentPlan>()
 
@@ -172,7 +192,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
         throw new AppError('QUERY_TOO_LARGE', `The document is longer than ${limits.maxQueryLength} characters`, { maxQueryLength: limits.maxQueryLength })
       }
       // A text that fails throws here and is never kept.
-      made = makePlan(options.schema(), source, limits)
+      made = makePlan(schema(), source, limits)
       cache.set(source, made, made.bytes)
     }
     return made
@@ -183,6 +203,21 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     const cached = cache.peek(source)
     if (cached) cache.set(source, cached, weightOf(cached))
   }
+
+  return {
+    plan,
+    pin (source) {
+      const made = makePlan(schema(), source, limits)
+      for (const operation of made.operations) compiledOf(schema(), operation)
+      pinned.set(source, made)
+    },
+    compiled: (operation, source) => compiledOf(schema(), operation, () => reweigh(source)),
+    get stats () { return { entries: cache.size, bytes: cache.weight } }
+  }
+}
+
+export function createPipeline (options: PipelineOptions): Pipeline {
+  const { limits, plans } = options
 
   /** Variables coerced by graphql-js (its words when refused), then held to the input caps. */
   function coerceVariables (operation: OperationPlan, sent: unknown): Record<string, unknown> {
@@ -210,9 +245,9 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     if (transport === 'GET' && params.query != null && persistedIdOf(params) === undefined && hasPersistedQueryExtension(params)) {
       throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     }
-    const document = await options.persisted().resolve(params, caller?.role === 'ADMIN')
+    const document = await options.persisted.resolve(params, caller?.role === 'ADMIN')
     if (transport === 'GET' && !document.registered) throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
-    const operation = selectOperation(plan(document.text), operationName)
+    const operation = selectOperation(plans.plan(document.text), operationName)
     if (document.introspectionOnly && !operation.onlyIntrospects) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
     return { operation, source: document.text }
   }
@@ -228,7 +263,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     const variables = coerceVariables(operation, params.variables)
     const cost = await options.chargeCost(caller, ip, operation.cost(variables))
     // Compiled once paid for: the compilation is bounded by the budget just checked (each field costs at least 1).
-    const compiled = compiledOf(options.schema(), operation, () => reweigh(source))
+    const compiled = plans.compiled(operation, source)
     return { caller, operation, compiled, variables, cost }
   }
 
@@ -239,12 +274,8 @@ export function createPipeline (options: PipelineOptions): Pipeline {
   })
 
   return {
-    plan,
-    pin (source) {
-      const made = makePlan(options.schema(), source, limits)
-      for (const operation of made.operations) compiledOf(options.schema(), operation)
-      pinned.set(source, made)
-    },
+    plan: plans.plan,
+    pin: plans.pin,
     admit,
     async operationType (params, caller) {
       try {
@@ -263,11 +294,11 @@ export function createPipeline (options: PipelineOptions): Pipeline {
       const { operation, variables } = admission
       // The source stream comes from graphql-js's createSourceEventStream: graphql-jit 0.8 hands the
       // subscribe resolver the operation's variables instead of the field's arguments. Its events are
-      // executed by `execute` (the carriers share one execution among subscribers: app/graphql/fanout.ts).
+      // executed by `execute` (the carriers share one execution among subscribers: fanout.ts).
       return createSourceEventStream({ schema: options.schema(), document: operation.document, operationName: operation.name, variableValues: variables, contextValue: contextOf(admission, Infinity) })
     },
     chargeEvent: (subscribers) => chargeEvent(options.spendCostUnits, subscribers),
-    get cacheStats () { return { entries: cache.size, bytes: cache.weight } }
+    get cacheStats () { return plans.stats }
   }
 }
 

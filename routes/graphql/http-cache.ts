@@ -13,8 +13,23 @@
 // cached copy is replayed later, to other callers when public, when that number is no longer true;
 // without it, unchanged data gives byte-identical answers and so the same ETag.
 import { hash } from 'node:crypto'
-import type { FastifyReply, FastifyRequest } from 'fastify'
-import { LruMap } from '../lru-map.ts'
+import type { IncomingHttpHeaders } from 'node:http'
+import type { Caller } from '../../app/domain/context.ts'
+import { LruMap } from '../../app/lru-map.ts'
+
+/** What the cache reads of a request (the HTTP carrier's request has it). */
+export interface CacheRequest {
+  caller: Caller | null
+  url: string
+  headers: IncomingHttpHeaders
+}
+
+/** What the cache sets on a reply (the HTTP carrier's reply has it): headers, and a bodiless 304. */
+export interface CacheReply {
+  getHeader (name: string): unknown
+  header (name: string, value: string): unknown
+  code (status: number): { send (): unknown }
+}
 
 export interface HttpCacheOptions {
   maxAgeSec: number
@@ -42,14 +57,14 @@ interface Remembered {
  */
 export interface HttpCache {
   /** Before executing: answers 304 (and returns true) when this instance answered the same request with the ETag the client holds, less than max-age ago. */
-  answeredNotModified (request: FastifyRequest, reply: FastifyReply): boolean
+  answeredNotModified (request: CacheRequest, reply: CacheReply): boolean
   /**
    * A successful answer's JSON, as sent: sets its ETag and caching headers and remembers the ETag;
    * returns true when the client's If-None-Match names it (the route then answers 304 without a body).
    */
-  cacheable (request: FastifyRequest, reply: FastifyReply, json: string, contentType: string): boolean
+  cacheable (request: CacheRequest, reply: CacheReply, json: string, contentType: string): boolean
   /** Any other answer (errors, refusals): never stored. */
-  uncacheable (reply: FastifyReply): void
+  uncacheable (reply: CacheReply): void
 }
 
 /** Whether an If-None-Match value names `etag` (weak comparison, as RFC 9110 requires for it). */
@@ -67,12 +82,12 @@ export function createHttpCache (options: HttpCacheOptions): HttpCache {
   const remembered = new LruMap<string, Remembered>(maxAgeSec > 0 ? options.maxEntries : 0, options.maxBytes)
   const cacheControl = { public: maxAgeSec > 0 ? `public, max-age=${maxAgeSec}` : 'public, no-cache', private: maxAgeSec > 0 ? `private, max-age=${maxAgeSec}` : 'private, no-cache' }
 
-  const keyOf = (request: FastifyRequest) => {
+  const keyOf = (request: CacheRequest) => {
     const caller = request.caller
     return `${caller ? `${caller.role}:${caller.id}` : '-'}\n${request.headers.accept ?? ''}\n${request.url}`
   }
 
-  const setCacheHeaders = (request: FastifyRequest, reply: FastifyReply, etag: string) => {
+  const setCacheHeaders = (request: CacheRequest, reply: CacheReply, etag: string) => {
     const vary = reply.getHeader('vary')
     reply.header('etag', etag)
     reply.header('cache-control', request.headers.authorization ? cacheControl.private : cacheControl.public)

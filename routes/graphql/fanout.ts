@@ -7,7 +7,7 @@
 // pay is ended with RATE_LIMITED instead of receiving the event.
 import { TypeInfo, visit, visitWithTypeInfo, type GraphQLSchema } from 'graphql'
 import type { MQEmitter, Message } from 'mqemitter'
-import type { Caller } from '../domain/context.ts'
+import type { Caller } from '../../app/domain/context.ts'
 import type { Admission } from './pipeline.ts'
 import type { OperationPlan } from './plan.ts'
 

@@ -1,5 +1,5 @@
 // A plan: everything about a GraphQL document that does not depend on the request, made once per
-// document text and cached (app/graphql/pipeline.ts). Parsing (token-capped), validation
+// document text and cached (pipeline.ts). Parsing (token-capped), validation
 // (graphql-js's rules plus the literal input caps), and one analysis pass per operation:
 // - depth, counted through fragments (introspection fields count as one level: their shape is the
 //   schema's, bounded, and the standard introspection query is deeper than any sensible limit);
@@ -18,8 +18,8 @@ import {
   type OperationDefinitionNode, type OperationTypeNode, type SelectionSetNode, type ValidationContext, type ValidationRule, type ValueNode,
   type VariableDefinitionNode
 } from 'graphql'
-import { AppError } from '../errors.ts'
-import { DEFAULT_PAGE_SIZE, assertPageSize, type InputCaps } from '../domain/input.ts'
+import { AppError } from '../../app/errors.ts'
+import { DEFAULT_PAGE_SIZE, assertPageSize, type InputCaps } from '../../app/domain/input.ts'
 
 export interface PlanLimits extends InputCaps {
   maxDepth: number

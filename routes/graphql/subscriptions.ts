@@ -1,8 +1,8 @@
 // The Subscription resolvers, independent of their carrier (WebSocket or server-sent events; every
 // subscription is admitted by the pipeline first): Subscription.count and Subscription.messageAdded.
-import type { DomainEvent } from '../domain/context.ts'
-import { normalizeRoomId } from '../domain/input.ts'
-import { badInput } from '../errors.ts'
+import type { DomainEvent } from '../../app/domain/context.ts'
+import { normalizeRoomId } from '../../app/domain/input.ts'
+import { badInput } from '../../app/errors.ts'
 import { TopicEvents } from './fanout.ts'
 
 /** How often `count` emits. The interface says "one value about every second". */
@@ -65,7 +65,7 @@ export function subscriptionResolvers ({ roomTopic, maxCountTarget, countInterva
       resolve: (value: number) => value
     },
     messageAdded: {
-      // The room's events are delivered by the fan-out hub (app/graphql/fanout.ts), which executes each
+      // The room's events are delivered by the fan-out hub (fanout.ts), which executes each
       // like a request of its own: a fresh domain context and loaders per event and group, so a
       // long-lived subscription neither serves stale rows nor accumulates a cache.
       subscribe: (_root: unknown, { roomId }: { roomId: string }) => new TopicEvents(roomTopic(normalizeRoomId(roomId))),

@@ -1,8 +1,8 @@
 // Thin adapters from GraphQL fields to domain functions. No rule lives here.
 import type { IResolvers } from 'mercurius'
-import * as messages from '../domain/messages.ts'
-import * as users from '../domain/users.ts'
-import type { MessageRow } from '../store/types.ts'
+import * as messages from '../../app/domain/messages.ts'
+import * as users from '../../app/domain/users.ts'
+import type { MessageRow } from '../../app/store/types.ts'
 import type { GraphQLContext } from './context.ts'
 
 type Args = Record<string, any>

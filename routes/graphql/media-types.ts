@@ -5,8 +5,7 @@
 // application/json, text/event-stream, multipart/mixed` with every POST. An event stream is answered
 // only when text/event-stream is strictly preferred (by q-value) over every JSON type, or when the
 // operation is a subscription and the client accepts a stream at all; anything else is JSON.
-import type { FastifyReply } from 'fastify'
-import type { ErrorCode } from '../errors.ts'
+import type { ErrorCode } from '../../app/errors.ts'
 
 export const GRAPHQL_RESPONSE = 'application/graphql-response+json'
 const JSON_TYPES = [GRAPHQL_RESPONSE, 'application/graphql+json', 'application/json', 'application/*', '*/*']
@@ -55,7 +54,13 @@ export function jsonAnswerType (accept: string | undefined): string {
 const GRAPHQL_METHODS = 'GET, POST'
 
 /** Headers HTTP defines for a refusal's status: WWW-Authenticate on 401 (RFC 6750), Allow on 405, Retry-After on 429. */
-export function setRefusalHeaders (reply: FastifyReply, code: ErrorCode, retryAfter?: unknown): void {
+/** What a refusal's headers are set on (the HTTP carrier's reply has it). */
+export interface HeaderSink {
+  header (name: string, value: string): unknown
+  hasHeader (name: string): boolean
+}
+
+export function setRefusalHeaders (reply: HeaderSink, code: ErrorCode, retryAfter?: unknown): void {
   if (code === 'UNAUTHENTICATED') reply.header('www-authenticate', 'Bearer error="invalid_token"')
   else if (code === 'METHOD_NOT_ALLOWED') reply.header('allow', GRAPHQL_METHODS)
   else if (code === 'RATE_LIMITED' && !reply.hasHeader('retry-after')) reply.header('retry-after', String(retryAfter ?? 60))

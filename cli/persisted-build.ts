@@ -1,6 +1,6 @@
 // `npm run persisted:build -- <folder> [--out persisted/manifest.json]`: registers the operations a
 // client ships. Every *.graphql / *.gql file under the folder holds one operation (plus the fragments
-// it uses); each is parsed, validated against app/graphql/schema.graphql with the service's
+// it uses); each is parsed, validated against routes/graphql/schema.graphql with the service's
 // validation rules, printed in canonical form and written with its sha256 into a manifest in
 // Apollo's persisted-query manifest format (which the service also loads as Apollo's tooling writes
 // it). Clients send `queryId: "sha256:<id>"`. A file with several operations (graphql-jit compiles
@@ -8,11 +8,11 @@
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 import { buildSchema, print } from 'graphql'
-import { loadConfig } from '../config.ts'
-import { makePlan, type DocumentPlan } from './plan.ts'
-import { sha256Hex, type ApolloManifest } from './persisted.ts'
+import { loadConfig } from '../app/config.ts'
+import { makePlan, type DocumentPlan } from '../routes/graphql/plan.ts'
+import { sha256Hex, type ApolloManifest } from '../routes/graphql/persisted.ts'
 
-export const SCHEMA_FILE = new URL('./schema.graphql', import.meta.url)
+export const SCHEMA_FILE = new URL('../routes/graphql/schema.graphql', import.meta.url)
 
 export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_FILE, 'utf8')): ApolloManifest {
   const schema = buildSchema(schemaSDL)

@@ -1,14 +1,5 @@
-import type { DomainContext } from '../domain/context.ts'
-
-/** What an operation reports about its price (sent as `extensions.cost`). */
-export interface CostReport {
-  /** The operation's computed cost. */
-  requested: number
-  /** The most one operation may cost for this caller's class. */
-  budget: number
-  /** Cost units left in the caller's current rate-limit window, after this operation. */
-  remaining: number
-}
+import type { DomainContext } from '../../app/domain/context.ts'
+import type { CostReport } from '../../app/limits/cost-report.ts'
 
 /** The GraphQL context every resolver receives: built per operation by the pipeline. */
 export interface GraphQLContext {

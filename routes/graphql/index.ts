@@ -1,0 +1,180 @@
+// The GraphQL room's entry, and with http.ts and subscription-carriers.ts its only Fastify code. It
+// fills in the room's ports (ports.ts) from the cross-cutting plugins once, builds the Fastify-free core
+// over them in dependency order, then registers the carriers:
+//
+//   schema (Mercurius + mercurius-auth, schema.ts) → plans (pipeline.ts: createPlans)
+//     → persisted registry (persisted.ts; plans registered texts) → pipeline (pipeline.ts; resolves
+//     documents through the registry) → streaming carriers (subscription-carriers.ts: WebSocket, SSE)
+//     → HTTP routes (http.ts: POST, GET, PUT /graphql)
+//
+// Mercurius builds the executable schema from our SDL and resolvers and hosts mercurius-auth; the
+// pipeline runs every operation of every transport through graphql-jit against that schema.
+// Mercurius's routes, caches, hooks and pub/sub are not used.
+import fp from 'fastify-plugin'
+import mercurius from 'mercurius'
+import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
+import type { DomainDeps } from '../../app/domain/context.ts'
+import type { Tracing } from '../../app/tracing.ts'
+import type { FormatOptions } from './error-format.ts'
+import { registerHttpRoutes } from './http.ts'
+import { createPersistedQueries, emptyManifest, loadManifests, memoryApqStore, redisApqStore } from './persisted.ts'
+import { createPipeline, createPlans, type Pipeline } from './pipeline.ts'
+import type { GraphQLPorts, RoomCore } from './ports.ts'
+import { resolvers } from './resolvers.ts'
+import { authPolicy, schemaSDL, stopResolversAtDeadline } from './schema.ts'
+import { registerSubscriptionCarriers, type SubscriptionStats } from './subscription-carriers.ts'
+import { subscriptionResolvers } from './subscriptions.ts'
+
+// mercurius-auth is CommonJS whose typings declare `export default`: at run time the import is the plugin itself.
+const mercuriusAuth = mercuriusAuthModule as unknown as FastifyPluginAsync<MercuriusAuthOptions>
+
+export interface GraphQLRoomOptions {
+  /** The domain's dependencies, built once by the composition root (app/app.ts) for every transport. */
+  domain: DomainDeps
+}
+
+export interface WarmUpReport {
+  /** Operations planned (parsed, validated, analysed) and compiled at start. */
+  compiled: number
+  ms: number
+}
+
+/**
+ * The room's inspection surface, read by metrics (plugins/metrics.ts) and tests; nothing in the room
+ * reads it. (`app.graphql` is Mercurius's own decorator, hence the name.)
+ */
+export interface GraphQLRoomInspection {
+  /** The pipeline every operation runs through (its `cacheStats`: plans kept for ad-hoc and APQ texts). */
+  readonly pipeline: Pipeline
+  /** Open WebSockets, event streams, subscriptions and fan-out topics on this instance. */
+  subscriptionStats (): SubscriptionStats
+  /** What the persisted manifest's warm-up did at start; null until the server is ready. */
+  readonly persistedWarmUp: WarmUpReport | null
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    graphqlRoom: GraphQLRoomInspection
+  }
+  interface FastifyRequest {
+    /** The operation this request executes, once admitted (read by metrics). */
+    graphqlOperation: { name: string | null; type: string } | null
+  }
+}
+
+/** With tracing on, every operation of every transport is a span (app/tracing.ts). */
+function traced (inner: Pipeline, tracing: Tracing): Pipeline {
+  const { admit, execute, subscribe } = tracing.pipeline(inner)
+  return {
+    plan: inner.plan,
+    pin: inner.pin,
+    operationType: inner.operationType,
+    chargeEvent: inner.chargeEvent,
+    admit,
+    execute,
+    subscribe,
+    get cacheStats () { return inner.cacheStats }
+  }
+}
+
+export default fp(async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions) {
+  const { config } = app
+  // Read at call time: a budget plugin's functions stay replaceable (tests count spends through them).
+  const ports: GraphQLPorts = {
+    budgets: {
+      spendRequest: (caller, ip) => app.spendRequest(caller, ip),
+      chargeCost: (caller, ip, cost) => app.chargeCost(caller, ip, cost),
+      spendCostUnits: (caller, ip, units) => app.spendCostUnits(caller, ip, units)
+    },
+    authenticate: (authorization) => app.authenticate(authorization),
+    domain: options.domain,
+    emitter: app.emitter,
+    roomTopic: app.roomTopic,
+    config,
+    log: app.log
+  }
+  const errorOptions: FormatOptions = {
+    production: config.profile === 'production',
+    logInternal: (err) => ports.log.error({ err }, 'GraphQL request failed')
+  }
+
+  // The schema. `subscription` on: only then does Mercurius's defineResolvers take the Subscription
+  // fields' { subscribe, resolve } pairs (below). Its pub/sub is not used: room events reach
+  // subscribers through the fan-out hub (fanout.ts) over the service's emitter.
+  await app.register(mercurius, { schema: schemaSDL, resolvers, routes: false, jit: 0, cache: false, subscription: { emitter: ports.emitter } })
+  await app.register(mercuriusAuth, { authDirective: 'auth', applyPolicy: authPolicy() })
+  stopResolversAtDeadline(app.graphql.schema)
+  const schema = () => app.graphql.schema
+
+  // Plans first: the persisted registry plans the texts it registers, and the pipeline resolves
+  // documents through the registry. Built in that order, nothing waits for anything built later.
+  const plans = createPlans(schema, config.limits)
+
+  // Persisted queries: the deploy-time manifests (PERSISTED_MANIFEST, comma-separated files) and
+  // automatic registration (APQ: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode).
+  const files = (config.persistedManifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
+  // Hashes and single operations are checked here; validity for this service when the plans are pinned.
+  const manifest = files.length > 0 ? loadManifests(files) : emptyManifest()
+  if (config.persistedOnly && manifest.operations.length === 0) {
+    ports.log.warn({}, 'persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused')
+  }
+  const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
+  const apq = !apqOn ? null : app.redis
+    ? redisApqStore(app.redis, app.redisKey, config.apqMaxEntries, ports.log)
+    : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
+  const persisted = createPersistedQueries({
+    manifest,
+    persistedOnly: config.persistedOnly,
+    apq,
+    apqMaxEntries: config.apqMaxEntries,
+    apqMaxBytes: config.apqMaxBytes,
+    apqMaxDocumentBytes: config.apqMaxDocumentBytes,
+    plan: plans.plan
+  })
+
+  const core = createPipeline({
+    schema,
+    limits: config.limits,
+    introspection: config.introspection,
+    domain: ports.domain,
+    plans,
+    persisted,
+    ...ports.budgets
+  })
+  const pipeline = app.tracing ? traced(core, app.tracing) : core
+  const room: RoomCore = { ports, schema, pipeline, errorOptions }
+
+  app.graphql.defineResolvers({
+    Subscription: subscriptionResolvers({ roomTopic: ports.roomTopic, maxCountTarget: config.limits.maxCountTarget })
+  })
+  app.decorateRequest('graphqlOperation', null)
+  // Before the HTTP routes: it registers @fastify/websocket, which must see the GET route being added.
+  const carriers = await registerSubscriptionCarriers(app, room)
+  registerHttpRoutes(app, room, carriers)
+
+  let persistedWarmUp: WarmUpReport | null = null
+  app.decorate('graphqlRoom', {
+    pipeline,
+    subscriptionStats: carriers.stats,
+    get persistedWarmUp () { return persistedWarmUp }
+  } satisfies GraphQLRoomInspection)
+
+  // onReady: every resolver is in place (and wrapped by @auth), and nothing listens yet. Each manifest
+  // operation gets its plan and compilation now, kept for the life of the process; a text the service
+  // cannot run (schema drift, a limit such as MAX_DEPTH) is a broken deploy, refused at start.
+  app.addHook('onReady', async () => {
+    const started = performance.now()
+    for (const operation of manifest.operations) {
+      try {
+        pipeline.pin(operation.text)
+      } catch (err) {
+        const nested = (err as { errors?: { message: string }[] }).errors
+        const reason = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
+        throw new Error(`Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`)
+      }
+    }
+    persistedWarmUp = { compiled: manifest.operations.length, ms: Math.round((performance.now() - started) * 10) / 10 }
+    ports.log.info({ operations: manifest.operations.length, ms: persistedWarmUp.ms, apq: apq ? (app.redis ? 'redis' : 'memory') : 'off', persistedOnly: config.persistedOnly }, 'persisted queries ready')
+  })
+}, { name: 'graphql-room', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit', 'redis'] })
