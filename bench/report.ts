@@ -7,7 +7,8 @@ import type { StoreKind } from './scenarios.ts'
 
 export interface Result {
   name: string
-  kind: 'baseline' | 'scenario'
+  /** guarded: a rest route's work behind the service's per-request protections (bench/guarded-server.ts). */
+  kind: 'baseline' | 'guarded' | 'scenario'
   store: StoreKind
   description: string
   status: 'ok' | 'failed' | 'skipped'
@@ -30,6 +31,18 @@ export interface Result {
   cpuMicrosPerRequest?: number | null
   restBaseline?: string | null
   ratioToRest?: number | null
+  /** The rest row's server CPU µs/req over this row's (median over rounds): the ratio by cost, whatever paced the round. */
+  cpuRatioToRest?: number | null
+  /** The guarded row of the same transport shape, and the ratios to it (req/s, and by server CPU per request). */
+  guardedBaseline?: string
+  ratioToGuarded?: number | null
+  cpuRatioToGuarded?: number | null
+  /** Server CPU seconds per second over the measured rounds (1 = its core saturated). */
+  serverBusy?: number | null
+  /** The runner's (autocannon's) CPU seconds per second over the measured rounds: near 1, the load generator set the pace. */
+  clientBusy?: number | null
+  /** The runner's CPU time per request, in µs. */
+  clientCpuMicrosPerRequest?: number | null
   ratioToLimit?: number | null
   /** Fan-out rows: p99 delivery latency over ws-broadcast's p99 (same run). */
   p99Ratio?: number | null
@@ -61,21 +74,28 @@ const mb = (bytes: number | null | undefined): string => bytes == null ? '–' :
 
 function rowOf (r: Result): string[] {
   const outcome = r.status === 'ok' ? 'ok' : `${r.status.toUpperCase()}${r.reason ? `: ${r.reason}` : ''}`
+  const compared = r.kind !== 'baseline'
   return [
     r.name,
     r.rps === undefined ? '–' : Math.round(r.rps).toString(),
-    r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '',
+    compared ? fixed(r.ratioToRest, 2) : '',
+    compared ? fixed(r.cpuRatioToRest, 2) : '',
+    r.guardedBaseline ? fixed(r.ratioToGuarded, 2) : '',
+    r.guardedBaseline ? fixed(r.cpuRatioToGuarded, 2) : '',
     fixed(r.ratioToLimit, 2),
     fixed(r.latencyMs?.p50, 1),
     fixed(r.latencyMs?.p99, 1),
     fixed(r.cpuMicrosPerRequest, 0),
+    fixed(r.serverBusy, 2),
+    fixed(r.clientCpuMicrosPerRequest, 0),
+    fixed(r.clientBusy, 2),
     r.non2xx === undefined ? '–' : `${r.non2xx}/${r.errors ?? 0}`,
     mb(r.peakRssBytes),
     outcome
   ]
 }
 
-const HEADER = ['scenario', 'req/s', '× rest', '× limit', 'p50 ms', 'p99 ms', 'CPU µs/req', 'non2xx/err', 'peak RSS MB', 'result']
+const HEADER = ['scenario', 'req/s', '× rest', 'CPU × rest', '× guarded', 'CPU × guarded', '× limit', 'p50 ms', 'p99 ms', 'CPU µs/req', 'server busy', 'client µs/req', 'client busy', 'non2xx/err', 'peak RSS MB', 'result']
 
 export function textTable (report: RunReport): string {
   const rows = [HEADER, ...report.results.map(rowOf)]

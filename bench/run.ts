@@ -17,7 +17,7 @@ import { seed } from '../app/store/sample-data.ts'
 import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
 import { checkThresholds, fanoutMarkdownTable, fanoutTextTable, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
-import { baselineScenarios, peerScenarios, restBaselineOf, serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
+import { baselineScenarios, guardedScenarios, peerScenarios, restBaselineOf, serviceScenarios, USER_BY_ID_QUERY, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
 import { createBenchPartner, discoverPersisted, PERSISTED_MANIFEST, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
 
 if (Number(process.versions.node.split('.')[0]) < 24) {
@@ -205,11 +205,14 @@ interface Round {
   firstBad: string | null
   /** CPU time the server process used during the round (null without /proc). */
   cpuMicros: number | null
+  /** CPU time this process (the runner: autocannon, its checks) used during the round: how busy the load generator was. */
+  clientCpuMicros: number
 }
 
 function round (server: ServerProcess, scenario: HttpScenario, durationSec: number): Promise<Round> {
   const url = server.url
   const cpuBefore = server.cpuMicros()
+  const clientBefore = process.cpuUsage()
   return new Promise((resolve, reject) => {
     const first = scenario.next()
     let firstBad: string | null = null
@@ -231,7 +234,9 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
     }, (err, result) => {
       if (err) return reject(err)
       const cpuAfter = server.cpuMicros()
+      const client = process.cpuUsage(clientBefore)
       resolve({
+        clientCpuMicros: client.user + client.system,
         cpuMicros: cpuBefore !== null && cpuAfter !== null ? cpuAfter - cpuBefore : null,
         requests: result.requests.total,
         seconds: result.duration || durationSec,
@@ -257,6 +262,7 @@ async function warmUp (server: ServerProcess, scenario: HttpScenario): Promise<R
     total = {
       ...total,
       requests: total.requests + r.requests,
+      clientCpuMicros: total.clientCpuMicros + r.clientCpuMicros,
       seconds: total.seconds + r.seconds,
       non2xx: total.non2xx + r.non2xx,
       errors: total.errors + r.errors,
@@ -296,6 +302,8 @@ interface Group {
   store: StoreKind
   limit: HttpScenario
   rest: HttpScenario
+  /** The rest route's work behind the service's protections (bench/guarded-server.ts), in the shapes of the scenarios. */
+  guarded: HttpScenario[]
   scenarios: HttpScenario[]
 }
 
@@ -309,7 +317,7 @@ interface Member {
 }
 
 function baseResult (scenario: HttpScenario): Result {
-  return { name: scenario.name, kind: scenario.target === 'service' ? 'scenario' : 'baseline', store: scenario.store, description: scenario.description, status: 'ok', restBaseline: restBaselineOf(scenario) }
+  return { name: scenario.name, kind: scenario.guardedRow ? 'guarded' : scenario.target === 'service' ? 'scenario' : 'baseline', store: scenario.store, description: scenario.description, status: 'ok', restBaseline: restBaselineOf(scenario) }
 }
 
 async function runGroup (group: Group): Promise<Result[]> {
@@ -320,7 +328,7 @@ async function runGroup (group: Group): Promise<Result[]> {
   try {
     baseline = await startProcess({ name: `baseline-${group.label}`, target: 'baseline', store: group.store })
     servers.push(baseline)
-    for (const scenario of [group.limit, group.rest, ...group.scenarios]) {
+    for (const scenario of [group.limit, group.rest, ...group.guarded, ...group.scenarios]) {
       const result = baseResult(scenario)
       const unavailable = scenario.unavailable?.()
       if (unavailable) {
@@ -366,6 +374,20 @@ async function runGroup (group: Group): Promise<Result[]> {
       const ratioTo = (other: Member | undefined) => other && other.rounds.every((r) => r.requests > 0)
         ? median(m.rounds.map((r, i) => rpsOf(r) / rpsOf(other.rounds[i]!)))
         : null
+      // The same comparison by the server's CPU time per request (the other's over this row's, so higher
+      // is better like a throughput ratio): what a request costs the server, whatever paced the round.
+      const cpuPerRequest = (r: Round) => r.cpuMicros !== null && r.requests > 0 ? r.cpuMicros / r.requests : null
+      const cpuRatioTo = (other: Member | undefined) => {
+        if (!other) return null
+        const ratios = m.rounds.map((r, i) => {
+          const mine = cpuPerRequest(r)
+          const theirs = cpuPerRequest(other.rounds[i]!)
+          return mine && theirs ? theirs / mine : null
+        })
+        return ratios.every((x) => x !== null) ? median(ratios as number[]) : null
+      }
+      const guarded = members.find((g) => g.scenario.name === m.scenario.guarded)
+      const clientCpu = m.rounds.reduce((n, r) => n + r.clientCpuMicros, 0)
       Object.assign(m.result, {
         connections: options.connections,
         durationSec: seconds,
@@ -379,7 +401,13 @@ async function runGroup (group: Group): Promise<Result[]> {
           ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / requests
           : null,
         ratioToLimit: ratioTo(limit),
-        ...(m.scenario.target === 'service' ? { ratioToRest: ratioTo(rest) } : {}),
+        ...(m.scenario.target === 'service' ? { ratioToRest: ratioTo(rest), cpuRatioToRest: cpuRatioTo(rest) } : {}),
+        ...(guarded ? { guardedBaseline: guarded.scenario.name, ratioToGuarded: ratioTo(guarded), cpuRatioToGuarded: cpuRatioTo(guarded) } : {}),
+        // How busy each side was over the measured rounds (CPU seconds per second, 1 = one core saturated):
+        // a row whose load generator is near 1 while its server is not measured the load generator.
+        serverBusy: m.rounds.every((r) => r.cpuMicros !== null) ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / 1e6 / seconds : null,
+        clientBusy: clientCpu / 1e6 / seconds,
+        clientCpuMicrosPerRequest: requests > 0 ? clientCpu / requests : null,
         rounds: m.rounds.map(rpsOf)
       })
       const failures: string[] = []
@@ -400,7 +428,7 @@ async function runGroup (group: Group): Promise<Result[]> {
   } finally {
     for (const server of servers) await server.stop()
   }
-  const order = [group.limit, group.rest, ...group.scenarios].map((s) => s.name)
+  const order = [group.limit, group.rest, ...group.guarded, ...group.scenarios].map((s) => s.name)
   return results.sort((a, b) => order.indexOf(a.name) - order.indexOf(b.name))
 }
 
@@ -450,6 +478,13 @@ async function main (): Promise<number> {
     if (sample.status !== 200 || !sample.body.startsWith('{"data":')) throw new Error(`the service answered the users-list probe with HTTP ${sample.status}: ${sample.body.slice(0, 300)}`)
     data.listBody = sample.body
     writeFileSync(join(work, 'list-body.json'), sample.body)
+    // The prices the guarded rows pay: what the service charged these two requests.
+    const user = data.users[0]!
+    const userSample = await send(probe.url, { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', authorization: `Bearer ${user.token}` }, body: JSON.stringify({ query: USER_BY_ID_QUERY, variables: { id: user.id } }) })
+    const priceOf = (body: string) => (JSON.parse(body) as { extensions?: { cost?: { requested?: number } } }).extensions?.cost?.requested
+    const [userCost, listCost] = [priceOf(userSample.body), priceOf(sample.body)]
+    if (!userCost || !listCost) throw new Error(`the service's answers carry no extensions.cost.requested (user-by-id: ${userSample.body.slice(0, 200)})`)
+    data.costs = { user: userCost, list: listCost }
     data.persistedUnavailable = await discoverPersisted(probe.url, data) ?? undefined
     data.pageCursors = await pageCursors(probe.url)
     soapUnavailable = await discoverSoap(probe.url, data, seeded.partner)
@@ -460,20 +495,23 @@ async function main (): Promise<number> {
   const [limit, restList, restUser, restMessages, restCreate] = baselineScenarios(data, 'sqlite')
   const [usersList, usersPage, userById, persistedGet, messagesAuthors, createUser] = serviceScenarios(data, 'sqlite')
   const peers = peerScenarios(data)
+  const [guardedList, guardedUserGet, guardedUser] = guardedScenarios(data)
   const groups: (Group | 'subscription-fanout')[] = [
-    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, scenarios: [usersList!, usersPage!, ...peers.list] },
-    { label: 'user', store: 'sqlite', limit: limit!, rest: restUser!, scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable), ...peers.user] },
-    { label: 'messages', store: 'sqlite', limit: limit!, rest: restMessages!, scenarios: [messagesAuthors!] },
-    { label: 'create', store: 'sqlite', limit: limit!, rest: restCreate!, scenarios: [createUser!] },
+    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, guarded: [guardedList!], scenarios: [usersList!, usersPage!, ...peers.list] },
+    { label: 'user', store: 'sqlite', limit: limit!, rest: restUser!, guarded: [guardedUserGet!, guardedUser!], scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable), ...peers.user] },
+    { label: 'messages', store: 'sqlite', limit: limit!, rest: restMessages!, guarded: [], scenarios: [messagesAuthors!] },
+    { label: 'create', store: 'sqlite', limit: limit!, rest: restCreate!, guarded: [], scenarios: [createUser!] },
     'subscription-fanout'
   ]
   if (options.postgres) {
-    groups.push({ label: 'postgres', store: 'postgres', limit: limit!, rest: baselineScenarios(data, 'postgres')[0]!, scenarios: serviceScenarios(data, 'postgres') })
+    groups.push({ label: 'postgres', store: 'postgres', limit: limit!, rest: baselineScenarios(data, 'postgres')[0]!, guarded: [], scenarios: serviceScenarios(data, 'postgres') })
   }
   const plan = groups.flatMap((g): (Group | 'subscription-fanout')[] => {
     if (g === 'subscription-fanout') return FANOUT_ROWS.some((row) => selected(row.name)) ? [g] : []
     const scenarios = g.scenarios.filter((s) => selected(s.name))
-    return scenarios.length > 0 ? [{ ...g, scenarios }] : []
+    // A scenario brings its rest route along, and its guarded row (or one named with --only).
+    const guarded = g.guarded.filter((s) => selected(s.name) || scenarios.some((x) => x.guarded === s.name))
+    return scenarios.length > 0 || guarded.length > 0 ? [{ ...g, guarded, scenarios }] : []
   })
   if (plan.length === 0 && !(selected('users-list-postgres') && !options.postgres)) {
     console.error(`bench: no scenario named ${options.only.join(', ')}`)
@@ -487,13 +525,13 @@ async function main (): Promise<number> {
       log(`[${i + 1}/${plan.length}] ${FANOUT_ROWS.filter((row) => selected(row.name)).map((row) => `${row.name}, ${row.baseline}`).join(', ')} (${elapsed()})`)
       results.push(...await fanoutStep(data))
     } else {
-      log(`[${i + 1}/${plan.length}] ${[step.rest, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`)
+      log(`[${i + 1}/${plan.length}] ${[step.rest, ...step.guarded, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`)
       if (step.store === 'postgres') await seedStore('postgres')
       let rows: Result[]
       try {
         rows = await runGroup(step)
       } catch (err) {
-        rows = [step.rest, ...step.scenarios].map((s) => ({ ...baseResult(s), status: 'failed' as const, reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }))
+        rows = [step.rest, ...step.guarded, ...step.scenarios].map((s) => ({ ...baseResult(s), status: 'failed' as const, reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }))
       }
       for (const row of rows) (row.name === 'limit' ? limits : results).push(row)
     }
