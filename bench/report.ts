@@ -43,6 +43,10 @@ export interface Result {
   clientBusy?: number | null
   /** The runner's CPU time per request, in µs. */
   clientCpuMicrosPerRequest?: number | null
+  /** The kernel's share of the server's CPU time over the measured rounds. */
+  serverSystemShare?: number | null
+  /** Server and runner CPU seconds per second in each measured round, in order. */
+  roundBusy?: { server: number | null; client: number }[]
   ratioToLimit?: number | null
   /** Fan-out rows: p99 delivery latency over ws-broadcast's p99 (same run). */
   p99Ratio?: number | null
@@ -86,6 +90,7 @@ function rowOf (r: Result): string[] {
     fixed(r.latencyMs?.p50, 1),
     fixed(r.latencyMs?.p99, 1),
     fixed(r.cpuMicrosPerRequest, 0),
+    fixed(r.serverSystemShare, 2),
     fixed(r.serverBusy, 2),
     fixed(r.clientCpuMicrosPerRequest, 0),
     fixed(r.clientBusy, 2),
@@ -95,7 +100,7 @@ function rowOf (r: Result): string[] {
   ]
 }
 
-const HEADER = ['scenario', 'req/s', '× rest', 'CPU × rest', '× guarded', 'CPU × guarded', '× limit', 'p50 ms', 'p99 ms', 'CPU µs/req', 'server busy', 'client µs/req', 'client busy', 'non2xx/err', 'peak RSS MB', 'result']
+const HEADER = ['scenario', 'req/s', '× rest', 'CPU × rest', '× guarded', 'CPU × guarded', '× limit', 'p50 ms', 'p99 ms', 'CPU µs/req', 'sys share', 'server busy', 'client µs/req', 'client busy', 'non2xx/err', 'peak RSS MB', 'result']
 
 export function textTable (report: RunReport): string {
   const rows = [HEADER, ...report.results.map(rowOf)]

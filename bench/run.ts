@@ -203,15 +203,16 @@ interface Round {
   mismatches: number
   /** The first non-2xx or failing response, for the report. */
   firstBad: string | null
-  /** CPU time the server process used during the round (null without /proc). */
+  /** CPU time the server process used during the round (null without /proc), and how much of it in the kernel. */
   cpuMicros: number | null
+  systemMicros: number | null
   /** CPU time this process (the runner: autocannon, its checks) used during the round: how busy the load generator was. */
   clientCpuMicros: number
 }
 
 function round (server: ServerProcess, scenario: HttpScenario, durationSec: number): Promise<Round> {
   const url = server.url
-  const cpuBefore = server.cpuMicros()
+  const cpuBefore = server.cpuSplitMicros()
   const clientBefore = process.cpuUsage()
   return new Promise((resolve, reject) => {
     const first = scenario.next()
@@ -233,11 +234,13 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
       }
     }, (err, result) => {
       if (err) return reject(err)
-      const cpuAfter = server.cpuMicros()
+      const cpuAfter = server.cpuSplitMicros()
       const client = process.cpuUsage(clientBefore)
+      const measured = cpuBefore !== null && cpuAfter !== null
       resolve({
         clientCpuMicros: client.user + client.system,
-        cpuMicros: cpuBefore !== null && cpuAfter !== null ? cpuAfter - cpuBefore : null,
+        cpuMicros: measured ? cpuAfter.user + cpuAfter.system - cpuBefore.user - cpuBefore.system : null,
+        systemMicros: measured ? cpuAfter.system - cpuBefore.system : null,
         requests: result.requests.total,
         seconds: result.duration || durationSec,
         p50: result.latency.p50,
@@ -408,7 +411,11 @@ async function runGroup (group: Group): Promise<Result[]> {
         serverBusy: m.rounds.every((r) => r.cpuMicros !== null) ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / 1e6 / seconds : null,
         clientBusy: clientCpu / 1e6 / seconds,
         clientCpuMicrosPerRequest: requests > 0 ? clientCpu / requests : null,
-        rounds: m.rounds.map(rpsOf)
+        // The kernel's share of the server's CPU time (sockets, mostly): a row whose share differs from its
+        // baseline's moves against it with what a system call costs on the machine.
+        serverSystemShare: m.rounds.every((r) => r.systemMicros !== null && r.cpuMicros) ? m.rounds.reduce((n, r) => n + r.systemMicros!, 0) / m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) : null,
+        rounds: m.rounds.map(rpsOf),
+        roundBusy: m.rounds.map((r) => ({ server: r.cpuMicros === null ? null : r.cpuMicros / 1e6 / r.seconds, client: r.clientCpuMicros / 1e6 / r.seconds }))
       })
       const failures: string[] = []
       if (sum('non2xx') > 0) failures.push(`${sum('non2xx')} non-2xx responses`)

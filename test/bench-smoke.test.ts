@@ -60,11 +60,11 @@ test('the table shows each row against rest and against its guarded row, by req/
   const table = textTable(report([
     { name: 'rest-user', kind: 'baseline', rps: 20000, cpuMicrosPerRequest: 50, serverBusy: 0.97, clientBusy: 0.99, clientCpuMicrosPerRequest: 49 },
     { name: 'guarded-user', kind: 'guarded', rps: 16000, ratioToRest: 0.8, cpuRatioToRest: 0.75, cpuMicrosPerRequest: 66, serverBusy: 0.98, clientBusy: 0.8, clientCpuMicrosPerRequest: 50 },
-    { name: 'user-by-id', rps: 10000, ratioToRest: 0.5, cpuRatioToRest: 0.45, guardedBaseline: 'guarded-user', ratioToGuarded: 0.625, cpuRatioToGuarded: 0.6, cpuMicrosPerRequest: 110, serverBusy: 0.99, clientBusy: 0.5, clientCpuMicrosPerRequest: 50 }
+    { name: 'user-by-id', rps: 10000, ratioToRest: 0.5, cpuRatioToRest: 0.45, guardedBaseline: 'guarded-user', ratioToGuarded: 0.625, cpuRatioToGuarded: 0.6, cpuMicrosPerRequest: 110, serverSystemShare: 0.3, serverBusy: 0.99, clientBusy: 0.5, clientCpuMicrosPerRequest: 50 }
   ]))
   t.match(table, /scenario\s+req\/s\s+× rest\s+CPU × rest\s+× guarded\s+CPU × guarded\s+× limit/)
   t.match(table, /guarded-user\s+16000\s+0\.80\s+0\.75\s+–/)
-  t.match(table, /user-by-id\s+10000\s+0\.50\s+0\.45\s+0\.63\s+0\.60\s+–\s+–\s+–\s+110\s+0\.99\s+50\s+0\.50/)
+  t.match(table, /user-by-id\s+10000\s+0\.50\s+0\.45\s+0\.63\s+0\.60\s+–\s+–\s+–\s+110\s+0\.30\s+0\.99\s+50\s+0\.50/)
 })
 
 test('a guarded row pays the service\'s protections: JWT, request and cost budgets with their headers, request id', async (t) => {
