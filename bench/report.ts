@@ -188,8 +188,11 @@ export interface CheckOutcome {
   lines: string[]
 }
 
-/** Every scenario with a floor must have run cleanly at or above it (its ratio to its baseline row); failures fail whatever the floor. */
-export function checkThresholds (report: RunReport, thresholds: Thresholds): CheckOutcome {
+/**
+ * Every scenario with a floor must have run cleanly at or above it (its ratio to its baseline row; with a
+ * guarded floor, also its ratio to its guarded row); failures fail whatever the floor.
+ */
+export function checkThresholds (report: RunReport, thresholds: Thresholds, guardedFloors: Thresholds = {}): CheckOutcome {
   const lines: string[] = []
   let ok = true
   for (const r of report.results) {
@@ -198,19 +201,24 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds): Che
       lines.push(`FAIL ${r.name}: ${r.reason}`)
     }
   }
-  for (const [name, floor] of Object.entries(thresholds)) {
-    const r = report.results.find((x) => x.name === name)
-    if (!r || r.status === 'skipped') {
-      lines.push(`skip ${name}: not measured${r?.reason ? ` (${r.reason})` : ''}; floor ${floor.toFixed(2)} not checked`)
-    } else if (r.status === 'ok') {
-      const ratio = r.ratioToRest ?? 0
-      const pass = ratio >= floor
-      if (!pass) ok = false
-      // Truncated, not rounded, when under: a failing ratio never reads as its floor ("0.45 < 0.45").
-      const shown = pass ? ratio.toFixed(3) : (Math.floor(ratio * 1000) / 1000).toFixed(3)
-      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${r.restBaseline ?? 'rest'} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+  const check = (floors: Thresholds, against: (r: Result) => [ratio: number | null | undefined, baseline: string]) => {
+    for (const [name, floor] of Object.entries(floors)) {
+      const r = report.results.find((x) => x.name === name)
+      if (!r || r.status === 'skipped') {
+        lines.push(`skip ${name}: not measured${r?.reason ? ` (${r.reason})` : ''}; floor ${floor.toFixed(2)} not checked`)
+      } else if (r.status === 'ok') {
+        const [measured, baseline] = against(r)
+        const ratio = measured ?? 0
+        const pass = ratio >= floor
+        if (!pass) ok = false
+        // Truncated, not rounded, when under: a failing ratio never reads as its floor ("0.45 < 0.45").
+        const shown = pass ? ratio.toFixed(3) : (Math.floor(ratio * 1000) / 1000).toFixed(3)
+        lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${baseline} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+      }
     }
   }
+  check(thresholds, (r) => [r.ratioToRest, r.restBaseline ?? 'rest'])
+  check(guardedFloors, (r) => [r.ratioToGuarded, r.guardedBaseline ?? 'guarded'])
   return { ok, lines }
 }
 

@@ -54,6 +54,12 @@ test('bench:check fails under a floor or on a failed scenario, and passes at the
   const failed = checkThresholds(report([{ name: 'users-list', ratioToRest: 2 }, { name: 'create-user', status: 'failed', reason: '3 non-2xx responses' }]), floors)
   t.notOk(failed.ok, 'a fast error is never throughput')
   t.match(failed.lines.join('\n'), /skip user-by-id: not measured/)
+  // A guarded floor reads the ratio to the guarded row.
+  const guarded = [{ name: 'users-list', ratioToRest: 0.9, guardedBaseline: 'guarded-list', ratioToGuarded: 0.7 }, { name: 'user-by-id', ratioToRest: 0.9 }]
+  const underGuarded = checkThresholds(report(guarded), floors, { 'users-list': 0.8 })
+  t.notOk(underGuarded.ok)
+  t.match(underGuarded.lines.join('\n'), /FAIL users-list: 0\.700 × guarded-list < floor 0\.80/)
+  t.ok(checkThresholds(report(guarded), floors, { 'users-list': 0.7 }).ok)
 })
 
 test('the table shows each row against rest and against its guarded row, by req/s and by server CPU, with how busy each side was', async (t) => {
