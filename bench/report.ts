@@ -188,11 +188,17 @@ export interface CheckOutcome {
   lines: string[]
 }
 
+/** Floors on a scenario's ratios to its guarded row: by req/s, and by server CPU per request. */
+export interface GuardedFloors {
+  guardedFloors?: Thresholds
+  cpuGuardedFloors?: Thresholds
+}
+
 /**
  * Every scenario with a floor must have run cleanly at or above it (its ratio to its baseline row; with a
- * guarded floor, also its ratio to its guarded row); failures fail whatever the floor.
+ * guarded floor, also its ratio to its guarded row, by req/s or by CPU); failures fail whatever the floor.
  */
-export function checkThresholds (report: RunReport, thresholds: Thresholds, guardedFloors: Thresholds = {}): CheckOutcome {
+export function checkThresholds (report: RunReport, thresholds: Thresholds, guarded: GuardedFloors = {}): CheckOutcome {
   const lines: string[] = []
   let ok = true
   for (const r of report.results) {
@@ -218,7 +224,8 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds, guar
     }
   }
   check(thresholds, (r) => [r.ratioToRest, r.restBaseline ?? 'rest'])
-  check(guardedFloors, (r) => [r.ratioToGuarded, r.guardedBaseline ?? 'guarded'])
+  check(guarded.guardedFloors ?? {}, (r) => [r.ratioToGuarded, r.guardedBaseline ?? 'guarded'])
+  check(guarded.cpuGuardedFloors ?? {}, (r) => [r.cpuRatioToGuarded, `${r.guardedBaseline ?? 'guarded'} by CPU µs/req`])
   return { ok, lines }
 }
 

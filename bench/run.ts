@@ -16,7 +16,7 @@ import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
 import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
-import { checkThresholds, fanoutMarkdownTable, fanoutTextTable, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
+import { checkThresholds, type GuardedFloors, fanoutMarkdownTable, fanoutTextTable, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
 import { baselineScenarios, guardedScenarios, peerScenarios, restBaselineOf, serviceScenarios, USER_BY_ID_QUERY, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
 import { createBenchPartner, discoverPersisted, PERSISTED_MANIFEST, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
 
@@ -83,7 +83,7 @@ if (options.users < 1000) {
 }
 
 const resultsDir = args['results-dir'] ?? join(REPO_ROOT, 'bench/results')
-const thresholdsFile = JSON.parse(readFileSync(new URL('./thresholds.json', import.meta.url), 'utf8')) as { floors: Thresholds; guardedFloors?: Thresholds }
+const thresholdsFile = JSON.parse(readFileSync(new URL('./thresholds.json', import.meta.url), 'utf8')) as { floors: Thresholds } & GuardedFloors
 const thresholds = thresholdsFile.floors
 const work = mkdtempSync(join(tmpdir(), 'bench-'))
 const startedAt = new Date()
@@ -603,7 +603,7 @@ async function main (): Promise<number> {
 
   let exitCode = results.some((r) => r.status === 'failed') ? 1 : 0
   if (args.check) {
-    const outcome = checkThresholds(report, thresholds, thresholdsFile.guardedFloors)
+    const outcome = checkThresholds(report, thresholds, thresholdsFile)
     log('')
     for (const line of outcome.lines) log(line)
     log(outcome.ok ? 'bench:check passed' : 'bench:check FAILED')

@@ -56,10 +56,14 @@ test('bench:check fails under a floor or on a failed scenario, and passes at the
   t.match(failed.lines.join('\n'), /skip user-by-id: not measured/)
   // A guarded floor reads the ratio to the guarded row.
   const guarded = [{ name: 'users-list', ratioToRest: 0.9, guardedBaseline: 'guarded-list', ratioToGuarded: 0.7 }, { name: 'user-by-id', ratioToRest: 0.9 }]
-  const underGuarded = checkThresholds(report(guarded), floors, { 'users-list': 0.8 })
+  const underGuarded = checkThresholds(report(guarded), floors, { guardedFloors: { 'users-list': 0.8 } })
   t.notOk(underGuarded.ok)
   t.match(underGuarded.lines.join('\n'), /FAIL users-list: 0\.700 × guarded-list < floor 0\.80/)
-  t.ok(checkThresholds(report(guarded), floors, { 'users-list': 0.7 }).ok)
+  t.ok(checkThresholds(report(guarded), floors, { guardedFloors: { 'users-list': 0.7 } }).ok)
+  // And by server CPU per request.
+  const byCpu = checkThresholds(report([{ ...guarded[0]!, cpuRatioToGuarded: 0.6 }, guarded[1]!]), floors, { cpuGuardedFloors: { 'users-list': 0.65 } })
+  t.notOk(byCpu.ok)
+  t.match(byCpu.lines.join('\n'), /FAIL users-list: 0\.600 × guarded-list by CPU µs\/req < floor 0\.65/)
 })
 
 test('the table shows each row against rest and against its guarded row, by req/s and by server CPU, with how busy each side was', async (t) => {
