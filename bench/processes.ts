@@ -15,6 +15,8 @@ export interface ServerProcess {
   readonly url: string
   /** CPU time used so far (user + system), in microseconds; null where /proc is not available. */
   cpuMicros (): number | null
+  /** The same, split into user and kernel (system) time; null where /proc is not available. */
+  cpuSplitMicros (): { user: number; system: number } | null
   /** Peak resident set size so far (VmHWM), in bytes; null where /proc is not available. */
   peakRssBytes (): number | null
   /** Resident set size now (VmRSS), in bytes; null where /proc is not available or once stopped. */
@@ -76,16 +78,22 @@ export const readRss = (pid: number): number | null => readStatusKb(pid, 'VmRSS'
 
 const CLOCK_TICKS_PER_SEC = 100 // USER_HZ: 100 on Linux for every architecture Node supports
 
-/** CPU time (user + system) the process has used so far, in microseconds; null where /proc is not available. */
-export function readCpuMicros (pid: number): number | null {
+/** CPU time the process has used so far in user and kernel mode, in microseconds; null where /proc is not available. */
+export function readCpuSplitMicros (pid: number): { user: number; system: number } | null {
   try {
     // Fields after the command name (which may hold spaces, hence the last ')'): utime is the 12th, stime the 13th.
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return ((Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SEC) * 1e6
+    return { user: (Number(fields[11]) / CLOCK_TICKS_PER_SEC) * 1e6, system: (Number(fields[12]) / CLOCK_TICKS_PER_SEC) * 1e6 }
   } catch {
     return null
   }
+}
+
+/** CPU time (user + system) the process has used so far, in microseconds; null where /proc is not available. */
+export function readCpuMicros (pid: number): number | null {
+  const split = readCpuSplitMicros(pid)
+  return split === null ? null : split.user + split.system
 }
 
 function tail (path: string, lines: number): string {
@@ -135,6 +143,7 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
     pid: child.pid!,
     url,
     cpuMicros: () => exited === null ? readCpuMicros(child.pid!) : null,
+    cpuSplitMicros: () => exited === null ? readCpuSplitMicros(child.pid!) : null,
     peakRssBytes: () => {
       if (exited === null) peak = readPeakRss(child.pid!) ?? peak
       return peak

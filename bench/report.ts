@@ -7,7 +7,8 @@ import type { StoreKind } from './scenarios.ts'
 
 export interface Result {
   name: string
-  kind: 'baseline' | 'scenario'
+  /** guarded: a rest route's work behind the service's per-request protections (bench/guarded-server.ts). */
+  kind: 'baseline' | 'guarded' | 'scenario'
   store: StoreKind
   description: string
   status: 'ok' | 'failed' | 'skipped'
@@ -30,6 +31,22 @@ export interface Result {
   cpuMicrosPerRequest?: number | null
   restBaseline?: string | null
   ratioToRest?: number | null
+  /** The rest row's server CPU µs/req over this row's (median over rounds): the ratio by cost, whatever paced the round. */
+  cpuRatioToRest?: number | null
+  /** The guarded row of the same transport shape, and the ratios to it (req/s, and by server CPU per request). */
+  guardedBaseline?: string
+  ratioToGuarded?: number | null
+  cpuRatioToGuarded?: number | null
+  /** Server CPU seconds per second over the measured rounds (1 = its core saturated). */
+  serverBusy?: number | null
+  /** The runner's (autocannon's) CPU seconds per second over the measured rounds: near 1, the load generator set the pace. */
+  clientBusy?: number | null
+  /** The runner's CPU time per request, in µs. */
+  clientCpuMicrosPerRequest?: number | null
+  /** The kernel's share of the server's CPU time over the measured rounds. */
+  serverSystemShare?: number | null
+  /** Server and runner CPU seconds per second in each measured round, in order. */
+  roundBusy?: { server: number | null; client: number }[]
   ratioToLimit?: number | null
   /** Fan-out rows: p99 delivery latency over ws-broadcast's p99 (same run). */
   p99Ratio?: number | null
@@ -61,21 +78,29 @@ const mb = (bytes: number | null | undefined): string => bytes == null ? '–' :
 
 function rowOf (r: Result): string[] {
   const outcome = r.status === 'ok' ? 'ok' : `${r.status.toUpperCase()}${r.reason ? `: ${r.reason}` : ''}`
+  const compared = r.kind !== 'baseline'
   return [
     r.name,
     r.rps === undefined ? '–' : Math.round(r.rps).toString(),
-    r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '',
+    compared ? fixed(r.ratioToRest, 2) : '',
+    compared ? fixed(r.cpuRatioToRest, 2) : '',
+    r.guardedBaseline ? fixed(r.ratioToGuarded, 2) : '',
+    r.guardedBaseline ? fixed(r.cpuRatioToGuarded, 2) : '',
     fixed(r.ratioToLimit, 2),
     fixed(r.latencyMs?.p50, 1),
     fixed(r.latencyMs?.p99, 1),
     fixed(r.cpuMicrosPerRequest, 0),
+    fixed(r.serverSystemShare, 2),
+    fixed(r.serverBusy, 2),
+    fixed(r.clientCpuMicrosPerRequest, 0),
+    fixed(r.clientBusy, 2),
     r.non2xx === undefined ? '–' : `${r.non2xx}/${r.errors ?? 0}`,
     mb(r.peakRssBytes),
     outcome
   ]
 }
 
-const HEADER = ['scenario', 'req/s', '× rest', '× limit', 'p50 ms', 'p99 ms', 'CPU µs/req', 'non2xx/err', 'peak RSS MB', 'result']
+const HEADER = ['scenario', 'req/s', '× rest', 'CPU × rest', '× guarded', 'CPU × guarded', '× limit', 'p50 ms', 'p99 ms', 'CPU µs/req', 'sys share', 'server busy', 'client µs/req', 'client busy', 'non2xx/err', 'peak RSS MB', 'result']
 
 export function textTable (report: RunReport): string {
   const rows = [HEADER, ...report.results.map(rowOf)]
@@ -163,8 +188,17 @@ export interface CheckOutcome {
   lines: string[]
 }
 
-/** Every scenario with a floor must have run cleanly at or above it (its ratio to its baseline row); failures fail whatever the floor. */
-export function checkThresholds (report: RunReport, thresholds: Thresholds): CheckOutcome {
+/** Floors on a scenario's ratios to its guarded row: by req/s, and by server CPU per request. */
+export interface GuardedFloors {
+  guardedFloors?: Thresholds
+  cpuGuardedFloors?: Thresholds
+}
+
+/**
+ * Every scenario with a floor must have run cleanly at or above it (its ratio to its baseline row; with a
+ * guarded floor, also its ratio to its guarded row, by req/s or by CPU); failures fail whatever the floor.
+ */
+export function checkThresholds (report: RunReport, thresholds: Thresholds, guarded: GuardedFloors = {}): CheckOutcome {
   const lines: string[] = []
   let ok = true
   for (const r of report.results) {
@@ -173,19 +207,25 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds): Che
       lines.push(`FAIL ${r.name}: ${r.reason}`)
     }
   }
-  for (const [name, floor] of Object.entries(thresholds)) {
-    const r = report.results.find((x) => x.name === name)
-    if (!r || r.status === 'skipped') {
-      lines.push(`skip ${name}: not measured${r?.reason ? ` (${r.reason})` : ''}; floor ${floor.toFixed(2)} not checked`)
-    } else if (r.status === 'ok') {
-      const ratio = r.ratioToRest ?? 0
-      const pass = ratio >= floor
-      if (!pass) ok = false
-      // Truncated, not rounded, when under: a failing ratio never reads as its floor ("0.45 < 0.45").
-      const shown = pass ? ratio.toFixed(3) : (Math.floor(ratio * 1000) / 1000).toFixed(3)
-      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${r.restBaseline ?? 'rest'} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+  const check = (floors: Thresholds, against: (r: Result) => [ratio: number | null | undefined, baseline: string]) => {
+    for (const [name, floor] of Object.entries(floors)) {
+      const r = report.results.find((x) => x.name === name)
+      if (!r || r.status === 'skipped') {
+        lines.push(`skip ${name}: not measured${r?.reason ? ` (${r.reason})` : ''}; floor ${floor.toFixed(2)} not checked`)
+      } else if (r.status === 'ok') {
+        const [measured, baseline] = against(r)
+        const ratio = measured ?? 0
+        const pass = ratio >= floor
+        if (!pass) ok = false
+        // Truncated, not rounded, when under: a failing ratio never reads as its floor ("0.45 < 0.45").
+        const shown = pass ? ratio.toFixed(3) : (Math.floor(ratio * 1000) / 1000).toFixed(3)
+        lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${baseline} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+      }
     }
   }
+  check(thresholds, (r) => [r.ratioToRest, r.restBaseline ?? 'rest'])
+  check(guarded.guardedFloors ?? {}, (r) => [r.ratioToGuarded, r.guardedBaseline ?? 'guarded'])
+  check(guarded.cpuGuardedFloors ?? {}, (r) => [r.cpuRatioToGuarded, `${r.guardedBaseline ?? 'guarded'} by CPU µs/req`])
   return { ok, lines }
 }
 

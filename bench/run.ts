@@ -16,8 +16,8 @@ import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
 import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
-import { checkThresholds, fanoutMarkdownTable, fanoutTextTable, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
-import { baselineScenarios, peerScenarios, restBaselineOf, serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
+import { checkThresholds, type GuardedFloors, fanoutMarkdownTable, fanoutTextTable, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
+import { baselineScenarios, guardedScenarios, peerScenarios, restBaselineOf, serviceScenarios, USER_BY_ID_QUERY, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
 import { createBenchPartner, discoverPersisted, PERSISTED_MANIFEST, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
 
 if (Number(process.versions.node.split('.')[0]) < 24) {
@@ -83,7 +83,8 @@ if (options.users < 1000) {
 }
 
 const resultsDir = args['results-dir'] ?? join(REPO_ROOT, 'bench/results')
-const thresholds = JSON.parse(readFileSync(new URL('./thresholds.json', import.meta.url), 'utf8')).floors as Thresholds
+const thresholdsFile = JSON.parse(readFileSync(new URL('./thresholds.json', import.meta.url), 'utf8')) as { floors: Thresholds } & GuardedFloors
+const thresholds = thresholdsFile.floors
 const work = mkdtempSync(join(tmpdir(), 'bench-'))
 const startedAt = new Date()
 const loadStart = loadavg()
@@ -205,13 +206,17 @@ interface Round {
   mismatches: number
   /** The first non-2xx or failing response, for the report. */
   firstBad: string | null
-  /** CPU time the server process used during the round (null without /proc). */
+  /** CPU time the server process used during the round (null without /proc), and how much of it in the kernel. */
   cpuMicros: number | null
+  systemMicros: number | null
+  /** CPU time this process (the runner: autocannon, its checks) used during the round: how busy the load generator was. */
+  clientCpuMicros: number
 }
 
 function round (server: ServerProcess, scenario: HttpScenario, durationSec: number): Promise<Round> {
   const url = server.url
-  const cpuBefore = server.cpuMicros()
+  const cpuBefore = server.cpuSplitMicros()
+  const clientBefore = process.cpuUsage()
   return new Promise((resolve, reject) => {
     const first = scenario.next()
     let firstBad: string | null = null
@@ -232,9 +237,13 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
       }
     }, (err, result) => {
       if (err) return reject(err)
-      const cpuAfter = server.cpuMicros()
+      const cpuAfter = server.cpuSplitMicros()
+      const client = process.cpuUsage(clientBefore)
+      const measured = cpuBefore !== null && cpuAfter !== null
       resolve({
-        cpuMicros: cpuBefore !== null && cpuAfter !== null ? cpuAfter - cpuBefore : null,
+        clientCpuMicros: client.user + client.system,
+        cpuMicros: measured ? cpuAfter.user + cpuAfter.system - cpuBefore.user - cpuBefore.system : null,
+        systemMicros: measured ? cpuAfter.system - cpuBefore.system : null,
         requests: result.requests.total,
         seconds: result.duration || durationSec,
         p50: result.latency.p50,
@@ -259,6 +268,7 @@ async function warmUp (server: ServerProcess, scenario: HttpScenario): Promise<R
     total = {
       ...total,
       requests: total.requests + r.requests,
+      clientCpuMicros: total.clientCpuMicros + r.clientCpuMicros,
       seconds: total.seconds + r.seconds,
       non2xx: total.non2xx + r.non2xx,
       errors: total.errors + r.errors,
@@ -298,6 +308,8 @@ interface Group {
   store: StoreKind
   limit: HttpScenario
   rest: HttpScenario
+  /** The rest route's work behind the service's protections (bench/guarded-server.ts), in the shapes of the scenarios. */
+  guarded: HttpScenario[]
   scenarios: HttpScenario[]
 }
 
@@ -311,7 +323,7 @@ interface Member {
 }
 
 function baseResult (scenario: HttpScenario): Result {
-  return { name: scenario.name, kind: scenario.target === 'service' ? 'scenario' : 'baseline', store: scenario.store, description: scenario.description, status: 'ok', restBaseline: restBaselineOf(scenario) }
+  return { name: scenario.name, kind: scenario.guardedRow ? 'guarded' : scenario.target === 'service' ? 'scenario' : 'baseline', store: scenario.store, description: scenario.description, status: 'ok', restBaseline: restBaselineOf(scenario) }
 }
 
 async function runGroup (group: Group): Promise<Result[]> {
@@ -322,7 +334,7 @@ async function runGroup (group: Group): Promise<Result[]> {
   try {
     baseline = await startProcess({ name: `baseline-${group.label}`, target: 'baseline', store: group.store })
     servers.push(baseline)
-    for (const scenario of [group.limit, group.rest, ...group.scenarios]) {
+    for (const scenario of [group.limit, group.rest, ...group.guarded, ...group.scenarios]) {
       const result = baseResult(scenario)
       const unavailable = scenario.unavailable?.()
       if (unavailable) {
@@ -368,6 +380,20 @@ async function runGroup (group: Group): Promise<Result[]> {
       const ratioTo = (other: Member | undefined) => other && other.rounds.every((r) => r.requests > 0)
         ? median(m.rounds.map((r, i) => rpsOf(r) / rpsOf(other.rounds[i]!)))
         : null
+      // The same comparison by the server's CPU time per request (the other's over this row's, so higher
+      // is better like a throughput ratio): what a request costs the server, whatever paced the round.
+      const cpuPerRequest = (r: Round) => r.cpuMicros !== null && r.requests > 0 ? r.cpuMicros / r.requests : null
+      const cpuRatioTo = (other: Member | undefined) => {
+        if (!other) return null
+        const ratios = m.rounds.map((r, i) => {
+          const mine = cpuPerRequest(r)
+          const theirs = cpuPerRequest(other.rounds[i]!)
+          return mine && theirs ? theirs / mine : null
+        })
+        return ratios.every((x) => x !== null) ? median(ratios as number[]) : null
+      }
+      const guarded = members.find((g) => g.scenario.name === m.scenario.guarded)
+      const clientCpu = m.rounds.reduce((n, r) => n + r.clientCpuMicros, 0)
       Object.assign(m.result, {
         connections: options.connections,
         durationSec: seconds,
@@ -381,8 +407,18 @@ async function runGroup (group: Group): Promise<Result[]> {
           ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / requests
           : null,
         ratioToLimit: ratioTo(limit),
-        ...(m.scenario.target === 'service' ? { ratioToRest: ratioTo(rest) } : {}),
-        rounds: m.rounds.map(rpsOf)
+        ...(m.scenario.target === 'service' ? { ratioToRest: ratioTo(rest), cpuRatioToRest: cpuRatioTo(rest) } : {}),
+        ...(guarded ? { guardedBaseline: guarded.scenario.name, ratioToGuarded: ratioTo(guarded), cpuRatioToGuarded: cpuRatioTo(guarded) } : {}),
+        // How busy each side was over the measured rounds (CPU seconds per second, 1 = one core saturated):
+        // a row whose load generator is near 1 while its server is not measured the load generator.
+        serverBusy: m.rounds.every((r) => r.cpuMicros !== null) ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / 1e6 / seconds : null,
+        clientBusy: clientCpu / 1e6 / seconds,
+        clientCpuMicrosPerRequest: requests > 0 ? clientCpu / requests : null,
+        // The kernel's share of the server's CPU time (sockets, mostly): a row whose share differs from its
+        // baseline's moves against it with what a system call costs on the machine.
+        serverSystemShare: m.rounds.every((r) => r.systemMicros !== null && r.cpuMicros) ? m.rounds.reduce((n, r) => n + r.systemMicros!, 0) / m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) : null,
+        rounds: m.rounds.map(rpsOf),
+        roundBusy: m.rounds.map((r) => ({ server: r.cpuMicros === null ? null : r.cpuMicros / 1e6 / r.seconds, client: r.clientCpuMicros / 1e6 / r.seconds }))
       })
       const failures: string[] = []
       if (sum('non2xx') > 0) failures.push(`${sum('non2xx')} non-2xx responses`)
@@ -402,7 +438,7 @@ async function runGroup (group: Group): Promise<Result[]> {
   } finally {
     for (const server of servers) await server.stop()
   }
-  const order = [group.limit, group.rest, ...group.scenarios].map((s) => s.name)
+  const order = [group.limit, group.rest, ...group.guarded, ...group.scenarios].map((s) => s.name)
   return results.sort((a, b) => order.indexOf(a.name) - order.indexOf(b.name))
 }
 
@@ -452,6 +488,13 @@ async function main (): Promise<number> {
     if (sample.status !== 200 || !sample.body.startsWith('{"data":')) throw new Error(`the service answered the users-list probe with HTTP ${sample.status}: ${sample.body.slice(0, 300)}`)
     data.listBody = sample.body
     writeFileSync(join(work, 'list-body.json'), sample.body)
+    // The prices the guarded rows pay: what the service charged these two requests.
+    const user = data.users[0]!
+    const userSample = await send(probe.url, { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', authorization: `Bearer ${user.token}` }, body: JSON.stringify({ query: USER_BY_ID_QUERY, variables: { id: user.id } }) })
+    const priceOf = (body: string) => (JSON.parse(body) as { extensions?: { cost?: { requested?: number } } }).extensions?.cost?.requested
+    const [userCost, listCost] = [priceOf(userSample.body), priceOf(sample.body)]
+    if (!userCost || !listCost) throw new Error(`the service's answers carry no extensions.cost.requested (user-by-id: ${userSample.body.slice(0, 200)})`)
+    data.costs = { user: userCost, list: listCost }
     data.persistedUnavailable = await discoverPersisted(probe.url, data) ?? undefined
     data.pageCursors = await pageCursors(probe.url)
     soapUnavailable = await discoverSoap(probe.url, data, seeded.partner)
@@ -462,20 +505,23 @@ async function main (): Promise<number> {
   const [limit, restList, restUser, restMessages, restCreate] = baselineScenarios(data, 'sqlite')
   const [usersList, usersPage, userById, persistedGet, messagesAuthors, createUser] = serviceScenarios(data, 'sqlite')
   const peers = peerScenarios(data)
+  const [guardedList, guardedUserGet, guardedUser] = guardedScenarios(data)
   const groups: (Group | 'subscription-fanout')[] = [
-    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, scenarios: [usersList!, usersPage!, ...peers.list] },
-    { label: 'user', store: 'sqlite', limit: limit!, rest: restUser!, scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable), ...peers.user] },
-    { label: 'messages', store: 'sqlite', limit: limit!, rest: restMessages!, scenarios: [messagesAuthors!] },
-    { label: 'create', store: 'sqlite', limit: limit!, rest: restCreate!, scenarios: [createUser!] },
+    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, guarded: [guardedList!], scenarios: [usersList!, usersPage!, ...peers.list] },
+    { label: 'user', store: 'sqlite', limit: limit!, rest: restUser!, guarded: [guardedUserGet!, guardedUser!], scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable), ...peers.user] },
+    { label: 'messages', store: 'sqlite', limit: limit!, rest: restMessages!, guarded: [], scenarios: [messagesAuthors!] },
+    { label: 'create', store: 'sqlite', limit: limit!, rest: restCreate!, guarded: [], scenarios: [createUser!] },
     'subscription-fanout'
   ]
   if (options.postgres) {
-    groups.push({ label: 'postgres', store: 'postgres', limit: limit!, rest: baselineScenarios(data, 'postgres')[0]!, scenarios: serviceScenarios(data, 'postgres') })
+    groups.push({ label: 'postgres', store: 'postgres', limit: limit!, rest: baselineScenarios(data, 'postgres')[0]!, guarded: [], scenarios: serviceScenarios(data, 'postgres') })
   }
   const plan = groups.flatMap((g): (Group | 'subscription-fanout')[] => {
     if (g === 'subscription-fanout') return FANOUT_ROWS.some((row) => selected(row.name)) ? [g] : []
     const scenarios = g.scenarios.filter((s) => selected(s.name))
-    return scenarios.length > 0 ? [{ ...g, scenarios }] : []
+    // A scenario brings its rest route along, and its guarded row (or one named with --only).
+    const guarded = g.guarded.filter((s) => selected(s.name) || scenarios.some((x) => x.guarded === s.name))
+    return scenarios.length > 0 || guarded.length > 0 ? [{ ...g, guarded, scenarios }] : []
   })
   if (plan.length === 0 && !(selected('users-list-postgres') && !options.postgres)) {
     console.error(`bench: no scenario named ${options.only.join(', ')}`)
@@ -489,13 +535,13 @@ async function main (): Promise<number> {
       log(`[${i + 1}/${plan.length}] ${FANOUT_ROWS.filter((row) => selected(row.name)).map((row) => `${row.name}, ${row.baseline}`).join(', ')} (${elapsed()})`)
       results.push(...await fanoutStep(data))
     } else {
-      log(`[${i + 1}/${plan.length}] ${[step.rest, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`)
+      log(`[${i + 1}/${plan.length}] ${[step.rest, ...step.guarded, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`)
       if (step.store === 'postgres') await seedStore('postgres')
       let rows: Result[]
       try {
         rows = await runGroup(step)
       } catch (err) {
-        rows = [step.rest, ...step.scenarios].map((s) => ({ ...baseResult(s), status: 'failed' as const, reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }))
+        rows = [step.rest, ...step.guarded, ...step.scenarios].map((s) => ({ ...baseResult(s), status: 'failed' as const, reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }))
       }
       for (const row of rows) (row.name === 'limit' ? limits : results).push(row)
     }
@@ -528,6 +574,8 @@ async function main (): Promise<number> {
       'req/s: all measured rounds of a row; p50/p99: the median over its rounds. `limit` is measured with every group; its row sums them.',
       serverCpu === null ? 'Processes were not pinned to CPUs (no taskset, or one CPU).' : `Every server ran on CPU ${serverCpu} and the load generator on the others (taskset), so rounds compare like with like.`,
       'CPU µs/req: user + system CPU time of the server process over its measured rounds, per request (what a request costs; other load on the machine moves it far less than req/s).',
+      'Guarded rows (bench/guarded-server.ts): the rest routes\' work behind the service\'s own plugins (JWT, request and cost budgets, metrics, access log, request id, load shedding, CORS) and one chargeCost at the price the service charged the same request; × guarded compares a scenario with the guarded row of its transport shape. CPU × rest / CPU × guarded: the other row\'s server CPU µs/req over this row\'s, median over rounds.',
+      'server busy / client busy: CPU seconds per second of the server process and of this runner (autocannon) over the measured rounds; a row whose client is near 1 while its server is not was paced by the load generator.',
       'Fan-out: deliveries/s and p99 delivery latency of each fan-out row over those of its ws-broadcast row (a bare `ws` process writing prebuilt bytes the size of that row\'s `next` messages to the same graphql-ws clients), measured right after it in the same run; RSS/subscriber: the server\'s VmRSS once every subscriber is active minus before they connected, over the subscribers. Targets shown, not checked.',
       `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg().map((n) => n.toFixed(2)).join(', ')}.`
     ],
@@ -557,7 +605,7 @@ async function main (): Promise<number> {
 
   let exitCode = results.some((r) => r.status === 'failed') ? 1 : 0
   if (args.check) {
-    const outcome = checkThresholds(report, thresholds)
+    const outcome = checkThresholds(report, thresholds, thresholdsFile)
     log('')
     for (const line of outcome.lines) log(line)
     log(outcome.ok ? 'bench:check passed' : 'bench:check FAILED')

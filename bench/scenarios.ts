@@ -21,6 +21,8 @@ export interface BenchData {
   persistedUnavailable?: string
   /** Signed cursors at positions spread over the users (the page-50 scenario starts after each in turn). */
   pageCursors?: string[]
+  /** What the service charged (cost units) for a user-by-id and a users-list request in the probe: the guarded rows spend the same. */
+  costs?: { user: number; list: number }
   /** A partner login for the SOAP scenario, when the SOAP transport exists. */
   soap?: { path: string; login: string; password: string }
 }
@@ -56,6 +58,10 @@ export interface HttpScenario {
   script?: string
   /** Null when the transport answers as expected; otherwise why the scenario is skipped. */
   unavailable? (): string | null
+  /** A guarded baseline (bench/guarded-server.ts): the rest route's work behind the service's per-request protections. */
+  guardedRow?: true
+  /** The guarded row this scenario is also compared with (the same transport shape: GET, POST with a token, anonymous POST). */
+  guarded?: string
 }
 
 export const USERS_LIST_QUERY = '{ users { id name createdAt } }'
@@ -115,6 +121,7 @@ const verifyShape: Record<Shape, (request: RequestSpec, data: any) => string | n
 
 function requestedUserId (request: RequestSpec): string {
   if (request.path.startsWith('/rest/users/')) return decodeURIComponent(request.path.slice('/rest/users/'.length))
+  if (request.path.startsWith('/guarded/users/')) return decodeURIComponent(request.path.slice('/guarded/users/'.length))
   if (request.method === 'GET') {
     return JSON.parse(new URL(request.path, 'http://x').searchParams.get('variables') ?? '{}').id
   }
@@ -225,6 +232,7 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
     store,
     shape: 'list',
     description: `POST ${USERS_LIST_QUERY}, anonymous`,
+    ...(store === 'sqlite' ? { guarded: 'guarded-list' } : {}),
     next: () => gqlPost(USERS_LIST_QUERY, undefined),
     verify: checked('list'),
     quickCheck: jsonOk
@@ -243,6 +251,7 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       store,
       shape: 'list',
       description: 'POST usersConnection(first: 50, after: $cursor) { edges { node { id name createdAt } } pageInfo }, anonymous, cursors spread over all users (keyset: the same cost wherever the page starts)',
+      guarded: 'guarded-list',
       next: () => gqlPost(USERS_PAGE_QUERY, { after: cursor() }),
       verify: (_request, response) => {
         const body = parse(response)
@@ -259,6 +268,7 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       store,
       shape: 'user',
       description: 'POST user(id: $id) { id name email } with a USER token for that user',
+      guarded: 'guarded-user',
       next: () => {
         const { id, token } = user()
         return gqlPost(USER_BY_ID_QUERY, { id }, token)
@@ -272,6 +282,7 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       store,
       shape: 'user',
       description: 'GET /graphql?queryId=…&variables={"id":…} (the persisted UserById query) with a USER token, as a mobile app sends it',
+      guarded: 'guarded-user-get',
       next: () => {
         const { id, token } = persistedUser()
         const query = new URLSearchParams({ queryId: data.persistedUserQueryId ?? 'sha256:unavailable', variables: JSON.stringify({ id }) })
@@ -326,6 +337,7 @@ export function peerScenarios (data: BenchData): { list: HttpScenario[]; user: H
     store: 'sqlite',
     shape,
     description,
+    guarded: shape === 'list' ? 'guarded-list' : 'guarded-user',
     next,
     verify: checked(shape),
     quickCheck: jsonOk
@@ -337,6 +349,58 @@ export function peerScenarios (data: BenchData): { list: HttpScenario[]; user: H
       return gqlPost(USER_BY_ID_QUERY, { id }, token)
     }))
   }
+}
+
+/**
+ * The guarded baselines (bench/guarded-server.ts, one process per row, started like the service): the
+ * rest routes' reads and JSON behind the service's own JWT auth, request and cost budgets (one chargeCost
+ * at the price the service charged the same request), metrics, access log, request id, load shedding and
+ * CORS, each in the transport shape of the GraphQL rows compared with it.
+ */
+export function guardedScenarios (data: BenchData): HttpScenario[] {
+  const getUser = rotate(data.users)
+  const postUser = rotate(data.users)
+  const costs = data.costs ?? { user: 1, list: 1 }
+  const common = {
+    target: 'service' as const,
+    script: 'bench/guarded-server.ts',
+    env: { GUARDED_COST_USER: String(costs.user), GUARDED_COST_LIST: String(costs.list) },
+    store: 'sqlite' as const,
+    guardedRow: true as const,
+    quickCheck: jsonOk
+  }
+  return [
+    {
+      ...common,
+      name: 'guarded-list',
+      shape: 'list',
+      description: `users-list's POST, anonymous, to a plain route behind the service's protections: chargeCost(${costs.list}) + store.listUsers(20) → JSON`,
+      next: () => ({ ...gqlPost(USERS_LIST_QUERY, undefined), path: '/guarded/users' }),
+      verify: checked('list')
+    },
+    {
+      ...common,
+      name: 'guarded-user-get',
+      shape: 'user',
+      description: `GET with a USER token (persisted-get's shape) to a plain route behind the service's protections: chargeCost(${costs.user}) + store.usersByIds([id]) → JSON`,
+      next: () => {
+        const { id, token } = getUser()
+        return { method: 'GET', path: `/guarded/users/${encodeURIComponent(id)}`, headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' } }
+      },
+      verify: checked('user')
+    },
+    {
+      ...common,
+      name: 'guarded-user',
+      shape: 'user',
+      description: `user-by-id's POST (same body, USER token) to a plain route behind the service's protections: chargeCost(${costs.user}) + store.usersByIds([id]) → JSON`,
+      next: () => {
+        const { id, token } = postUser()
+        return { ...gqlPost(USER_BY_ID_QUERY, { id }, token), path: '/guarded/user' }
+      },
+      verify: checked('user')
+    }
+  ]
 }
 
 /** The `rest` baseline each scenario is compared with. */

@@ -112,6 +112,7 @@ export function soapScenario (data: BenchData, unavailable: string | null): Http
     target: 'service',
     store: 'sqlite',
     shape: 'user',
+    guarded: 'guarded-user',
     description: `POST ${SOAP_PATH}: SOAP 1.1 GetUser(id) with a WS-Security UsernameToken (PasswordDigest, fresh nonce) as a partner`,
     next: () => soapRequest(data, data.users[i++ % data.users.length]!.id),
     verify: verifySoap,

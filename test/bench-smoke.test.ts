@@ -2,14 +2,16 @@
 // proving each one runs against the real service and gets correct responses, plus the checks that
 // keep a fast error from ever counting as throughput.
 import { spawnSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { test } from 'tap'
+import { mintToken } from '../app/auth/mint-token.ts'
 import { runFanout } from '../bench/fanout.ts'
 import { startServer } from '../bench/processes.ts'
-import { checkThresholds, fanoutTextTable, svgChart, type Result, type RunReport } from '../bench/report.ts'
-import { serviceScenarios, type BenchData } from '../bench/scenarios.ts'
+import { checkThresholds, fanoutTextTable, svgChart, textTable, type Result, type RunReport } from '../bench/report.ts'
+import { guardedScenarios, serviceScenarios, type BenchData } from '../bench/scenarios.ts'
 
 const REPO = new URL('..', import.meta.url).pathname
 const data: BenchData = { users: [{ id: 'u1', token: 't1' }], adminToken: 'a', rooms: ['general'], runId: 'x' }
@@ -52,6 +54,66 @@ test('bench:check fails under a floor or on a failed scenario, and passes at the
   const failed = checkThresholds(report([{ name: 'users-list', ratioToRest: 2 }, { name: 'create-user', status: 'failed', reason: '3 non-2xx responses' }]), floors)
   t.notOk(failed.ok, 'a fast error is never throughput')
   t.match(failed.lines.join('\n'), /skip user-by-id: not measured/)
+  // A guarded floor reads the ratio to the guarded row.
+  const guarded = [{ name: 'users-list', ratioToRest: 0.9, guardedBaseline: 'guarded-list', ratioToGuarded: 0.7 }, { name: 'user-by-id', ratioToRest: 0.9 }]
+  const underGuarded = checkThresholds(report(guarded), floors, { guardedFloors: { 'users-list': 0.8 } })
+  t.notOk(underGuarded.ok)
+  t.match(underGuarded.lines.join('\n'), /FAIL users-list: 0\.700 × guarded-list < floor 0\.80/)
+  t.ok(checkThresholds(report(guarded), floors, { guardedFloors: { 'users-list': 0.7 } }).ok)
+  // And by server CPU per request.
+  const byCpu = checkThresholds(report([{ ...guarded[0]!, cpuRatioToGuarded: 0.6 }, guarded[1]!]), floors, { cpuGuardedFloors: { 'users-list': 0.65 } })
+  t.notOk(byCpu.ok)
+  t.match(byCpu.lines.join('\n'), /FAIL users-list: 0\.600 × guarded-list by CPU µs\/req < floor 0\.65/)
+})
+
+test('the table shows each row against rest and against its guarded row, by req/s and by server CPU, with how busy each side was', async (t) => {
+  const table = textTable(report([
+    { name: 'rest-user', kind: 'baseline', rps: 20000, cpuMicrosPerRequest: 50, serverBusy: 0.97, clientBusy: 0.99, clientCpuMicrosPerRequest: 49 },
+    { name: 'guarded-user', kind: 'guarded', rps: 16000, ratioToRest: 0.8, cpuRatioToRest: 0.75, cpuMicrosPerRequest: 66, serverBusy: 0.98, clientBusy: 0.8, clientCpuMicrosPerRequest: 50 },
+    { name: 'user-by-id', rps: 10000, ratioToRest: 0.5, cpuRatioToRest: 0.45, guardedBaseline: 'guarded-user', ratioToGuarded: 0.625, cpuRatioToGuarded: 0.6, cpuMicrosPerRequest: 110, serverSystemShare: 0.3, serverBusy: 0.99, clientBusy: 0.5, clientCpuMicrosPerRequest: 50 }
+  ]))
+  t.match(table, /scenario\s+req\/s\s+× rest\s+CPU × rest\s+× guarded\s+CPU × guarded\s+× limit/)
+  t.match(table, /guarded-user\s+16000\s+0\.80\s+0\.75\s+–/)
+  t.match(table, /user-by-id\s+10000\s+0\.50\s+0\.45\s+0\.63\s+0\.60\s+–\s+–\s+–\s+110\s+0\.30\s+0\.99\s+50\s+0\.50/)
+})
+
+test('a guarded row pays the service\'s protections: JWT, request and cost budgets with their headers, request id', async (t) => {
+  const logDir = mkdtempSync(join(tmpdir(), 'bench-guarded-'))
+  const secret = randomBytes(32).toString('hex')
+  // A cost window of 5 units and a price of 3 per request: the second request of one caller is over it.
+  const server = await startServer({
+    name: 'guarded-test',
+    script: 'bench/guarded-server.ts',
+    env: {
+      NODE_ENV: 'production', JWT_SECRET: secret, PARTNER_SECRET_KEY: randomBytes(32).toString('hex'), SQLITE_PATH: join(logDir, 'db.sqlite'),
+      DEMO_DATA: 'true', RATE_LIMIT_COST: '5', GUARDED_COST_USER: '3', GUARDED_COST_LIST: '3'
+    },
+    logDir
+  })
+  t.teardown(async () => {
+    await server.stop()
+    rmSync(logDir, { recursive: true, force: true })
+  })
+  const jwt = { algorithms: ['HS256'], secret, publicKey: null, privateKey: null, issuer: null, audience: null, clockToleranceSec: 5 }
+  const rows = guardedScenarios({ users: ['2', '3'].map((id) => ({ id, token: mintToken(jwt, id, 'USER') })), adminToken: 'a', rooms: [], runId: 'x', costs: { user: 3, list: 3 } })
+  const [userGet, userPost] = ['guarded-user-get', 'guarded-user'].map((name) => rows.find((s) => s.name === name)!)
+  const call = async (request: { method: string; path: string; headers: Record<string, string>; body?: string }) => {
+    const response = await fetch(server.url + request.path, { method: request.method, headers: request.headers, body: request.body })
+    return { status: response.status, contentType: response.headers.get('content-type') ?? '', headers: response.headers, body: await response.text() }
+  }
+  const first = userGet!.next()
+  const answer = await call(first)
+  t.equal(userGet!.verify(first, answer), null, 'the rest route\'s answer, to its user')
+  t.equal(answer.headers.get('x-ratelimit-remaining'), '99', 'the request budget\'s headers (production: 100 a window)')
+  t.ok(answer.headers.get('x-request-id'), 'a request id')
+  t.equal((await call(first)).status, 429, 'the cost budget is spent once per request, at the given price (3 + 3 > 5)')
+  t.equal((await call(userPost!.next())).status, 429, 'the same caller by POST: the same cost budget')
+  const post = userPost!.next()
+  t.equal(post.body, JSON.stringify({ query: 'query UserById($id: ID!) { user(id: $id) { id name email } }', variables: { id: '3' } }), 'the POST carries user-by-id\'s body')
+  const posted = await call(post)
+  t.equal(userPost!.verify(post, posted), null, 'another caller has a budget of its own')
+  t.equal((await call({ ...post, headers: { ...post.headers, authorization: 'Bearer a.b.c' } })).status, 401, 'a bad token is refused: the JWT is checked')
+  t.equal((await call({ ...post, headers: { authorization: post.headers.authorization! } })).status, 415, 'a POST without a JSON Content-Type is refused, as /graphql refuses it')
 })
 
 test('the chart shows each ratio and its change since the previous result', async (t) => {
@@ -115,6 +177,7 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
   const written = JSON.parse(readFileSync(join(out, file), 'utf8')) as RunReport
   const byName = new Map(written.results.map((r) => [r.name, r]))
   for (const name of ['limit', 'rest-list', 'rest-user', 'rest-messages', 'rest-create', 'rest-list-postgres',
+    'guarded-list', 'guarded-user-get', 'guarded-user',
     'users-list', 'users-page-50', 'user-by-id', 'messages-authors', 'create-user', 'users-list-postgres',
     'apollo-users-list', 'yoga-users-list', 'apollo-user-by-id', 'yoga-user-by-id']) {
     const r = byName.get(name)
@@ -135,6 +198,13 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
   }
   t.match(output, /fan-out row\s+subscribers\s+deliveries\/s/, 'the fan-out table is printed')
   t.ok(byName.get('users-list')!.ratioToRest! > 0, 'ratios are computed from the same run')
-  t.match(output, /scenario\s+req\/s\s+× rest\s+× limit/, 'the table is printed')
+  for (const [name, guarded] of [['users-list', 'guarded-list'], ['user-by-id', 'guarded-user'], ['apollo-user-by-id', 'guarded-user']]) {
+    const r = byName.get(name)!
+    t.equal(r.guardedBaseline, guarded, `${name} is compared with ${guarded}`)
+    t.ok(r.ratioToGuarded! > 0 && r.cpuRatioToGuarded! > 0 && r.cpuRatioToRest! > 0, `${name}: ratios to its guarded row and by CPU`)
+  }
+  t.ok(byName.get('guarded-user')!.ratioToRest! > 0, 'a guarded row is compared with rest')
+  t.ok(byName.get('rest-user')!.clientBusy! > 0, 'the load generator\'s CPU is measured')
+  t.match(output, /scenario\s+req\/s\s+× rest\s+CPU × rest\s+× guarded/, 'the table is printed')
   t.ok(readdirSync(out).some((n) => n.endsWith('.svg')), 'the chart is written')
 })
