@@ -320,6 +320,32 @@ function origin (entry: string): string | null {
   return bare ? url.origin : null
 }
 
+/** What signing a token needs (the token command): the key, its algorithm and the claims' settings. */
+export type SigningConfig = Pick<Config['jwt'], 'algorithms' | 'secret' | 'privateKey' | 'issuer' | 'audience'>
+
+/**
+ * The token command's configuration: only the key it signs with (JWT_PRIVATE_KEY, else JWT_SECRET; the
+ * development key in the development profile), JWT_ALGORITHMS, JWT_ISSUER and JWT_AUDIENCE. Nothing
+ * else of the service's configuration is read or required: minting a token in production needs no
+ * PARTNER_SECRET_KEY. Throws a ConfigError when there is no usable key.
+ */
+export function loadSigningConfig (env: Record<string, string | undefined> = environment()): SigningConfig {
+  const prod = env.NODE_ENV === 'production'
+  const privateKey = optional(env.JWT_PRIVATE_KEY)
+  const secret = optional(env.JWT_SECRET) ?? (prod || privateKey ? null : DEV_JWT_SECRET)
+  if (!privateKey && !secret) throw new ConfigError(['set JWT_PRIVATE_KEY (RS256/ES256) or JWT_SECRET (HS256) to sign tokens in production'])
+  if (!privateKey && secret && secret.length < 32) throw new ConfigError(['JWT_SECRET must be at least 32 characters'])
+  const algorithms = list(env.JWT_ALGORITHMS)
+  return {
+    // A private key signs asymmetrically: RS256 unless JWT_ALGORITHMS names another.
+    algorithms: algorithms.length > 0 ? algorithms : [privateKey ? 'RS256' : 'HS256'],
+    secret,
+    privateKey,
+    issuer: optional(env.JWT_ISSUER),
+    audience: optional(env.JWT_AUDIENCE)
+  }
+}
+
 /** For the service and its commands: the configuration, or every problem on stderr (one line each) and exit code 1. */
 export function loadConfigOrExit (): Config {
   try {

@@ -1,6 +1,7 @@
 // A Map that forgets its least recently used entries beyond a bound: a number of entries and,
 // optionally, a total weight (bytes) given per entry. Every cache in the service is one of these, so
-// none grows with what callers send.
+// none grows with what callers send. (WS-Security's nonce store is no cache: it must not forget a live
+// nonce, so when full it refuses new ones instead; see routes/soap/ws-security.ts.)
 export class LruMap<K, V> {
   readonly max: number
   readonly maxWeight: number

@@ -3,12 +3,10 @@
 // The token alone goes to stdout (TOKEN=$(npm run -s token -- ...)); which key signed it goes to stderr.
 import { parseArgs } from 'node:util'
 import { createSigner } from 'fast-jwt'
-import { DEV_JWT_SECRET, loadConfigOrExit, type Config } from '../app/config.ts'
+import { DEV_JWT_SECRET, loadSigningConfig, type SigningConfig } from '../app/config.ts'
 import { ROLES, type Role } from '../app/store/types.ts'
 
-type JwtConfig = Config['jwt']
-
-export function mintToken (jwt: JwtConfig, sub: string, role: Role, expiresInSec = 3600): string {
+export function mintToken (jwt: SigningConfig, sub: string, role: Role, expiresInSec = 3600): string {
   const key = jwt.privateKey ?? jwt.secret
   if (!key) throw new Error('Set JWT_PRIVATE_KEY (or JWT_SECRET) to mint tokens')
   const sign = createSigner({
@@ -22,7 +20,7 @@ export function mintToken (jwt: JwtConfig, sub: string, role: Role, expiresInSec
 }
 
 /** Which configured key mintToken signs with, in words. */
-export function signingKey (jwt: JwtConfig): string {
+export function signingKey (jwt: SigningConfig): string {
   if (jwt.privateKey) return `JWT_PRIVATE_KEY (${jwt.algorithms[0]})`
   if (jwt.secret === DEV_JWT_SECRET) return 'the development key (JWT_SECRET is not set): only a service in the development profile without JWT_SECRET accepts it'
   return `JWT_SECRET (${jwt.algorithms[0]})`
@@ -53,9 +51,11 @@ if (import.meta.main) {
     console.error(usage)
     process.exit(2)
   }
-  // In production a missing key is a configuration error: nothing is minted with another key.
-  const { jwt } = loadConfigOrExit()
+  // Only the signing key is read: in production a missing key is a configuration error, and nothing is
+  // minted with another key; the rest of the service's settings are not needed here.
+  let jwt: SigningConfig
   try {
+    jwt = loadSigningConfig()
     console.log(mintToken(jwt, values.sub, role, expiresInSec))
   } catch (err) {
     console.error((err as Error).message)

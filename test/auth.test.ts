@@ -256,9 +256,25 @@ test('npm run token without JWT_SECRET: the development key, said so; refused in
   const production = mint(['--sub', '2'], { NODE_ENV: 'production', PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY })
   t.equal(production.status, 1, 'refused')
   t.equal(production.stdout, '', 'nothing minted')
-  t.match(production.stderr, /^Configuration: set JWT_SECRET \(HS256\) or JWT_PUBLIC_KEY/)
+  t.match(production.stderr, /^Configuration: set JWT_PRIVATE_KEY \(RS256\/ES256\) or JWT_SECRET \(HS256\)/)
   t.notMatch(production.stderr, /^\s+at /m, 'no stack trace')
-  const publicKeyOnly = mint(['--sub', '2'], { NODE_ENV: 'production', PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, JWT_PUBLIC_KEY: generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey.export({ type: 'spki', format: 'pem' }) as string })
-  t.equal(publicKeyOnly.status, 1)
-  t.match(publicKeyOnly.stderr, /^Set JWT_PRIVATE_KEY/)
+  const publicKeyOnly = mint(['--sub', '2'], { NODE_ENV: 'production', JWT_PUBLIC_KEY: generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey.export({ type: 'spki', format: 'pem' }) as string })
+  t.equal(publicKeyOnly.status, 1, 'a public key cannot sign')
+  t.match(publicKeyOnly.stderr, /set JWT_PRIVATE_KEY/)
+})
+
+test('npm run token in production needs only the key it signs with', async (t) => {
+  // No PARTNER_SECRET_KEY, and a setting the service would refuse (CORS_ORIGINS): neither is read.
+  const secret = mint(['--sub', '1'], { NODE_ENV: 'production', JWT_SECRET: TEST_JWT_SECRET, CORS_ORIGINS: 'not an origin' })
+  t.equal(secret.status, 0, secret.stderr)
+  t.match(secret.stderr, /^Signed with JWT_SECRET \(HS256\)/m)
+  const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 })
+  const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }) as string
+  const rsa = mint(['--sub', '1', '--role', 'ADMIN'], { NODE_ENV: 'production', JWT_PRIVATE_KEY: pem })
+  t.equal(rsa.status, 0, rsa.stderr)
+  t.match(rsa.stderr, /^Signed with JWT_PRIVATE_KEY \(RS256\)/m, 'a private key alone signs RS256')
+  // The service configured with the matching public key accepts it.
+  const { url } = await listenTestApp(t, { JWT_SECRET: '', JWT_PUBLIC_KEY: publicKey.export({ type: 'spki', format: 'pem' }) as string })
+  const { body } = await gql(url, '{ user(id: "4") { adminNotes } }', undefined, { authorization: `Bearer ${rsa.stdout.trim()}` })
+  t.same(body.data, { user: { adminNotes: 'Prefers COBOL' } })
 })

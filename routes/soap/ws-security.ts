@@ -26,6 +26,7 @@ import type { Redis } from 'ioredis'
 import type { Caller } from '../../app/domain/context.ts'
 import { findPartner, verifyPartnerPassword, type Partner } from '../../app/domain/partners.ts'
 import { AppError } from '../../app/errors.ts'
+import { LruMap } from '../../app/lru-map.ts'
 import type { Store } from '../../app/store/types.ts'
 import { attribute, child, type XmlElement } from './envelope.ts'
 import { SoapFault, WSSE_NS } from './faults.ts'
@@ -40,6 +41,10 @@ const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-s
 export const CLOCK_SKEW_MS = 5_000
 export const CREDENTIAL_CACHE_MS = 30_000
 const CREDENTIAL_CACHE_MAX = 10_000
+/** Bytes of cached credentials at most (an entry weighs its login, its password and its record's overhead). */
+const CREDENTIAL_CACHE_BYTES = 16 * 1024 * 1024
+/** A cached entry's fixed overhead besides its strings: the partner record, the Set, the Map slot. */
+const CREDENTIAL_ENTRY_BYTES = 1024
 
 // xs:dateTime with a mandatory zone: a Created without one has no defined instant.
 const DATE_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/
@@ -125,7 +130,7 @@ function instant (value: string, what: string): number {
 
 export function createWsSecurity (options: WsSecurityOptions) {
   const { store, partnerSecretKey, maxAgeMs, nonces, clock } = options
-  const partners = new Map<string, PartnerEntry>()
+  const partners = new LruMap<string, PartnerEntry>(CREDENTIAL_CACHE_MAX, CREDENTIAL_CACHE_BYTES)
 
   async function partner (login: string, now: number): Promise<PartnerEntry | null> {
     const cached = partners.get(login)
@@ -141,9 +146,8 @@ export function createWsSecurity (options: WsSecurityOptions) {
       acceptedText: new Set(),
       expires: now + CREDENTIAL_CACHE_MS
     }
-    if (partners.size >= CREDENTIAL_CACHE_MAX) partners.delete(partners.keys().next().value!)
-    partners.delete(login)
-    partners.set(login, entry)
+    // UTF-16 strings: two bytes a character; the password's bytes as kept.
+    partners.set(login, entry, CREDENTIAL_ENTRY_BYTES + 2 * login.length + (entry.password?.length ?? 0))
     return entry
   }
 
