@@ -30,7 +30,9 @@ test('the commands (seed, partner:create, token) report configuration problems t
     const dir = t.testdir()
     const run = spawnService(t, { NODE_ENV: 'production', SQLITE_PATH: `${dir}/service.db` }, { command: [process.execPath, `${REPO}/${command}`, ...args], cwd: dir })
     t.equal(await run.exited, 1, `${command}: exit code 1`)
-    t.same(run.stderr().trim().split('\n').map((line) => line.replace(/ .*/, '')), ['Configuration:', 'Configuration:'], `${command}: one line per missing secret:\n${run.stderr()}`)
+    // The token command needs one secret only, the key it signs with; the others need both.
+    const missing = command.endsWith('mint-token.ts') ? ['Configuration:'] : ['Configuration:', 'Configuration:']
+    t.same(run.stderr().trim().split('\n').map((line) => line.replace(/ .*/, '')), missing, `${command}: one line per missing secret:\n${run.stderr()}`)
   }
 })
 
