@@ -1,0 +1,21 @@
+// Lint config: neostandard (the style Fastify's own projects use) with TypeScript, plus a 120-column limit.
+import neostandard from 'neostandard'
+
+export default [
+  ...neostandard({
+    ts: true,
+    ignores: ['node_modules/**', 'bench/results/**', 'bench/profiles/**', '.tap/**']
+  }),
+  {
+    rules: {
+      // Long message strings, URLs and regexes stay on one line (grep-able); code and comments wrap at 120.
+      '@stylistic/max-len': ['error', {
+        code: 120,
+        ignoreUrls: true,
+        ignoreStrings: true,
+        ignoreTemplateLiterals: true,
+        ignoreRegExpLiterals: true
+      }]
+    }
+  }
+]
