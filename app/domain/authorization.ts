@@ -75,4 +75,3 @@ export const actions = {
     return requireCaller(caller)
   }
 }
-

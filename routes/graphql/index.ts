@@ -120,9 +120,11 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
     ports.log.warn({}, 'persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused')
   }
   const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
-  const apq = !apqOn ? null : app.redis
-    ? redisApqStore(app.redis, app.redisKey, config.apqMaxEntries, ports.log)
-    : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
+  const apq = !apqOn
+    ? null
+    : app.redis
+      ? redisApqStore(app.redis, app.redisKey, config.apqMaxEntries, ports.log)
+      : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
   const persisted = createPersistedQueries({
     manifest,
     persistedOnly: config.persistedOnly,

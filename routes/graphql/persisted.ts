@@ -394,4 +394,3 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
     }
   }
 }
-

@@ -101,7 +101,6 @@ export function credentialOf (payload: unknown): string | undefined {
   return [...values][0]
 }
 
-
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref())
 
 /** How long a closed slow reader's socket may take to read the close frame before it is cut. */

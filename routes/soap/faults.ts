@@ -88,8 +88,8 @@ function throttled (fault: SoapFault, response: SoapResponse): SoapResponse {
 }
 
 export const CONTENT_TYPE: Record<SoapVersion, string> = {
-  '1.1': 'text/xml; charset=utf-8',
-  '1.2': 'application/soap+xml; charset=utf-8'
+  1.1: 'text/xml; charset=utf-8',
+  1.2: 'application/soap+xml; charset=utf-8'
 }
 
 function detail (fault: SoapFault, serviceNs: string): string {

@@ -166,7 +166,7 @@ export function createSoapService (options: SoapServiceOptions) {
     let p = prepared.get(version)
     if (!p) {
       const open = (v: SoapVersion) => `<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="${envelopeNamespace(v)}"><soap:Body>`
-      p = { namespace: namespaceOf(version, options.namespaceBase), open: { '1.1': open('1.1'), '1.2': open('1.2') }, close: '</soap:Body></soap:Envelope>' }
+      p = { namespace: namespaceOf(version, options.namespaceBase), open: { 1.1: open('1.1'), 1.2: open('1.2') }, close: '</soap:Body></soap:Envelope>' }
       prepared.set(version, p)
     }
     return p
