@@ -8,6 +8,8 @@ export default [
   }),
   {
     rules: {
+      // `void promise` marks a promise deliberately not awaited (its errors are handled where it settles).
+      'no-void': ['error', { allowAsStatement: true }],
       // Long message strings, URLs and regexes stay on one line (grep-able); code and comments wrap at 120.
       '@stylistic/max-len': ['error', {
         code: 120,

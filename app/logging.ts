@@ -24,9 +24,17 @@ export function serverLogging (config: Pick<Config, 'logLevel'>, options: Loggin
     logController: new LogController({ disableRequestLogging: !verbose(level) }),
     logger: {
       level,
-      redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-api-key"]'], censor: '[redacted]' },
+      redact: {
+        paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-api-key"]'],
+        censor: '[redacted]'
+      },
       serializers: {
-        req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string }) => ({ method: req.method, url: pathOf(req.url), headers: req.headers, remoteAddress: req.ip })
+        req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string }) => ({
+          method: req.method,
+          url: pathOf(req.url),
+          headers: req.headers,
+          remoteAddress: req.ip
+        })
       },
       ...(options.logger?.stream ? { stream: options.logger.stream } : {})
     }
@@ -39,7 +47,9 @@ function pathOf (url: string): string {
   return end === -1 ? url : url.slice(0, end)
 }
 
-/** What a persisted id may look like to be logged (sha256:<hex>, a hex hash, a manifest key); anything else is left out. */
+/**
+ * What a persisted id may look like to be logged (sha256:<hex>, a hex hash, a manifest key); anything else is left out.
+ */
 const LOGGABLE_ID = /^[A-Za-z0-9:._-]{1,100}$/
 const ID_PARAMS = ['queryId', 'documentId', 'doc_id', 'id']
 const APQ_HASH = /"sha256Hash"\s*:\s*"([0-9a-f]{64})"/

@@ -1,4 +1,5 @@
-// npm run schema:export  — writes the live SDL to the committed schema.graphql at the repository root (the contract clients read).
+// npm run schema:export  — writes the live SDL to the committed
+// schema.graphql at the repository root (the contract clients read).
 // npm run schema:check   — compares the live schema with the committed one using graphql-js's
 //                          breaking-change detection; exits 1 on a breaking change or when they drifted.
 import { readFileSync, writeFileSync } from 'node:fs'

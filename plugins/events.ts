@@ -28,7 +28,9 @@ export default fp(async function events (app: FastifyInstance) {
   }
   // mqemitter-redis's own ioredis connections: events are published on the first.
   interface Connection { status: string; disconnect (): void; quit (): Promise<unknown> }
-  const connections = redisUrl ? [(emitter as unknown as { pubConn: Connection }).pubConn, (emitter as unknown as { subConn: Connection }).subConn] : []
+  const connections = redisUrl
+    ? [(emitter as unknown as { pubConn: Connection }).pubConn, (emitter as unknown as { subConn: Connection }).subConn]
+    : []
   const publisher = connections[0] ?? null
   if (redisUrl) {
     // mqemitter-redis re-emits its connections' errors on `state`; unheard, one Redis outage would crash

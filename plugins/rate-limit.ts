@@ -74,7 +74,9 @@ export default fp(async function rateLimits (app: FastifyInstance) {
   /** Counts one request of the caller: at once from in-process counters, after a round trip from Redis. */
   const countRequest = (caller: Caller | null, ip: string, amount = 1): WindowCount | Promise<WindowCount> => {
     const key = counterKey('req', caller, ip)
-    return counters.incrNow ? counters.incrNow(key, amount, limits.rateWindowMs) : counters.incr(key, amount, limits.rateWindowMs)
+    return counters.incrNow
+      ? counters.incrNow(key, amount, limits.rateWindowMs)
+      : counters.incr(key, amount, limits.rateWindowMs)
   }
   const overBudget = ({ total, resetMs }: WindowCount): AppError | undefined => {
     if (total <= max) return undefined
@@ -116,7 +118,9 @@ export default fp(async function rateLimits (app: FastifyInstance) {
 
   app.decorate('spendCostUnits', async (caller: Caller | null, ip: string, cost: number) => {
     const key = counterKey('cost', caller, ip)
-    const { total, resetMs } = counters.incrNow ? counters.incrNow(key, cost, limits.rateWindowMs) : await counters.incr(key, cost, limits.rateWindowMs)
+    const { total, resetMs } = counters.incrNow
+      ? counters.incrNow(key, cost, limits.rateWindowMs)
+      : await counters.incr(key, cost, limits.rateWindowMs)
     return { remaining: limits.rateCostUnits - total, resetMs }
   })
 

@@ -11,7 +11,9 @@ import { createCipheriv, createDecipheriv, createHash, randomBytes, scrypt, timi
 const SCRYPT = { N: 16384, r: 8, p: 1, keylen: 32 }
 
 function scryptAsync (password: string, salt: Buffer, keylen: number, options: ScryptOptions): Promise<Buffer> {
-  return new Promise((resolve, reject) => scrypt(password, salt, keylen, options, (err, key) => (err ? reject(err) : resolve(key))))
+  return new Promise((resolve, reject) =>
+    scrypt(password, salt, keylen, options, (err, key) => (err ? reject(err) : resolve(key)))
+  )
 }
 
 /** `scrypt$N$r$p$<salt b64>$<hash b64>`: parameters travel with the hash so they can be raised later. */

@@ -22,9 +22,15 @@ export function requireCaller (caller: Caller | null): Caller {
 }
 
 /** True when the caller meets any of the requirements for data owned by `ownerId`. */
-export function meets (caller: Caller | null, requirements: readonly AccessRequirement[], ownerId: string | null): boolean {
+export function meets (
+  caller: Caller | null,
+  requirements: readonly AccessRequirement[],
+  ownerId: string | null
+): boolean {
   if (!caller) return false
-  return requirements.some((r) => (r === 'ADMIN' && caller.role === 'ADMIN') || (r === 'SELF' && ownerId !== null && caller.id === ownerId))
+  return requirements.some(
+    (r) => (r === 'ADMIN' && caller.role === 'ADMIN') || (r === 'SELF' && ownerId !== null && caller.id === ownerId)
+  )
 }
 
 /** A user as `caller` may see it: restricted fields they may not read are null. */
@@ -32,7 +38,11 @@ export function visibleUser (caller: Caller | null, user: UserRow): UserRow {
   const email = meets(caller, RESTRICTED_USER_FIELDS.email, user.id)
   const adminNotes = meets(caller, RESTRICTED_USER_FIELDS.adminNotes, user.id)
   if (email && adminNotes) return user
-  return { ...user, email: email ? user.email : (null as unknown as string), adminNotes: adminNotes ? user.adminNotes : null }
+  return {
+    ...user,
+    email: email ? user.email : (null as unknown as string),
+    adminNotes: adminNotes ? user.adminNotes : null
+  }
 }
 
 /** Who may perform a write: the roles that may act on any user, and whether a user may act on itself. */

@@ -24,7 +24,10 @@ export function assertWithinCaps (value: unknown, caps: InputCaps, path: string)
   }
 }
 
-/** The page size of a list read without one (GraphQL's `limit` default, a connection without `first`/`last`, SOAP's ListUsers). */
+/**
+ * The page size of a list read without one (GraphQL's `limit`
+ * default, a connection without `first`/`last`, SOAP's ListUsers).
+ */
 export const DEFAULT_PAGE_SIZE = 20
 
 /** A page size argument (`limit`/`first`): a positive integer no larger than the cap. */
@@ -40,6 +43,7 @@ const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
 // Characters XML 1.0 cannot carry: C0 controls other than tab, LF and CR, U+FFFE/U+FFFF, and lone
 // surrogates. No name, address or message needs them, and stored text holding them could not be
 // answered over SOAP: refused here, for every transport.
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
 const NOT_TEXT = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 
 /** Refuses control and other non-text characters in a stored text field. */

@@ -42,8 +42,13 @@ export async function listUsers (ctx: DomainContext, limit: number): Promise<Use
 }
 
 /** A page of users, oldest first, after the `after` cursor (GraphQL usersConnection, SOAP ListUsers page tokens). */
-export async function listUsersPage (ctx: DomainContext, args: { first?: number | null; after?: string | null }): Promise<Connection<UserRow>> {
-  const page = await readPage(ctx, 'users', '', { first: args.first, after: args.after }, (_direction, from, limit) => ctx.store.usersAfter(from, limit))
+export async function listUsersPage (
+  ctx: DomainContext,
+  args: { first?: number | null; after?: string | null }
+): Promise<Connection<UserRow>> {
+  const page = await readPage(ctx, 'users', '', { first: args.first, after: args.after }, (_direction, from, limit) =>
+    ctx.store.usersAfter(from, limit)
+  )
   for (const { node } of page.edges) ctx.loaders.userById.prime(node.id, node)
   return page
 }

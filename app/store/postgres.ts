@@ -125,7 +125,8 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
       return (await pool.query<UserRow>(q.listUsers([limit]))).rows
     },
     async usersAfter (from, limit) {
-      return (await pool.query<UserRow>(from ? q.usersAfter([from.createdAt, from.id, limit]) : q.usersFirst([limit]))).rows
+      return (await pool.query<UserRow>(from ? q.usersAfter([from.createdAt, from.id, limit]) : q.usersFirst([limit])))
+        .rows
     },
     createUser: (user) => insertUser(pool, user),
     insertUsers: (users) => transaction(async (client) => {
@@ -166,7 +167,8 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
       return (await pool.query<MessageRow>(text)).rows
     },
     async createMessage (m: NewMessage) {
-      return (await pool.query<MessageRow>(q.insertMessage([m.roomId, m.content, m.authorId, m.createdAt ?? isoNow()]))).rows[0]!
+      return (await pool.query<MessageRow>(q.insertMessage([m.roomId, m.content, m.authorId, m.createdAt ?? isoNow()])))
+        .rows[0]!
     },
     insertMessages: (messages) => transaction(async (client) => {
       // One multi-row INSERT per chunk keeps seeding 50000 messages to a few round trips.

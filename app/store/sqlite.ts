@@ -30,7 +30,8 @@ const MIGRATIONS: string[] = [
    );
    CREATE INDEX messages_room ON messages (room_id, id);
    CREATE INDEX messages_author ON messages (author_id);`,
-  // Keyset pages of a room read (room_id, created_at, id) in order: one index range per page, whatever the table's size.
+  // Keyset pages of a room read (room_id, created_at, id) in
+  // order: one index range per page, whatever the table's size.
   'CREATE INDEX messages_room_created ON messages (room_id, created_at, id);'
 ]
 
@@ -141,9 +142,14 @@ export function openSqliteStore (path: string): Store {
       return stmt.messagesByRoom.all(roomId, limit) as unknown as MessageRow[]
     },
     async messagesPage (roomId, direction, from, limit) {
-      const rows = direction === 'after'
-        ? (from ? stmt.messagesAfter.all(roomId, from.createdAt, Number(from.id), limit) : stmt.messagesFirst.all(roomId, limit))
-        : (from ? stmt.messagesBefore.all(roomId, from.createdAt, Number(from.id), limit) : stmt.messagesLast.all(roomId, limit))
+      const rows =
+        direction === 'after'
+          ? from
+            ? stmt.messagesAfter.all(roomId, from.createdAt, Number(from.id), limit)
+            : stmt.messagesFirst.all(roomId, limit)
+          : from
+            ? stmt.messagesBefore.all(roomId, from.createdAt, Number(from.id), limit)
+            : stmt.messagesLast.all(roomId, limit)
       return rows as unknown as MessageRow[]
     },
     async createMessage (m: NewMessage) {

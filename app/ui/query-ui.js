@@ -22,7 +22,11 @@ try {
 } catch { /* storage unavailable or corrupt: start from the defaults */ }
 
 function saveDraft () {
-  try { localStorage.setItem(STORAGE_KEY, JSON.stringify({ query: queryBox.value, variables: variablesBox.value })) } catch { /* ignore */ }
+  try {
+    localStorage.setItem(STORAGE_KEY, JSON.stringify({ query: queryBox.value, variables: variablesBox.value }))
+  } catch {
+    /* ignore */
+  }
 }
 
 /** POSTs a GraphQL request; resolves to { status, body } where body is parsed JSON (or the raw text). */

@@ -56,7 +56,10 @@ interface Remembered {
  * hook that merely forwards the payload costs a hook turn on every request.
  */
 export interface HttpCache {
-  /** Before executing: answers 304 (and returns true) when this instance answered the same request with the ETag the client holds, less than max-age ago. */
+  /**
+   * Before executing: answers 304 (and returns true) when this instance answered
+   * the same request with the ETag the client holds, less than max-age ago.
+   */
   answeredNotModified (request: CacheRequest, reply: CacheReply): boolean
   /**
    * A successful answer's JSON, as sent: sets its ETag and caching headers and remembers the ETag;

@@ -21,7 +21,9 @@ interface GraphQLResponseBody extends GraphQLAnswer {
   extensions?: Record<string, unknown>
 }
 
-/** Codes that mean the request was not processed at all: answered with their own HTTP status whatever the Accept header. */
+/**
+ * Codes that mean the request was not processed at all: answered with their own HTTP status whatever the Accept header.
+ */
 const UNPROCESSED = new Set(['BAD_REQUEST', 'UNAUTHENTICATED', 'METHOD_NOT_ALLOWED', 'UNSUPPORTED_MEDIA_TYPE', 'PAYLOAD_TOO_LARGE', 'RATE_LIMITED', 'NOT_ACCEPTABLE'])
 
 /**
@@ -44,7 +46,9 @@ function firstError (body: GraphQLResponseBody): ErrorJson | undefined {
 /** graphql-sse's single connection mode (a PUT reserving a stream, then operations naming its token) is not served. */
 const SINGLE_CONNECTION_REFUSED = 'graphql-sse single connection mode is not supported: use distinct connections mode (the client\'s default, singleConnection: false) or WebSocket'
 
-/** Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its own text only. */
+/**
+ * Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its own text only.
+ */
 function namesPersistedQuery (params: unknown): boolean {
   if (params === null || typeof params !== 'object' || Array.isArray(params)) return false
   try {
@@ -73,7 +77,10 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   const maxAnswer = config.limits.maxResponseBytes
   const withinCap = (json: string) => withinAnswerCap(json, maxAnswer)
   /** The JSON sent for an answer; `fits` false when the answer was over the cap and replaced by its error. */
-  function serialize (request: FastifyRequest, answer: GraphQLResponseBody | GraphQLResponseBody[]): { json: string; fits: boolean } {
+  function serialize (
+    request: FastifyRequest,
+    answer: GraphQLResponseBody | GraphQLResponseBody[]
+  ): { json: string; fits: boolean } {
     const json = JSON.stringify(answer)
     if (withinCap(json)) {
       request.graphqlAnswer = answer
@@ -101,9 +108,19 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
    * Admits and runs one operation through the pipeline; every refusal answers in the interface's shape.
    * `paidByRequest` false: an operation of a batch beyond the first, which spends a request of its own.
    */
-  async function answer (request: FastifyRequest, params: GraphQLRequestParams, paidByRequest = true): Promise<GraphQLResponseBody> {
+  async function answer (
+    request: FastifyRequest,
+    params: GraphQLRequestParams,
+    paidByRequest = true
+  ): Promise<GraphQLResponseBody> {
     try {
-      const admission = await pipeline.admit({ params, transport: request.method === 'GET' ? 'GET' : 'POST', caller: request.caller, ip: request.ip, paidByRequest })
+      const admission = await pipeline.admit({
+        params,
+        transport: request.method === 'GET' ? 'GET' : 'POST',
+        caller: request.caller,
+        ip: request.ip,
+        paidByRequest
+      })
       request.graphqlOperation ??= admission.operation
       const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
       body.extensions = { cost: admission.cost }
@@ -188,7 +205,9 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
     const params = body as GraphQLRequestParams
     // Operations over server-sent events (graphql-sse): subscription-carriers.ts, sse.ts.
     const asEventStream = answersAsEventStream(request, params)
-    if (asEventStream === true || (asEventStream !== false && await asEventStream)) return serveEventStream(request, reply)
+    if (asEventStream === true || (asEventStream !== false && (await asEventStream))) {
+      return serveEventStream(request, reply)
+    }
     return send(request, reply, await answer(request, params))
   })
 
@@ -199,7 +218,11 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
     throw new AppError('METHOD_NOT_ALLOWED', SINGLE_CONNECTION_REFUSED)
   })
 
-  const httpCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries, maxBytes: config.cacheMaxBytes })
+  const httpCache = createHttpCache({
+    maxAgeSec: config.cacheMaxAgeSec,
+    maxEntries: config.cacheMaxEntries,
+    maxBytes: config.cacheMaxBytes
+  })
   // Also the WebSocket endpoint: subscription-carriers.ts attaches the subscription transport to this route.
   // No preflight-forcing header is required (urql, CDN warmers and curl send none): a GET runs queries
   // only, cookies are never read, and the one credential, Authorization, is itself a header a page on

@@ -102,7 +102,14 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
   // The schema. `subscription` on: only then does Mercurius's defineResolvers take the Subscription
   // fields' { subscribe, resolve } pairs (below). Its pub/sub is not used: room events reach
   // subscribers through the fan-out hub (fanout.ts) over the service's emitter.
-  await app.register(mercurius, { schema: schemaSDL, resolvers, routes: false, jit: 0, cache: false, subscription: { emitter: ports.emitter } })
+  await app.register(mercurius, {
+    schema: schemaSDL,
+    resolvers,
+    routes: false,
+    jit: 0,
+    cache: false,
+    subscription: { emitter: ports.emitter }
+  })
   await app.register(mercuriusAuth, { authDirective: 'auth', applyPolicy: authPolicy() })
   stopResolversAtDeadline(app.graphql.schema)
   const schema = () => app.graphql.schema

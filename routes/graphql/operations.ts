@@ -91,7 +91,13 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   }
 
   /** `count`'s ticks: its own timer per subscriber, each tick charged like a shared event. */
-  function pump (admission: Admission, payer: { caller: Caller | null; ip: string; cost: number }, source: AsyncIterable<unknown>, sink: SubscriptionSink, release: () => void): Subscription {
+  function pump (
+    admission: Admission,
+    payer: { caller: Caller | null; ip: string; cost: number },
+    source: AsyncIterable<unknown>,
+    sink: SubscriptionSink,
+    release: () => void
+  ): Subscription {
     const events = source[Symbol.asyncIterator]()
     let stopped = false
     void (async () => {
@@ -137,7 +143,10 @@ export function operationStarter (options: OperationStarterOptions): { start: St
       if (!(Symbol.asyncIterator in source)) throw Object.assign(new Error('The subscription could not start'), { errors: source.errors ?? [] })
       const payer = { caller: request.caller, ip: request.ip, cost: admission.cost.requested }
       if (source instanceof TopicEvents) {
-        return { operation, subscription: await fanout.add(source.topic, admission, payer, sink, release, options.schema()) }
+        return {
+          operation,
+          subscription: await fanout.add(source.topic, admission, payer, sink, release, options.schema())
+        }
       }
       return { operation, subscription: pump(admission, payer, source, sink, release) }
     } catch (err) {

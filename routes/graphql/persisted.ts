@@ -179,8 +179,13 @@ export function loadManifests (files: string[]): Manifest {
       } catch (err) {
         return fail(`operation "${entry.id}" cannot be registered: ${(err as Error).message}`)
       }
-      if ((entry.name !== undefined && entry.name !== described.name) || (entry.type !== undefined && entry.type !== described.type)) {
-        fail(`operation "${entry.id}" is listed as ${entry.type} ${entry.name} but its text holds ${described.type} ${described.name}`)
+      if (
+        (entry.name !== undefined && entry.name !== described.name) ||
+        (entry.type !== undefined && entry.type !== described.type)
+      ) {
+        fail(
+          `operation "${entry.id}" is listed as ${entry.type} ${entry.name} but its text holds ${described.type} ${described.name}`
+        )
       }
       const hex = sha256Hex(entry.text)
       const id = `sha256:${hex}`
@@ -206,7 +211,9 @@ export interface ApqStore {
   set (hash: string, text: string): Promise<void>
 }
 
-/** What a registered text keeps alive in a process: the string at two bytes a character (V8's worst case) and its entry. */
+/**
+ * What a registered text keeps alive in a process: the string at two bytes a character (V8's worst case) and its entry.
+ */
 export const apqEntryBytes = (text: string) => text.length * 2 + 512
 
 export function memoryApqStore (maxEntries: number, maxBytes = Infinity): ApqStore {
@@ -241,13 +248,19 @@ return text`
  * instance costs a round trip. Redis failures degrade to that local copy: APQ is an optimisation,
  * so an outage costs clients a resend, not an error.
  */
-export function redisApqStore (redis: Redis, keyOf: (name: string) => string, maxEntries: number, log: { warn (o: object, msg: string): void }): ApqStore {
+export function redisApqStore (
+  redis: Redis,
+  keyOf: (name: string) => string,
+  maxEntries: number,
+  log: { warn(o: object, msg: string): void }
+): ApqStore {
   const keys = [keyOf('apq:documents'), keyOf('apq:recency')]
-  const warn = (err: unknown) => log.warn({ err: (err as Error).message }, 'APQ registry: Redis unavailable, using this instance\'s copy')
+  const warn = (err: unknown) =>
+    log.warn({ err: (err as Error).message }, "APQ registry: Redis unavailable, using this instance's copy")
   return {
     async get (hash) {
       try {
-        return (await redis.eval(FETCH, 2, ...keys, hash, Date.now()) as string | null) ?? undefined
+        return ((await redis.eval(FETCH, 2, ...keys, hash, Date.now())) as string | null) ?? undefined
       } catch (err) {
         warn(err)
         return undefined

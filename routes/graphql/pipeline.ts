@@ -77,7 +77,9 @@ export interface Plans {
   plan (source: string): DocumentPlan
   /** Makes and compiles the plan of a deploy-time text, kept for the life of the process (never evicted). */
   pin (source: string): void
-  /** The operation's compilation (of the text `source`), made now when it has none: the cached plan then weighs more. */
+  /**
+   * The operation's compilation (of the text `source`), made now when it has none: the cached plan then weighs more.
+   */
   compiled (operation: OperationPlan, source: string): CompiledQuery
   /** Plans made for ad-hoc and APQ texts: entries and estimated bytes kept. */
   readonly stats: { entries: number; bytes: number }
@@ -91,7 +93,10 @@ export interface PipelineOptions {
   domain: DomainDeps
   plans: Plans
   persisted: PersistedQueries
-  /** Refuses an operation over the caller's budget, spends its cost units (RATE_LIMITED when exhausted): the one call every transport makes. */
+  /**
+   * Refuses an operation over the caller's budget, spends its cost units
+   * (RATE_LIMITED when exhausted): the one call every transport makes.
+   */
   chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
   /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
   spendRequest (caller: Caller | null, ip: string): Promise<void>
@@ -224,17 +229,30 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     if (sent != null && (typeof sent !== 'object' || Array.isArray(sent))) throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
     const definitions = operation.variableDefinitions
     if (definitions.length === 0) return {}
-    const { coerced, errors } = getVariableValues(options.schema(), definitions, (sent ?? {}) as Record<string, unknown>, { maxErrors: 10 })
+    const { coerced, errors } = getVariableValues(
+      options.schema(),
+      definitions,
+      (sent ?? {}) as Record<string, unknown>,
+      { maxErrors: 10 }
+    )
     if (errors) throw new ValidationFailed(errors, 'BAD_USER_INPUT')
     // Only declared variables, as deep as their types: the caps walk is bounded by the schema.
     assertWithinCaps(coerced, limits, 'variables')
     return coerced
   }
 
-  /** The operation a request names: its document resolved, planned, and the operation chosen (with the document's text). */
-  async function operationOf (params: GraphQLRequestParams, caller: Caller | null, transport?: Transport): Promise<{ operation: OperationPlan; source: string }> {
+  /**
+   * The operation a request names: its document resolved, planned, and the operation chosen (with the document's text).
+   */
+  async function operationOf (
+    params: GraphQLRequestParams,
+    caller: Caller | null,
+    transport?: Transport
+  ): Promise<{ operation: OperationPlan; source: string }> {
     const operationName = params.operationName ?? null
-    if (operationName !== null && typeof operationName !== 'string') throw new AppError('BAD_REQUEST', 'operationName must be a string')
+    if (operationName !== null && typeof operationName !== 'string') {
+      throw new AppError('BAD_REQUEST', 'operationName must be a string')
+    }
     // Persisted-only mode lets one thing through besides registered ids: an ADMIN's ad-hoc document
     // that only introspects (schema tooling such as graphql-codegen sends getIntrospectionQuery()).
     // Only an ADMIN's text is parsed at all; any other ad-hoc operation is refused as in that mode.
@@ -242,13 +260,20 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     // automatic registration (hash and text) is accepted by POST only, refused before anything is
     // resolved: by GET, any ad-hoc text wrapped as one would run and be cached publicly. A registered
     // hash is then fetched by GET alone.
-    if (transport === 'GET' && params.query != null && persistedIdOf(params) === undefined && hasPersistedQueryExtension(params)) {
+    if (
+      transport === 'GET' &&
+      params.query != null &&
+      persistedIdOf(params) === undefined &&
+      hasPersistedQueryExtension(params)
+    ) {
       throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     }
     const document = await options.persisted.resolve(params, caller?.role === 'ADMIN')
     if (transport === 'GET' && !document.registered) throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     const operation = selectOperation(plans.plan(document.text), operationName)
-    if (document.introspectionOnly && !operation.onlyIntrospects) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+    if (document.introspectionOnly && !operation.onlyIntrospects) {
+      throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+    }
     return { operation, source: document.text }
   }
 
@@ -295,7 +320,13 @@ export function createPipeline (options: PipelineOptions): Pipeline {
       // The source stream comes from graphql-js's createSourceEventStream: graphql-jit 0.8 hands the
       // subscribe resolver the operation's variables instead of the field's arguments. Its events are
       // executed by `execute` (the carriers share one execution among subscribers: fanout.ts).
-      return createSourceEventStream({ schema: options.schema(), document: operation.document, operationName: operation.name, variableValues: variables, contextValue: contextOf(admission, Infinity) })
+      return createSourceEventStream({
+        schema: options.schema(),
+        document: operation.document,
+        operationName: operation.name,
+        variableValues: variables,
+        contextValue: contextOf(admission, Infinity)
+      })
     },
     chargeEvent: (subscribers) => chargeEvent(options.spendCostUnits, subscribers),
     get cacheStats () { return plans.stats }

@@ -151,7 +151,13 @@ const transportWs: Dialect = {
   other (connection, message) {
     if (message.type === MessageType.Ping) {
       // Answered like graphql-ws does (its payload echoed); the frame has paid its budget already.
-      connection.send(JSON.stringify(message.payload === undefined ? { type: MessageType.Pong } : { type: MessageType.Pong, payload: message.payload }))
+      connection.send(
+        JSON.stringify(
+          message.payload === undefined
+            ? { type: MessageType.Pong }
+            : { type: MessageType.Pong, payload: message.payload }
+        )
+      )
       return true
     }
     return message.type === MessageType.Pong
@@ -300,7 +306,9 @@ class Connection {
     else this.sendMessage(MessageType.Complete, operation.id)
   }
 
-  /** Authenticates connection_init and takes the user's connection slot; the refusal's close code and reason, or null. */
+  /**
+   * Authenticates connection_init and takes the user's connection slot; the refusal's close code and reason, or null.
+   */
   private identify (payload: unknown): { code: number; reason: string } | null {
     let caller: Caller | null
     try {
@@ -413,20 +421,35 @@ class Connection {
     for (const operation of [...this.operations.values()]) this.finish(operation)
     this.closing = true
     const deadline = Date.now() + graceMs
-    while (this.socket.bufferedAmount > 0 && this.socket.readyState === this.socket.OPEN && Date.now() < deadline) await delay(10)
+    while (this.socket.bufferedAmount > 0 && this.socket.readyState === this.socket.OPEN && Date.now() < deadline) {
+      await delay(10)
+    }
     closeSocket(this.socket, 1001, 'Server shutting down')
   }
 }
 
 /** Serves one upgraded socket in the subprotocol it agreed (a client naming none speaks graphql-transport-ws). */
-export function openConnection (socket: WebSocket, ip: string, options: WebSocketOptions): GraphQLWebSocket & { closed: Promise<void> } {
-  const connection = new Connection(socket, ip, options, socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL ? legacyWs : transportWs)
-  const closed = new Promise<void>((resolve) => socket.once('close', () => {
-    connection.released()
-    resolve()
-  }))
+export function openConnection (
+  socket: WebSocket,
+  ip: string,
+  options: WebSocketOptions
+): GraphQLWebSocket & { closed: Promise<void> } {
+  const connection = new Connection(
+    socket,
+    ip,
+    options,
+    socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL ? legacyWs : transportWs
+  )
+  const closed = new Promise<void>((resolve) =>
+    socket.once('close', () => {
+      connection.released()
+      resolve()
+    })
+  )
   return {
-    get activeSubscriptions () { return connection.activeSubscriptions },
+    get activeSubscriptions () {
+      return connection.activeSubscriptions
+    },
     shutdown: (graceMs) => connection.shutdown(graceMs),
     closed
   }

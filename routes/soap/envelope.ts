@@ -1,5 +1,6 @@
 // The SOAP envelope: read with the hardened XML reader (xml.ts: no DOCTYPE, no entity expansion,
-// well-formed, namespace-resolved, values kept as text, elements and attributes capped), then checked against the SOAP version the
+// well-formed, namespace-resolved, values kept as text, elements
+// and attributes capped), then checked against the SOAP version the
 // Content-Type announced. The size cap is Fastify's bodyLimit, applied before this.
 import { SoapFault } from './faults.ts'
 import { DEFAULT_XML_LIMITS, XmlError, parseXml as parseXmlText, type XmlElement, type XmlLimits } from './xml.ts'

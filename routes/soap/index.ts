@@ -96,7 +96,9 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
 
   app.setErrorHandler(async (error: FastifyError, request, reply) => {
     const version = versionByPath.get(request.routeOptions.url ?? '') ?? SERVICE_VERSIONS[0]!
-    const fault = SoapFault.from(error instanceof SoapFault ? error : fastifyErrorAsAppError(error, FASTIFY_ERROR_WORDS))
+    const fault = SoapFault.from(
+      error instanceof SoapFault ? error : fastifyErrorAsAppError(error, FASTIFY_ERROR_WORDS)
+    )
     if (fault.code === 'INTERNAL_SERVER_ERROR') request.log.error({ err: error }, 'SOAP request failed')
     // Refused before the handler (media type, body size): it authenticated nobody, so it counts on the address.
     if (request.method === 'POST') await app.spendRequest(null, request.ip).catch(() => {})

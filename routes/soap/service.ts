@@ -183,15 +183,26 @@ export function createSoapService (options: SoapServiceOptions) {
     }
   }
 
-  /** The authenticated caller of a message and its operation; a message that authenticates nobody is counted on the address. */
-  async function authenticated (version: ServiceVersion, request: SoapRequest, namespace: string, admission: Admission) {
+  /**
+   * The authenticated caller of a message and its operation; a
+   * message that authenticates nobody is counted on the address.
+   */
+  async function authenticated (
+    version: ServiceVersion,
+    request: SoapRequest,
+    namespace: string,
+    admission: Admission
+  ) {
     try {
       const envelope = parseEnvelope(request.envelope, request.soapVersion, options.xmlLimits)
       const security = securityHeader(envelope.headers, request.soapVersion)
       const element = envelope.operation
       const operation = element.ns === namespace ? version.operations.get(element.local) : undefined
       if (!operation) {
-        throw SoapFault.client('OPERATION_NOT_FOUND', `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`)
+        throw SoapFault.client(
+          'OPERATION_NOT_FOUND',
+          `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`
+        )
       }
       checkActions(request.actions, soapActionOf(namespace, operation), operation)
       const caller = await wsSecurity.authenticate(security, admission.checkAddress)
@@ -202,7 +213,12 @@ export function createSoapService (options: SoapServiceOptions) {
     }
   }
 
-  async function execute (version: ServiceVersion, request: SoapRequest, namespace: string, admission: Admission): Promise<string> {
+  async function execute (
+    version: ServiceVersion,
+    request: SoapRequest,
+    namespace: string,
+    admission: Admission
+  ): Promise<string> {
     const { caller, operation, element } = await authenticated(version, request, namespace, admission)
     await admission.spendRequest(caller)
     const args = readArgs(operation, element, namespace, caps)
@@ -218,11 +234,20 @@ export function createSoapService (options: SoapServiceOptions) {
   }
 
   /** Answers one SOAP request of `version`; faults are responses too. `onInternalError` sees unexpected errors. */
-  async function handle (version: ServiceVersion, request: SoapRequest, admission: Admission, onInternalError: (err: unknown) => void = () => {}): Promise<SoapResponse> {
+  async function handle (
+    version: ServiceVersion,
+    request: SoapRequest,
+    admission: Admission,
+    onInternalError: (err: unknown) => void = () => {}
+  ): Promise<SoapResponse> {
     const p = preparedFor(version)
     try {
       const body = await execute(version, request, p.namespace, admission)
-      return { status: 200, contentType: CONTENT_TYPE[request.soapVersion], body: p.open[request.soapVersion] + body + p.close }
+      return {
+        status: 200,
+        contentType: CONTENT_TYPE[request.soapVersion],
+        body: p.open[request.soapVersion] + body + p.close
+      }
     } catch (err) {
       const fault = SoapFault.from(err)
       if (fault.code === 'INTERNAL_SERVER_ERROR') onInternalError(err)

@@ -177,10 +177,18 @@ export function createWsSecurity (options: WsSecurityOptions) {
   }
 
   /** True when the token's password is the partner's; every refusal has cost one scrypt verification. */
-  async function passwordMatches (entry: PartnerEntry | null, token: UsernameToken, beforeScrypt: () => Promise<void>): Promise<boolean> {
+  async function passwordMatches (
+    entry: PartnerEntry | null,
+    token: UsernameToken,
+    beforeScrypt: () => Promise<void>
+  ): Promise<boolean> {
     if (entry && token.digest) {
       if (entry.password) {
-        const expected = createHash('sha1').update(token.nonce!).update(token.created!, 'utf8').update(entry.password).digest()
+        const expected = createHash('sha1')
+          .update(token.nonce!)
+          .update(token.created!, 'utf8')
+          .update(entry.password)
+          .digest()
         const given = Buffer.from(token.password.trim(), 'base64')
         if (given.length === expected.length && timingSafeEqual(given, expected)) return true
       }
@@ -208,7 +216,10 @@ export function createWsSecurity (options: WsSecurityOptions) {
    * fault otherwise. `beforeScrypt` runs before each scrypt verification (the carrier refuses there a
    * client that has spent its budget, before the costly work rather than after).
    */
-  async function authenticate (security: XmlElement | undefined, beforeScrypt: () => Promise<void> = async () => {}): Promise<Caller> {
+  async function authenticate (
+    security: XmlElement | undefined,
+    beforeScrypt: () => Promise<void> = async () => {}
+  ): Promise<Caller> {
     if (!security) throw SoapFault.invalidSecurity('A wsse:Security header with a UsernameToken is required')
     const now = clock()
 
@@ -238,7 +249,11 @@ export function createWsSecurity (options: WsSecurityOptions) {
     // Claimed after authentication, so nobody can burn a partner's nonce with a forged message; keyed
     // by the partner's user and the nonce's bytes (canonical Base64 of them).
     if (token.nonce) {
-      const fresh = await nonces.claim(`${entry.partner.caller.id}:${token.nonce.toString('base64')}`, maxAgeMs + CLOCK_SKEW_MS, now)
+      const fresh = await nonces.claim(
+        `${entry.partner.caller.id}:${token.nonce.toString('base64')}`,
+        maxAgeMs + CLOCK_SKEW_MS,
+        now
+      )
       if (!fresh) throw SoapFault.failedAuthentication('The Nonce has already been used (replayed message)')
     }
     return entry.partner.caller

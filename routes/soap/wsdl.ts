@@ -18,7 +18,10 @@ const SP = 'http://docs.oasis-open.org/ws-sx/ws-securitypolicy/200702'
 const WSU = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
 const USERNAME_TOKEN_POLICY = 'UsernameTokenPolicy'
 
-/** xmlbuilder2's node builder, as its documented entry point returns it (the type itself is not exported from the package root). */
+/**
+ * xmlbuilder2's node builder, as its documented entry point returns
+ * it (the type itself is not exported from the package root).
+ */
 type XMLBuilder = ReturnType<typeof create>
 
 function typeName (field: Field): string {

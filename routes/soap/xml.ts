@@ -55,6 +55,7 @@ export const XML_NS = 'http://www.w3.org/XML/1998/namespace'
 export const XMLNS_NS = 'http://www.w3.org/2000/xmlns/'
 
 // XML 1.0 forbids these characters anywhere in a document (lone surrogates are no characters at all).
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
 const FORBIDDEN_CHARS = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 const PREDEFINED: Record<string, string> = { lt: '<', gt: '>', amp: '&', quot: '"', apos: "'" }
 const REFERENCE = /&(?:([a-zA-Z][\w.-]*)|#([0-9]+)|#x([0-9a-fA-F]+));/g
@@ -63,19 +64,29 @@ const REFERENCE = /&(?:([a-zA-Z][\w.-]*)|#([0-9]+)|#x([0-9a-fA-F]+));/g
 function decode (raw: string, at: number): string {
   if (raw.indexOf('&') === -1) return raw
   let references = 0
-  const decoded = raw.replace(REFERENCE, (match, name: string | undefined, dec: string | undefined, hex: string | undefined) => {
-    references++
-    if (name !== undefined) {
-      const value = PREDEFINED[name]
-      if (value === undefined) throw new XmlError(`undefined entity &${name}; near offset ${at}`)
-      return value
+  const decoded = raw.replace(
+    REFERENCE,
+    (match, name: string | undefined, dec: string | undefined, hex: string | undefined) => {
+      references++
+      if (name !== undefined) {
+        const value = PREDEFINED[name]
+        if (value === undefined) throw new XmlError(`undefined entity &${name}; near offset ${at}`)
+        return value
+      }
+      const code = dec !== undefined ? parseInt(dec, 10) : parseInt(hex!, 16)
+      if (!(
+        code === 0x9 ||
+        code === 0xa ||
+        code === 0xd ||
+        (code >= 0x20 && code <= 0xd7ff) ||
+        (code >= 0xe000 && code <= 0xfffd) ||
+        (code >= 0x10000 && code <= 0x10ffff)
+      )) {
+        throw new XmlError(`invalid character reference ${match} near offset ${at}`)
+      }
+      return String.fromCodePoint(code)
     }
-    const code = dec !== undefined ? parseInt(dec, 10) : parseInt(hex!, 16)
-    if (!(code === 0x9 || code === 0xA || code === 0xD || (code >= 0x20 && code <= 0xD7FF) || (code >= 0xE000 && code <= 0xFFFD) || (code >= 0x10000 && code <= 0x10FFFF))) {
-      throw new XmlError(`invalid character reference ${match} near offset ${at}`)
-    }
-    return String.fromCodePoint(code)
-  })
+  )
   // Every '&' must have started one of the references replaced above.
   let ampersands = 0
   for (let i = raw.indexOf('&'); i !== -1; i = raw.indexOf('&', i + 1)) ampersands++
@@ -87,9 +98,20 @@ function decode (raw: string, at: number): string {
 // BMP (#x10000-#xEFFFF are name characters) are a high surrogate up to #xDB7F followed by a low one.
 function isNameStart (c: number): boolean {
   if (c < 0x80) return (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95 || c === 58
-  return (c >= 0xC0 && c <= 0xD6) || (c >= 0xD8 && c <= 0xF6) || (c >= 0xF8 && c <= 0x2FF) || (c >= 0x370 && c <= 0x37D) ||
-    (c >= 0x37F && c <= 0x1FFF) || c === 0x200C || c === 0x200D || (c >= 0x2070 && c <= 0x218F) || (c >= 0x2C00 && c <= 0x2FEF) ||
-    (c >= 0x3001 && c <= 0xD7FF) || (c >= 0xF900 && c <= 0xFDCF) || (c >= 0xFDF0 && c <= 0xFFFD)
+  return (
+    (c >= 0xc0 && c <= 0xd6) ||
+    (c >= 0xd8 && c <= 0xf6) ||
+    (c >= 0xf8 && c <= 0x2ff) ||
+    (c >= 0x370 && c <= 0x37d) ||
+    (c >= 0x37f && c <= 0x1fff) ||
+    c === 0x200c ||
+    c === 0x200d ||
+    (c >= 0x2070 && c <= 0x218f) ||
+    (c >= 0x2c00 && c <= 0x2fef) ||
+    (c >= 0x3001 && c <= 0xd7ff) ||
+    (c >= 0xf900 && c <= 0xfdcf) ||
+    (c >= 0xfdf0 && c <= 0xfffd)
+  )
 }
 
 function isNameChar (c: number): boolean {
