@@ -19,7 +19,10 @@ let posted = 0
 /** A Buffer goes out as a binary frame unless told otherwise; graphql-ws clients read text frames only. */
 const TEXT = { binary: false }
 
-const wss = new WebSocketServer({ noServer: true, handleProtocols: (offered) => offered.has(PROTOCOL) ? PROTOCOL : false })
+const wss = new WebSocketServer({
+  noServer: true,
+  handleProtocols: (offered) => (offered.has(PROTOCOL) ? PROTOCOL : false)
+})
 wss.on('connection', (socket) => {
   const mine: string[] = []
   socket.on('message', (raw) => {
@@ -56,7 +59,10 @@ async function handle (request: IncomingMessage, response: ServerResponse): Prom
   }
   const body = JSON.parse(await readBody(request)) as { variables: { content: string } }
   const id = String(++posted)
-  const payload = { ...sample, data: { messageAdded: { ...sample.data.messageAdded, content: body.variables.content } } }
+  const payload = {
+    ...sample,
+    data: { messageAdded: { ...sample.data.messageAdded, content: body.variables.content } }
+  }
   for (const [subscriptionId, sockets] of subscribers) {
     const bytes = Buffer.from(JSON.stringify({ id: subscriptionId, type: 'next', payload }))
     for (const socket of sockets) socket.send(bytes, TEXT)
@@ -65,7 +71,9 @@ async function handle (request: IncomingMessage, response: ServerResponse): Prom
 }
 
 const server = createServer((request, response) => {
-  handle(request, response).catch((err: Error) => response.writeHead(400).end(JSON.stringify({ errors: [{ message: err.message }] })))
+  handle(request, response).catch((err: Error) =>
+    response.writeHead(400).end(JSON.stringify({ errors: [{ message: err.message }] }))
+  )
 })
 server.on('upgrade', (request, socket, head) => {
   if (request.url !== '/graphql') return socket.destroy()

@@ -96,7 +96,9 @@ function tail (path: string, lines: number): string {
   }
 }
 
-/** Starts the server; a port taken between freePort() and the server's listen (other tests use port 0 too) is retried. */
+/**
+ * Starts the server; a port taken between freePort() and the server's listen (other tests use port 0 too) is retried.
+ */
 export async function startServer (options: StartOptions): Promise<ServerProcess> {
   for (let attempt = 1; ; attempt++) {
     try {

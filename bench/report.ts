@@ -97,7 +97,10 @@ function fanoutRows (report: RunReport): string[][] | null {
   return rows.map((r) => {
     // CPU per delivery moves far less with other load than deliveries/s: the steadier view of the same ratio.
     const base = report.results.find((b) => b.name === r.restBaseline && b.status === 'ok')
-    const cpuRatio = r.cpuMicrosPerRequest != null && base?.cpuMicrosPerRequest ? r.cpuMicrosPerRequest / base.cpuMicrosPerRequest : null
+    const cpuRatio =
+      r.cpuMicrosPerRequest != null && base?.cpuMicrosPerRequest
+        ? r.cpuMicrosPerRequest / base.cpuMicrosPerRequest
+        : null
     const missed: string[] = []
     if (r.kind === 'scenario' && r.status === 'ok') {
       if (!(r.ratioToRest! >= FANOUT_TARGETS.deliveriesRatio)) missed.push('deliveries/s')
@@ -163,7 +166,10 @@ export interface CheckOutcome {
   lines: string[]
 }
 
-/** Every scenario with a floor must have run cleanly at or above it (its ratio to its baseline row); failures fail whatever the floor. */
+/**
+ * Every scenario with a floor must have run cleanly at or above it
+ * (its ratio to its baseline row); failures fail whatever the floor.
+ */
 export function checkThresholds (report: RunReport, thresholds: Thresholds): CheckOutcome {
   const lines: string[] = []
   let ok = true
@@ -198,7 +204,10 @@ const escapeXml = (s: string) => s.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<
 export function svgChart (report: RunReport, previous: RunReport | null, thresholds: Thresholds): string {
   const rows = report.results.filter((r) => r.kind === 'scenario' && r.ratioToRest != null)
   const prevOf = (name: string) => previous?.results.find((r) => r.name === name && r.status === 'ok')
-  const max = Math.max(1, ...rows.flatMap((r) => [r.ratioToRest ?? 0, r.ratioToLimit ?? 0, prevOf(r.name)?.ratioToRest ?? 0]))
+  const max = Math.max(
+    1,
+    ...rows.flatMap((r) => [r.ratioToRest ?? 0, r.ratioToLimit ?? 0, prevOf(r.name)?.ratioToRest ?? 0])
+  )
   const left = 190
   const width = 860
   const plot = width - left - 150
@@ -210,9 +219,9 @@ export function svgChart (report: RunReport, previous: RunReport | null, thresho
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="${width}" height="${height}" fill="#fff"/>`,
     `<text x="12" y="22" font-size="15" font-weight="bold">Throughput ratios per scenario (${escapeXml(report.startedAt)}, ${escapeXml(report.commit)})</text>`,
-    `<rect x="12" y="34" width="12" height="10" fill="#3b6fd8"/><text x="28" y="43">× rest (same store reads, no GraphQL)</text>`,
-    `<rect x="270" y="34" width="12" height="10" fill="#9ec5a8"/><text x="286" y="43">× limit (prebuilt bytes)</text>`,
-    `<line x1="450" y1="32" x2="450" y2="46" stroke="#d33" stroke-width="3"/><text x="456" y="43">floor</text>`,
+    '<rect x="12" y="34" width="12" height="10" fill="#3b6fd8"/><text x="28" y="43">× rest (same store reads, no GraphQL)</text>',
+    '<rect x="270" y="34" width="12" height="10" fill="#9ec5a8"/><text x="286" y="43">× limit (prebuilt bytes)</text>',
+    '<line x1="450" y1="32" x2="450" y2="46" stroke="#d33" stroke-width="3"/><text x="456" y="43">floor</text>',
     `<line x1="510" y1="32" x2="510" y2="46" stroke="#000" stroke-width="2"/><text x="516" y="43">previous × rest${previous ? ` (${escapeXml(previous.startedAt)})` : ': none'}</text>`
   ]
   for (let v = 0; v <= max + 1e-9; v += max > 2 ? 0.5 : 0.25) {

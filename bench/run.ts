@@ -1,4 +1,5 @@
-// npm run bench [-- --duration 10 --connections 50 --warmup 3 --warmup-requests 25000 --only users-list --smoke --check --profile]
+// npm run bench [-- --duration 10 --connections 50 --warmup 3
+// --warmup-requests 25000 --only users-list --smoke --check --profile]
 //
 // Starts the real service (production profile, a seeded store) in its own process for each scenario,
 // exactly as `npm start` does, and drives it with autocannon from this process: a warm-up round, then a
@@ -126,16 +127,22 @@ const pgEnv: Record<string, string> = options.postgres
 const envFor = (store: StoreKind) => store === 'postgres' ? { ...baseEnv, ...pgEnv } : baseEnv
 const ROOMS = ['general', 'random', 'support', 'releases', 'design'] // the rooms of app/store/sample-data.ts
 
-async function seedStore (store: StoreKind): Promise<{ ids: string[]; adminId: string; partner: { login: string; password: string } | null }> {
+async function seedStore (
+  store: StoreKind
+): Promise<{ ids: string[]; adminId: string; partner: { login: string; password: string } | null }> {
   const started = Date.now()
   // Explicit settings, not loadConfig: env-schema would merge this shell's environment (a DATABASE_URL there
   // must not turn the sqlite seed into a PostgreSQL one).
-  const db = await openStore(store === 'postgres'
-    ? { databaseUrl: pgEnv.DATABASE_URL!, databaseSchema: pgSchema, databasePoolSize: 4, sqlitePath: '' }
-    : { databaseUrl: null, databaseSchema: null, databasePoolSize: 1, sqlitePath: baseEnv.SQLITE_PATH! })
+  const db = await openStore(
+    store === 'postgres'
+      ? { databaseUrl: pgEnv.DATABASE_URL!, databaseSchema: pgSchema, databasePoolSize: 4, sqlitePath: '' }
+      : { databaseUrl: null, databaseSchema: null, databasePoolSize: 1, sqlitePath: baseEnv.SQLITE_PATH! }
+  )
   try {
     const ids = await seed(db, options.users, options.messages, 20260101)
-    const [admin] = await db.insertUsers([{ name: 'Bench Admin', email: `bench.admin.${process.pid}@example.com`, role: 'ADMIN' }])
+    const [admin] = await db.insertUsers([
+      { name: 'Bench Admin', email: `bench.admin.${process.pid}@example.com`, role: 'ADMIN' }
+    ])
     const partner = store === 'sqlite' ? await createBenchPartner(db, baseEnv.PARTNER_SECRET_KEY!) : null
     log(`seeded ${store}: ${options.users} users, ${options.messages} messages in ${Date.now() - started} ms`)
     return { ids, adminId: admin!.id, partner }
@@ -160,7 +167,11 @@ async function pageCursors (url: string): Promise<string[]> {
       signal: AbortSignal.timeout(10_000)
     })
     type PageInfo = { hasNextPage: boolean; endCursor: string | null }
-    const info: PageInfo | undefined = (await response.json() as { data?: { usersConnection?: { pageInfo: { hasNextPage: boolean; endCursor: string | null } } } }).data?.usersConnection?.pageInfo
+    const info: PageInfo | undefined = (
+      (await response.json()) as {
+        data?: { usersConnection?: { pageInfo: { hasNextPage: boolean; endCursor: string | null } } }
+      }
+    ).data?.usersConnection?.pageInfo
     // The last page has fewer than 50 users after it: stop before it.
     if (!info?.hasNextPage || !info.endCursor) break
     after = info.endCursor
@@ -181,7 +192,12 @@ async function dropPostgresSchema (): Promise<void> {
 }
 
 async function send (url: string, request: RequestSpec): Promise<Sample> {
-  const response = await fetch(url + request.path, { method: request.method, headers: request.headers, body: request.body, signal: AbortSignal.timeout(10_000) })
+  const response = await fetch(url + request.path, {
+    method: request.method,
+    headers: request.headers,
+    body: request.body,
+    signal: AbortSignal.timeout(10_000)
+  })
   return { status: response.status, contentType: response.headers.get('content-type') ?? '', body: await response.text() }
 }
 
@@ -254,7 +270,11 @@ const WARMUP_MAX_SEC = 30
 async function warmUp (server: ServerProcess, scenario: HttpScenario): Promise<Round> {
   const started = Date.now()
   let total = await round(server, scenario, options.warmupSec)
-  while (total.requests < options.warmupRequests && Date.now() - started < WARMUP_MAX_SEC * 1000 && total.non2xx + total.errors + total.mismatches === 0) {
+  while (
+    total.requests < options.warmupRequests &&
+    Date.now() - started < WARMUP_MAX_SEC * 1000 &&
+    total.non2xx + total.errors + total.mismatches === 0
+  ) {
     const r = await round(server, scenario, options.warmupSec)
     total = {
       ...total,
@@ -422,7 +442,9 @@ function mergeLimit (rows: Result[]): Result | null {
     non2xx: ok.reduce((n, r) => n + r.non2xx!, 0),
     errors: ok.reduce((n, r) => n + r.errors!, 0),
     peakRssBytes: Math.max(...ok.map((r) => r.peakRssBytes ?? 0)) || null,
-    cpuMicrosPerRequest: ok.every((r) => r.cpuMicrosPerRequest != null) ? ok.reduce((n, r) => n + r.cpuMicrosPerRequest! * r.requests!, 0) / requests : null,
+    cpuMicrosPerRequest: ok.every((r) => r.cpuMicrosPerRequest != null)
+      ? ok.reduce((n, r) => n + r.cpuMicrosPerRequest! * r.requests!, 0) / requests
+      : null,
     ratioToLimit: 1,
     rounds: ok.flatMap((r) => r.rounds ?? [])
   }
@@ -591,7 +613,16 @@ async function fanoutStep (data: BenchData): Promise<Result[]> {
   const fail = (result: Result, err: Error): Result => ({ ...result, status: 'failed', reason: err.message.split('\n')[0]! })
   const results: Result[] = []
   const measure = async (server: ServerProcess, row: FanoutRow, checkVisibility: boolean) => {
-    const outcome = await runFanout(server.url, data, { subscribers: options.subscribers, messages: options.fanoutMessages, selection: row.selection, anonymousHalf: row.anonymousHalf, checkVisibility, rssBytes: () => server.rssBytes(), cpuMicros: () => server.cpuMicros(), log })
+    const outcome = await runFanout(server.url, data, {
+      subscribers: options.subscribers,
+      messages: options.fanoutMessages,
+      selection: row.selection,
+      anonymousHalf: row.anonymousHalf,
+      checkVisibility,
+      rssBytes: () => server.rssBytes(),
+      cpuMicros: () => server.cpuMicros(),
+      log
+    })
     return { ...outcome, peakRssBytes: server.peakRssBytes() }
   }
 

@@ -9,7 +9,9 @@ import type { Store } from '../app/store/types.ts'
 import { REPO_ROOT } from './processes.ts'
 import { serviceScenarios, type BenchData, type HttpScenario, type RequestSpec, type Sample } from './scenarios.ts'
 
-/** The benchmark's SOAP public URL, also used as its namespace base (SOAP_NAMESPACE_BASE), so the envelopes are fixed. */
+/**
+ * The benchmark's SOAP public URL, also used as its namespace base (SOAP_NAMESPACE_BASE), so the envelopes are fixed.
+ */
 export const SOAP_PUBLIC_URL = 'https://api.example.com'
 const SOAP_PATH = '/v1/UserService'
 const SOAP_NS = `${SOAP_PUBLIC_URL}${SOAP_PATH}`
@@ -19,7 +21,10 @@ const TOKEN_PROFILE = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-u
 const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'
 
 /** Creates the partner account the SOAP scenario logs in with, when the SOAP transport's command exists. */
-export async function createBenchPartner (store: Store, partnerSecretKey: string): Promise<{ login: string; password: string } | null> {
+export async function createBenchPartner (
+  store: Store,
+  partnerSecretKey: string
+): Promise<{ login: string; password: string } | null> {
   let module: typeof import('../cli/create-partner.ts')
   try {
     module = await import('../cli/create-partner.ts')
@@ -27,7 +32,11 @@ export async function createBenchPartner (store: Store, partnerSecretKey: string
     return null
   }
   const partner = { login: 'bench-partner', password: randomBytes(12).toString('hex') }
-  await module.createPartnerAccount(store, partnerSecretKey, { ...partner, name: 'Bench Partner', email: 'bench.partner@example.com' })
+  await module.createPartnerAccount(store, partnerSecretKey, {
+    ...partner,
+    name: 'Bench Partner',
+    email: 'bench.partner@example.com'
+  })
   return partner
 }
 
@@ -92,12 +101,25 @@ function verifySoap (request: RequestSpec, response: Sample): string | null {
 }
 
 /** Whether the running service answers a GetUser envelope as expected; sets data.soap when it does. */
-export async function discoverSoap (url: string, data: BenchData, partner: { login: string; password: string } | null): Promise<string | null> {
+export async function discoverSoap (
+  url: string,
+  data: BenchData,
+  partner: { login: string; password: string } | null
+): Promise<string | null> {
   if (!partner) return 'transport not available yet (no partner-account command, cli/create-partner.ts)'
   data.soap = { path: SOAP_PATH, ...partner }
   const request = soapRequest(data, data.users[0]!.id)
-  const response = await fetch(url + request.path, { method: 'POST', headers: request.headers, body: request.body, signal: AbortSignal.timeout(10_000) })
-  const sample = { status: response.status, contentType: response.headers.get('content-type') ?? '', body: await response.text() }
+  const response = await fetch(url + request.path, {
+    method: 'POST',
+    headers: request.headers,
+    body: request.body,
+    signal: AbortSignal.timeout(10_000)
+  })
+  const sample = {
+    status: response.status,
+    contentType: response.headers.get('content-type') ?? '',
+    body: await response.text()
+  }
   if (sample.status === 404) {
     delete data.soap
     return `transport not available yet (POST ${SOAP_PATH} answers 404)`
