@@ -103,7 +103,8 @@ test('malformed operations get clear codes, never INTERNAL_SERVER_ERROR', async 
   const wrongType = await gql(url, 'query ($n: Int) { users(limit: $n) { id } }', { n: 'ten' })
   t.match(wrongType.body.errors, [{ message: /^Variable "\$n" got invalid value "ten"/, extensions: { code: 'BAD_USER_INPUT' } }])
 
-  // Variables nested far deeper than any input type of the schema (written as text: JSON.stringify would overflow here).
+  // Variables nested far deeper than any input type of the schema
+  // (written as text: JSON.stringify would overflow here).
   const deep = `${'{"a":'.repeat(50_000)}"bottom"${'}'.repeat(50_000)}`
   const query = JSON.stringify('mutation ($input: CreateUserInput!) { createUser(input: $input) { id } }')
   const response = await fetch(`${url}/graphql`, {

@@ -38,7 +38,7 @@ test('the token boundary refuses bad tokens before execution (401, UNAUTHENTICAT
     'no exp': hs256({ sub: '1', role: 'ADMIN' }),
     'unknown role': hs256({ sub: '1', role: 'ROOT', exp: now() + 60 }),
     'no subject': hs256({ role: 'ADMIN', exp: now() + 60 }),
-    'garbage': 'not-a-token'
+    garbage: 'not-a-token'
   }
   for (const [name, token] of Object.entries(bad)) {
     const before = await store.countUsers()

@@ -33,8 +33,14 @@ test('a response carrying GraphQL errors fails the scenario, whatever its HTTP s
 
 function report (results: Partial<Result>[]): RunReport {
   return {
-    startedAt: '2026-01-01T00:00:00.000Z', finishedAt: '', command: '', commit: 'abc', smoke: false,
-    machine: { cpus: 2, cpuModel: '', node: '24', platform: '' }, options: {}, notes: [],
+    startedAt: '2026-01-01T00:00:00.000Z',
+    finishedAt: '',
+    command: '',
+    commit: 'abc',
+    smoke: false,
+    machine: { cpus: 2, cpuModel: '', node: '24', platform: '' },
+    options: {},
+    notes: [],
     results: results.map((r) => ({ name: 'x', kind: 'scenario', store: 'sqlite', description: '', status: 'ok', ...r }))
   }
 }

@@ -290,7 +290,9 @@ test('WebSocket credentials in the shapes clients send; unknown or invalid ones 
   ]
   for (const [name, payload] of shapes) {
     const client = wsClient(url, { payload })
-    const answer = await new Promise<any>((resolve) => client.subscribe({ query: ownEmail }, { next: resolve, error: resolve, complete: () => {} }))
+    const answer = await new Promise<any>((resolve) =>
+      client.subscribe({ query: ownEmail }, { next: resolve, error: resolve, complete: () => {} })
+    )
     t.match(answer, { data: { user: { email: /@/ } } }, `${name}: the connection runs as user 2`)
     await client.dispose()
   }
@@ -308,7 +310,9 @@ test('WebSocket credentials in the shapes clients send; unknown or invalid ones 
     await client.dispose()
   }
   const anonymous = wsClient(url, { payload: { clientName: 'web' } })
-  const answer = await new Promise<any>((resolve) => anonymous.subscribe({ query: ownEmail }, { next: resolve, error: resolve, complete: () => {} }))
+  const answer = await new Promise<any>((resolve) =>
+    anonymous.subscribe({ query: ownEmail }, { next: resolve, error: resolve, complete: () => {} })
+  )
   t.match(answer, { data: { user: { email: null } } }, 'a payload with no credential at all is anonymous')
   await anonymous.dispose()
 })

@@ -18,7 +18,14 @@ test('development profile: open for building, fixed development secret, embedded
   t.equal(config.demoData, true, 'a new embedded store starts with the demo data set')
   t.equal(config.redisUrl, null)
   t.same(config.limits.budgets, { anonymous: 1000, USER: 10000, ADMIN: 100000, SERVICE: 100000 })
-  t.match(config.limits, { maxDepth: 10, timeoutMs: 10000, maxStringLength: 1000, rateRequests: 100, rateCostUnits: 100000, rateWindowMs: 60000 })
+  t.match(config.limits, {
+    maxDepth: 10,
+    timeoutMs: 10000,
+    maxStringLength: 1000,
+    rateRequests: 100,
+    rateCostUnits: 100000,
+    rateWindowMs: 60000
+  })
 })
 
 test('production profile: safe defaults, secrets required', async (t) => {
@@ -68,7 +75,14 @@ test('.env is read from the project root only: one planted in the working direct
 })
 
 test('TRUST_PROXY=0.0.0.0/0 (trust everyone) is refused with a clear line at start, like every bad setting', async (t) => {
-  const problems = (value: string) => { try { loadConfig({ TRUST_PROXY: value }); return [] } catch (err) { return (err as ConfigError).problems } }
+  const problems = (value: string) => {
+    try {
+      loadConfig({ TRUST_PROXY: value })
+      return []
+    } catch (err) {
+      return (err as ConfigError).problems
+    }
+  }
   t.match(problems('0.0.0.0/0'), [/TRUST_PROXY entry "0\.0\.0\.0\/0" trusts every address/])
   t.match(problems('10.0.0.0/8, ::/0'), [/TRUST_PROXY entry "::\/0" trusts every address/])
   t.same(problems('10.0.0.0/8, loopback'), [])

@@ -118,7 +118,8 @@ for (const [mode, env] of Object.entries(MODES)) {
 
 test('what graphql-cop\'s requests get, check by check, with ad-hoc queries allowed in production', async (t) => {
   const { url } = await listenTestApp(t, { NODE_ENV: 'production', PERSISTED_ONLY: 'false', RATE_LIMIT_REQUESTS: '1000', ...NO_SHEDDING })
-  const codes = async (name: string) => (await CHECKS[name]!(url)).answer.json?.errors?.map((e: any) => e.extensions.code)
+  const codes = async (name: string) =>
+    (await CHECKS[name]!(url)).answer.json?.errors?.map((e: any) => e.extensions.code)
   t.same(await codes('alias overloading'), ['ALIAS_LIMIT_EXCEEDED'])
   t.same(await codes('array batching'), ['BAD_REQUEST'])
   t.same(await codes('directive overloading'), ['DIRECTIVE_LIMIT_EXCEEDED'])

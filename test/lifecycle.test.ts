@@ -86,9 +86,12 @@ test('debug logging: requests with their headers, the Authorization header redac
 test('closing finishes in-flight requests', async (t) => {
   const { app, url, store } = await listenTestApp(t)
   const listUsers = store.listUsers.bind(store)
-  store.listUsers = async (limit) => { await new Promise((r) => setTimeout(r, 300)); return listUsers(limit) }
+  store.listUsers = async (limit) => {
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    return listUsers(limit)
+  }
   const inFlight = gql(url, '{ users(limit: 2) { name } }')
-  await new Promise((r) => setTimeout(r, 50))
+  await new Promise((resolve) => setTimeout(resolve, 50))
   const started = Date.now()
   const closed = app.close()
   const { status, body } = await inFlight
@@ -113,7 +116,7 @@ test('npm start: the service is the process that receives signals; SIGTERM to np
   server.child.kill('SIGTERM')
   t.equal(await server.exited, 0, 'npm exits with the service\'s exit code')
   t.match(server.stdout(), /"signal":"SIGTERM","msg":"shutting down"/, 'the service received SIGTERM and shut down gracefully')
-  for (let i = 0; i < 50 && alive(); i++) await new Promise((r) => setTimeout(r, 100))
+  for (let i = 0; i < 50 && alive(); i++) await new Promise((resolve) => setTimeout(resolve, 100))
   t.notOk(alive(), 'no server process is left running')
   await t.rejects(fetch(`${server.url}/health/live`), 'nothing listens any more')
 })

@@ -52,7 +52,8 @@ test('cost: budgets by caller class, literals and variables, priced before any r
   t.equal((await gql(url, '{ users { id } }')).body.extensions.cost.requested, 20, 'the default limit of 20')
   t.equal((await gql(url, '{ messages(roomId: "general", limit: 10) { content author { name } } }')).body.extensions.cost.requested, 10 * 3)
 
-  // Mutations are priced as writes (MUTATION_COST each, 10 by default), capped in number, and a refused mutation writes nothing.
+  // Mutations are priced as writes (MUTATION_COST each, 10 by
+  // default), capped in number, and a refused mutation writes nothing.
   calls.length = 0
   const admin = { authorization: `Bearer ${token('1', 'ADMIN')}` }
   const creates = (n: number) => Array.from({ length: n }, (_, i) => `m${i}: createUser(input: { name: "x", email: "x${i}@example.com" }) { id }`).join(' ')
@@ -96,8 +97,10 @@ test('page sizes are capped with a clear error, before execution', async (t) => 
 test('connections are priced like lists: edges (and their node) times first/last, pageInfo once, fragments too', async (t) => {
   const { store, calls } = countingStore()
   const { url } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '300', MAX_PAGE_SIZE: '100', MAX_ALIASES: '100' }, { store })
-  const cost = async (query: string, variables?: Record<string, unknown>) => (await gql(url, query, variables)).body.extensions.cost.requested
-  // 1 (the connection) + 50 x (cursor 1 + node (1 + id, name)) + pageInfo (1 + 2): as users(limit: 50) { id name } prices 50 x 2.
+  const cost = async (query: string, variables?: Record<string, unknown>) =>
+    (await gql(url, query, variables)).body.extensions.cost.requested
+  // 1 (the connection) + 50 x (cursor 1 + node (1 + id, name)) +
+  // pageInfo (1 + 2): as users(limit: 50) { id name } prices 50 x 2.
   const page = 'query ($n: Int) { usersConnection(first: $n) { edges { cursor node { id name } } pageInfo { hasNextPage endCursor } } }'
   t.equal(await cost(page, { n: 50 }), 1 + 50 * 4 + 3, 'a variable first')
   t.equal(await cost('{ usersConnection(first: 7) { edges { cursor node { id name } } pageInfo { hasNextPage endCursor } } }'), 1 + 7 * 4 + 3, 'a literal first')
@@ -163,7 +166,10 @@ test('list arguments are capped and priced by their length', async (t) => {
 test('execution timeout: "Query timeout" with code TIMEOUT, prompt answer, no write after the deadline', async (t) => {
   const { url, store, token } = await listenTestApp(t, { QUERY_TIMEOUT_MS: '200' })
   const listUsers = store.listUsers.bind(store)
-  store.listUsers = async (limit) => { await new Promise((r) => setTimeout(r, 1000)); return listUsers(limit) }
+  store.listUsers = async (limit) => {
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    return listUsers(limit)
+  }
   const started = Date.now()
   const { status, body } = await gql(url, '{ users { id } }')
   const elapsed = Date.now() - started
@@ -174,14 +180,17 @@ test('execution timeout: "Query timeout" with code TIMEOUT, prompt answer, no wr
 
   // A serial mutation: the first write is slow and passes the deadline; the second must not write.
   const createUser = store.createUser.bind(store)
-  store.createUser = async (user) => { await new Promise((r) => setTimeout(r, 300)); return createUser(user) }
+  store.createUser = async (user) => {
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    return createUser(user)
+  }
   const before = await store.countUsers()
   const mutation = await gql(url, `mutation {
     a: createUser(input: { name: "First", email: "first@example.com" }) { id }
     b: createUser(input: { name: "Second", email: "second@example.com" }) { id }
   }`, undefined, { authorization: `Bearer ${token('1', 'ADMIN')}` })
   t.match(mutation.body.errors, [{ message: 'Query timeout', code: 'TIMEOUT' }])
-  await new Promise((r) => setTimeout(r, 700))
+  await new Promise((resolve) => setTimeout(resolve, 700))
   t.equal(await store.countUsers(), before + 1, 'the write started before the deadline finished; the next one never ran')
   t.same((await store.listUsers(100)).filter((u) => u.name === 'Second'), [])
 })
@@ -189,13 +198,16 @@ test('execution timeout: "Query timeout" with code TIMEOUT, prompt answer, no wr
 test('after the deadline no resolver reads anything more: a slow page of messages leaves its authors unread', async (t) => {
   const { url, store } = await listenTestApp(t, { QUERY_TIMEOUT_MS: '100' })
   const messagesByRoom = store.messagesByRoom.bind(store)
-  store.messagesByRoom = async (roomId, limit) => { await new Promise((r) => setTimeout(r, 300)); return messagesByRoom(roomId, limit) }
+  store.messagesByRoom = async (roomId, limit) => {
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    return messagesByRoom(roomId, limit)
+  }
   let authorReads = 0
   const usersByIds = store.usersByIds.bind(store)
   store.usersByIds = async (ids) => { authorReads++; return usersByIds(ids) }
   const { body } = await gql(url, '{ messages(roomId: "general", limit: 5) { content author { name } } }')
   t.match(body.errors, [{ message: 'Query timeout', code: 'TIMEOUT' }])
-  await new Promise((r) => setTimeout(r, 500))
+  await new Promise((resolve) => setTimeout(resolve, 500))
   t.equal(authorReads, 0, 'Message.author checked the deadline before loading')
 })
 
@@ -274,7 +286,7 @@ test('hostile documents get clear answers and the service keeps serving', async 
     'fragment cycle': 'query { ...A } fragment A on Query { ...B } fragment B on Query { ...A }',
     'self-referencing fragment': 'query { users { ...U } } fragment U on User { id ...U }',
     'long string': `{ user(id: "${'x'.repeat(200_000)}") { id } }`,
-    'unterminated': '{ users { id '.repeat(1000)
+    unterminated: '{ users { id '.repeat(1000)
   }
   for (const [name, query] of Object.entries(hostile)) {
     const { status, body } = await gql(url, query)
@@ -316,7 +328,8 @@ test('aliases, directives and validation errors are capped per operation, before
 
 test('validation answers one error per kind of mistake, at most MAX_VALIDATION_ERRORS', async (t) => {
   const { url } = await listenTestApp(t, { MAX_DIRECTIVES_PER_FIELD: '100', NODE_ENV: 'development' })
-  // Without the per-field cap, graphql-cop's ten unknown directives: one error for the unknown directive, one for the repeats.
+  // Without the per-field cap, graphql-cop's ten unknown directives:
+  // one error for the unknown directive, one for the repeats.
   const repeated = await gql(url, `query cop { __typename ${'@aa'.repeat(10)} }`)
   t.ok(repeated.body.errors.length > 0 && repeated.body.errors.length < 10, `${repeated.body.errors.length} errors, not 10`)
   t.equal(new Set(repeated.body.errors.map((e: { message: string }) => e.message)).size, repeated.body.errors.length, 'no error repeated')

@@ -30,7 +30,10 @@ function apolloClient (url: string) {
   })
 }
 
-interface Page { edges: { cursor: string; node: { id: string } }[]; pageInfo: { hasNextPage?: boolean; endCursor?: string | null; hasPreviousPage?: boolean; startCursor?: string | null } }
+interface Page {
+  edges: { cursor: string; node: { id: string } }[]
+  pageInfo: { hasNextPage?: boolean; endCursor?: string | null; hasPreviousPage?: boolean; startCursor?: string | null }
+}
 
 /**
  * Pages a connection to its end with one ObservableQuery and fetchMore, as an app does; `between`
@@ -80,7 +83,10 @@ for (const kind of STORE_KINDS) {
       round++
       // Ahead of the cursor: a row deleted is never seen; a row created after everything is seen once.
       const ahead = initial[100 * round + 300]
-      if (ahead !== undefined && !seen.has(ahead) && await store.deleteUser(ahead)) { mustSee.delete(ahead); mustNotSee.add(ahead) }
+      if (ahead !== undefined && !seen.has(ahead) && (await store.deleteUser(ahead))) {
+        mustSee.delete(ahead)
+        mustNotSee.add(ahead)
+      }
       mustSee.add((await store.createUser({ name: `late ${round}`, email: `late-${round}@example.com`, createdAt: at(100000 + round) })).id)
       // Behind the cursor: deleting seen rows (the last one read, which the next cursor names, too)
       // and creating rows there shift nothing.

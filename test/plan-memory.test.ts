@@ -11,7 +11,10 @@ setFlagsFromString('--expose-gc')
 const collectGarbage = runInNewContext('gc') as () => void
 const MiB = 1024 * 1024
 
-/** A distinct document of about `size` characters: aliased root list fields, the shape whose compilation weighs most per character. */
+/**
+ * A distinct document of about `size` characters: aliased root list
+ * fields, the shape whose compilation weighs most per character.
+ */
 function document (n: number, size: number): string {
   const fields: string[] = []
   for (let k = 0; fields.join(' ').length < size; k++) fields.push(`d${n}_${k}: users(limit: 1) { id }`)

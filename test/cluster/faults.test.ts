@@ -37,7 +37,9 @@ function startTraffic (lbUrl: string, run: string, concurrency: number) {
           : await gql(lbUrl, 'mutation Post($content: String!) { postMessage(roomId: "faults", content: $content) { id } }', { content: key }, { token: token(`bg-${i % 2000}`), timeoutMs: CLIENT_TIMEOUT_MS })
       const data = response.body?.data
       outcome = {
-        kind, key, status: response.status,
+        kind,
+        key,
+        status: response.status,
         code: response.body?.errors?.[0]?.extensions?.code,
         id: data?.createUser?.id ?? data?.postMessage?.id ?? (data?.users ? 'read' : undefined),
         text: JSON.stringify(response.body),
@@ -46,7 +48,7 @@ function startTraffic (lbUrl: string, run: string, concurrency: number) {
     } catch (err) {
       outcome = { kind, key, status: 0, code: 'NO_ANSWER', text: (err as Error).message, upstream: '' }
     }
-    outcomes.push({ ...outcome, phase: phase, ms: Math.round(performance.now() - started) })
+    outcomes.push({ ...outcome, phase, ms: Math.round(performance.now() - started) })
   }
   const workers = Array.from({ length: concurrency }, async () => {
     while (running) {
@@ -56,6 +58,7 @@ function startTraffic (lbUrl: string, run: string, concurrency: number) {
   })
   return {
     outcomes,
+    // eslint-disable-next-line accessor-pairs -- the phase is only ever set (it tags the outcomes)
     set phase (name: string) { phase = name },
     async stop () { running = false; await Promise.all(workers) }
   }
@@ -77,7 +80,7 @@ test('faults during traffic: answered clearly, readiness reflects them, recovery
   })
   const [a, b] = instances as [Instance, Instance]
   // Users for the background traffic: 2000 identities, so none of them reaches the request limit.
-  await db.query(`INSERT INTO users (id, name, email, created_at) SELECT 'bg-' || g, 'Background ' || g, 'bg-' || g || '@faults.example.com', now() FROM generate_series(0, 1999) AS g`)
+  await db.query('INSERT INTO users (id, name, email, created_at) SELECT \'bg-\' || g, \'Background \' || g, \'bg-\' || g || \'@faults.example.com\', now() FROM generate_series(0, 1999) AS g')
   const run = db.schema.replace(/_/g, '-')
   const traffic = startTraffic(lb.url, run, 6)
   t.teardown(() => traffic.stop())
@@ -110,7 +113,9 @@ test('faults during traffic: answered clearly, readiness reflects them, recovery
 
     // SOAP: WS-Security nonces cannot be checked for replays without Redis, so the binding fails closed, clearly.
     const soap = await request(`${lb.url}/v1/UserService`, {
-      method: 'POST', from: '127.0.0.41', body: soapEnvelope('GetUser', '<id>2</id>'),
+      method: 'POST',
+      from: '127.0.0.41',
+      body: soapEnvelope('GetUser', '<id>2</id>'),
       headers: { 'content-type': 'text/xml; charset=utf-8', soapaction: `"${SOAP_PUBLIC_URL}/v1/UserService/GetUser"` }
     })
     t.equal(soap.status, 500)

@@ -32,7 +32,9 @@ export const PARTNER_SECRET_KEY = 'cluster-partner-key-that-is-long-enough-01234
 export const LB_ADDRESS = '127.0.0.2'
 /** The SOAP partner account every cluster has (bound to user 5, SERVICE). */
 export const PARTNER = { login: 'partner', password: 'partner-s3cret' }
-/** The public address written into the WSDL and the SOAP namespaces: the load balancer's, the same on every instance. */
+/**
+ * The public address written into the WSDL and the SOAP namespaces: the load balancer's, the same on every instance.
+ */
 export const SOAP_PUBLIC_URL = 'https://api.example.com'
 
 export interface TestLike {
@@ -79,38 +81,63 @@ function agentFor (localAddress: string): http.Agent {
 }
 
 /** One HTTP request from a chosen local address (127.0.0.x), on a keep-alive agent of that address. */
-export function request (url: string, options: { method?: string; headers?: Record<string, string>; body?: string; from?: string; timeoutMs?: number } = {}): Promise<HttpResponse> {
+export function request (
+  url: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string; from?: string; timeoutMs?: number } = {}
+): Promise<HttpResponse> {
   const from = options.from ?? '127.0.0.1'
   return new Promise((resolve, reject) => {
-    const req = http.request(url, {
-      method: options.method ?? 'GET',
-      headers: { ...(options.body !== undefined ? { 'content-length': String(Buffer.byteLength(options.body)) } : {}), ...options.headers },
-      agent: agentFor(from)
-    }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8')
-        resolve({ status: res.statusCode!, headers: res.headers, text, json: () => JSON.parse(text) })
-      })
-      res.on('error', reject)
-    })
-    req.setTimeout(options.timeoutMs ?? 30_000, () => req.destroy(new Error(`no answer from ${url} within ${options.timeoutMs ?? 30_000} ms`)))
+    const req = http.request(
+      url,
+      {
+        method: options.method ?? 'GET',
+        headers: {
+          ...(options.body !== undefined ? { 'content-length': String(Buffer.byteLength(options.body)) } : {}),
+          ...options.headers
+        },
+        agent: agentFor(from)
+      },
+      (res) => {
+        const chunks: Buffer[] = []
+        res.on('data', (c: Buffer) => chunks.push(c))
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8')
+          resolve({ status: res.statusCode!, headers: res.headers, text, json: () => JSON.parse(text) })
+        })
+        res.on('error', reject)
+      }
+    )
+    req.setTimeout(options.timeoutMs ?? 30_000, () =>
+      req.destroy(new Error(`no answer from ${url} within ${options.timeoutMs ?? 30_000} ms`))
+    )
     req.on('error', reject)
     req.end(options.body)
   })
 }
 
-export async function gql (baseUrl: string, query: string, variables?: Record<string, unknown>, options: { token?: string; from?: string; headers?: Record<string, string>; timeoutMs?: number } = {}) {
+export async function gql (
+  baseUrl: string,
+  query: string,
+  variables?: Record<string, unknown>,
+  options: { token?: string; from?: string; headers?: Record<string, string>; timeoutMs?: number } = {}
+) {
   const response = await request(`${baseUrl}/graphql`, {
     method: 'POST',
     from: options.from,
     timeoutMs: options.timeoutMs,
-    headers: { 'content-type': 'application/json', ...(options.token ? { authorization: `Bearer ${options.token}` } : {}), ...options.headers },
+    headers: {
+      'content-type': 'application/json',
+      ...(options.token ? { authorization: `Bearer ${options.token}` } : {}),
+      ...options.headers
+    },
     body: JSON.stringify({ query, variables })
   })
   let body: any
-  try { body = response.json() } catch { body = { raw: response.text } }
+  try {
+    body = response.json()
+  } catch {
+    body = { raw: response.text }
+  }
   return { status: response.status, headers: response.headers, body }
 }
 
@@ -127,7 +154,10 @@ export interface Database {
   query<R extends pg.QueryResultRow = any> (text: string, values?: unknown[]): Promise<pg.QueryResult<R>>
 }
 
-/** A schema of the test's own, migrated and loaded with the demo users (1 ADMIN, 2-4 USER, 5 SERVICE) and PARTNER; dropped at the end. */
+/**
+ * A schema of the test's own, migrated and loaded with the demo users
+ * (1 ADMIN, 2-4 USER, 5 SERVICE) and PARTNER; dropped at the end.
+ */
 export async function createDatabase (t: TestLike): Promise<Database> {
   const schema = uniqueName('cluster')
   const admin = new pg.Client({ connectionString: PG_URL })
@@ -149,7 +179,10 @@ export async function createDatabase (t: TestLike): Promise<Database> {
   return { url: PG_URL, schema, query: (text, values) => pool.query(text, values) }
 }
 
-/** Ends the PostgreSQL connections of one application_name (the instances of one test), as an operator or a failover would. */
+/**
+ * Ends the PostgreSQL connections of one application_name (the
+ * instances of one test), as an operator or a failover would.
+ */
 export async function terminateBackends (applicationName: string): Promise<number> {
   const client = new pg.Client({ connectionString: PG_URL })
   await client.connect()
@@ -415,7 +448,10 @@ export interface Cluster {
  * Two (or `size`) instances on a fresh PostgreSQL schema and Redis (the machine's under a fresh prefix,
  * or `redisUrl`), behind nginx. `env` adds settings for every instance.
  */
-export async function startCluster (t: TestLike, options: { size?: number; env?: Record<string, string>; redisUrl?: string } = {}): Promise<Cluster> {
+export async function startCluster (
+  t: TestLike,
+  options: { size?: number; env?: Record<string, string>; redisUrl?: string } = {}
+): Promise<Cluster> {
   const db = await createDatabase(t)
   const redisUrl = options.redisUrl ?? REDIS_URL
   if (!options.redisUrl) await requireRedis(redisUrl)
@@ -426,7 +462,7 @@ export async function startCluster (t: TestLike, options: { size?: number; env?:
       const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
       await redis.connect()
       const keys: string[] = []
-      for await (const batch of redis.scanStream({ match: `${redisPrefix}*`, count: 500 })) keys.push(...(batch as string[]))
+      for await (const batch of redis.scanStream({ match: `${redisPrefix}*`, count: 500 })) { keys.push(...(batch as string[])) }
       if (keys.length > 0) await redis.del(...keys)
       await redis.quit()
     })
@@ -441,7 +477,9 @@ export async function startCluster (t: TestLike, options: { size?: number; env?:
     ...options.env
   }
   const names = 'abcdefgh'
-  const instances = await Promise.all(Array.from({ length: options.size ?? 2 }, (_, i) => startInstance(t, `app-${names[i]}`, env)))
+  const instances = await Promise.all(
+    Array.from({ length: options.size ?? 2 }, (_, i) => startInstance(t, `app-${names[i]}`, env))
+  )
   const lb = await startLoadBalancer(t, instances)
   return { db, instances, lb, redisUrl, redisPrefix, applicationName }
 }
@@ -452,14 +490,21 @@ async function requireRedis (url: string): Promise<void> {
 }
 
 /** Waits until `check` returns a truthy value (polling), or fails with `what`. */
-export async function eventually<T> (what: string, check: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 15_000, everyMs = 100): Promise<T> {
+export async function eventually<T> (
+  what: string,
+  check: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+  timeoutMs = 15_000,
+  everyMs = 100
+): Promise<T> {
   const deadline = Date.now() + timeoutMs
   let last: unknown
   while (Date.now() < deadline) {
     try {
       const value = await check()
       if (value) return value
-    } catch (err) { last = err }
+    } catch (err) {
+      last = err
+    }
     await sleep(everyMs)
   }
   throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`)

@@ -131,7 +131,8 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
     acknowledgedByUpstream: byUpstream
   }
   t.comment(`load figures: ${JSON.stringify(figures)}`)
-  // What nginx saw go wrong upstream (connection refused: retried elsewhere; reset or closed after sending: answered 502).
+  // What nginx saw go wrong upstream (connection refused: retried
+  // elsewhere; reset or closed after sending: answered 502).
   const upstreamErrors: Record<string, number> = {}
   for (const line of lb.errorLog().split('\n')) {
     const what = /\] \d+#\d+: \*\d+ (.+?) while /.exec(line)?.[1]?.trim()

@@ -150,7 +150,9 @@ test('two instances behind nginx', async (t) => {
     const email = `soap.${randomBytes(3).toString('hex')}@example.com`
     const envelope = soapEnvelope('CreateUser', `<name>Made Over Soap</name><email>${email}</email>`)
     const created = await request(`${lb.pinned[0]}/v1/UserService`, {
-      method: 'POST', from: '127.0.0.20', body: envelope,
+      method: 'POST',
+      from: '127.0.0.20',
+      body: envelope,
       headers: { 'content-type': 'text/xml; charset=utf-8', soapaction: `"${SOAP_PUBLIC_URL}/v1/UserService/CreateUser"` }
     })
     t.equal(created.status, 200, created.text)

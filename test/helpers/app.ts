@@ -31,7 +31,11 @@ export interface TestApp {
 }
 
 /** Builds an app on a fresh in-memory store with the demo data set (ids 1 = ADMIN, 2-4 = USER, 5 = SERVICE). */
-export async function buildTestApp (t: TestLike, env: Record<string, string> = {}, options: { store?: Store; demo?: boolean } = {}): Promise<TestApp> {
+export async function buildTestApp (
+  t: TestLike,
+  env: Record<string, string> = {},
+  options: { store?: Store; demo?: boolean } = {}
+): Promise<TestApp> {
   const config = testConfig(env)
   const store = options.store ?? openSqliteStore(':memory:')
   if (options.demo !== false) await loadDemoData(store)
@@ -44,18 +48,27 @@ export async function buildTestApp (t: TestLike, env: Record<string, string> = {
 }
 
 /** Same, listening on 127.0.0.1 with an ephemeral port; returns the base URL. */
-export async function listenTestApp (t: TestLike, env: Record<string, string> = {}, options: { store?: Store; demo?: boolean } = {}): Promise<TestApp & { url: string }> {
+export async function listenTestApp (
+  t: TestLike,
+  env: Record<string, string> = {},
+  options: { store?: Store; demo?: boolean } = {}
+): Promise<TestApp & { url: string }> {
   const built = await buildTestApp(t, env, options)
   const url = await built.app.listen({ host: '127.0.0.1', port: 0 })
   return { ...built, url }
 }
 
 /** POSTs a GraphQL request to a listening server with fetch. */
-export async function gql (url: string, query: string, variables?: Record<string, unknown>, headers: Record<string, string> = {}) {
+export async function gql (
+  url: string,
+  query: string,
+  variables?: Record<string, unknown>,
+  headers: Record<string, string> = {}
+) {
   const response = await fetch(`${url}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
     body: JSON.stringify({ query, variables })
   })
-  return { status: response.status, headers: response.headers, body: await response.json() as any }
+  return { status: response.status, headers: response.headers, body: (await response.json()) as any }
 }

@@ -21,7 +21,12 @@ async function rawSocket (url: string) {
 /** Resolves true when `closed` settles within `ms`, false otherwise. */
 async function closesWithin (closed: Promise<void>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined
-  const result = await Promise.race([closed.then(() => true), new Promise<boolean>((resolve) => { timer = setTimeout(() => resolve(false), ms) })])
+  const result = await Promise.race([
+    closed.then(() => true),
+    new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), ms)
+    })
+  ])
   clearTimeout(timer)
   return result
 }
@@ -87,7 +92,7 @@ test('the default production settings bound a slow request too', async (t) => {
 /** Sends a request on an open raw socket and resolves with the status line of the answer. */
 async function statusOver (connection: Awaited<ReturnType<typeof rawSocket>>): Promise<string> {
   connection.socket.write('GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n')
-  for (let i = 0; i < 100 && !/\r\n\r\n/.test(connection.state.received); i++) await new Promise((r) => setTimeout(r, 20))
+  for (let i = 0; i < 100 && !/\r\n\r\n/.test(connection.state.received); i++) await new Promise((resolve) => setTimeout(resolve, 20))
   return connection.state.received.split('\r\n')[0]!
 }
 
@@ -102,7 +107,7 @@ test('connections are capped per peer address (MAX_CONNECTIONS_PER_IP); a freed 
   for (const connection of allowed) t.equal(await statusOver(connection), 'HTTP/1.1 200 OK', 'the first three are served')
   allowed[0]!.socket.destroy()
   await allowed[0]!.closed
-  await new Promise((r) => setTimeout(r, 50))
+  await new Promise((resolve) => setTimeout(resolve, 50))
   const next = await rawSocket(url)
   destroyAll(t, [next.socket])
   t.equal(await statusOver(next), 'HTTP/1.1 200 OK', 'a slot freed by a closed connection is given to the next one')

@@ -1,4 +1,5 @@
-// Prometheus metrics (on the API port in development, on METRICS_PORT when set) and request ids, through a listening server.
+// Prometheus metrics (on the API port in development, on METRICS_PORT
+// when set) and request ids, through a listening server.
 import { test } from 'tap'
 import { Writable } from 'node:stream'
 import { buildApp } from '../../app/app.ts'

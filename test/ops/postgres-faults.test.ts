@@ -39,7 +39,7 @@ test('a PostgreSQL connection killed under a query: SERVICE_UNAVAILABLE, then se
   for (let i = 0; i < 100; i++) {
     const { rows } = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [applicationName])
     if (rows[0].n > 0) break
-    await new Promise((r) => setTimeout(r, 50))
+    await new Promise((resolve) => setTimeout(resolve, 50))
   }
   const { rows } = await admin.query('SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1', [applicationName])
   t.ok(rows[0].n > 0, 'the service\'s connections were terminated')

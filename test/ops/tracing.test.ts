@@ -30,8 +30,10 @@ const CLIENT = 3
 const INTERNAL = 1
 
 interface AnyValue { stringValue?: string; intValue?: number | string; boolValue?: boolean; doubleValue?: number }
-const valueOf = (v: AnyValue) => v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : v.boolValue ?? v.doubleValue)
-const attributes = (list: { key: string; value: AnyValue }[] = []) => Object.fromEntries(list.map((a) => [a.key, valueOf(a.value)]))
+const valueOf = (v: AnyValue) =>
+  v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : (v.boolValue ?? v.doubleValue))
+const attributes = (list: { key: string; value: AnyValue }[] = []) =>
+  Object.fromEntries(list.map((a) => [a.key, valueOf(a.value)]))
 
 /** An OTLP/HTTP receiver: records every export request, and the spans of the JSON ones. */
 async function otlpReceiver (t: TestLike) {
@@ -63,7 +65,10 @@ async function otlpReceiver (t: TestLike) {
 }
 
 /** Flushes the app's exporter until `found` returns something (the server span ends when its response closes). */
-async function exported<T> (app: { tracing: { flush (): Promise<void> } | null }, found: () => T | undefined): Promise<T> {
+async function exported<T> (
+  app: { tracing: { flush(): Promise<void> } | null },
+  found: () => T | undefined
+): Promise<T> {
   for (;;) {
     await app.tracing!.flush()
     const value = found()

@@ -5,7 +5,9 @@ import { listenTestApp } from '../helpers/app.ts'
 import { sha256Hex } from '../../routes/graphql/persisted.ts'
 import { NO_SHEDDING, postJson } from './helpers.ts'
 
-const persistedQuery = (text: string) => ({ extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(text) } } })
+const persistedQuery = (text: string) => ({
+  extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(text) } }
+})
 
 test('APQ_MAX_BYTES=256 KiB: 40 registered 8 KB texts push the first out; the newest is still found by its hash', async (t) => {
   const { url } = await listenTestApp(t, { ...NO_SHEDDING, APQ_MAX_BYTES: String(256 * 1024), RATE_LIMIT_REQUESTS: '10000' })

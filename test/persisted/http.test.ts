@@ -110,7 +110,10 @@ test('development mode: ad-hoc queries run; a hash that does not match its query
   const notRegistered = await postJson(url, { extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(`${text} `) } } })
   t.equal(notRegistered.body.errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND', 'a mismatched text is never registered')
 
-  const version2 = await postJson(url, { query: text, extensions: { persistedQuery: { version: 2, sha256Hash: sha256Hex(text) } } })
+  const version2 = await postJson(url, {
+    query: text,
+    extensions: { persistedQuery: { version: 2, sha256Hash: sha256Hex(text) } }
+  })
   t.equal(version2.status, 400)
   t.equal(version2.body.errors[0].message, 'Unsupported extensions.persistedQuery.version: only version 1 is supported')
 

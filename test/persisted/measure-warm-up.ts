@@ -8,11 +8,19 @@ const t = { teardown: (f: () => unknown) => td.push(f) }
 const text = 'query UserById($id: ID!) {\n  user(id: $id) {\n    id\n    name\n    createdAt\n  }\n}'
 const id = 'sha256:0fdd05ad54ae2d0fa047b982d0d1f50f65dce3f923c1ba58acb6976933c2ae08'
 const env = { PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0' }
-async function time (fn: () => Promise<unknown>) { const s = process.hrtime.bigint(); await fn(); return Number(process.hrtime.bigint() - s) / 1e6 }
+async function time (fn: () => Promise<unknown>) {
+  const s = process.hrtime.bigint()
+  await fn()
+  return Number(process.hrtime.bigint() - s) / 1e6
+}
 const rounds = Number(process.argv[2] ?? 40)
-const warm: number[][] = [], cold: number[][] = [], startup: number[] = []
+const warm: number[][] = []; const cold: number[][] = []; const startup: number[] = []
 // one throwaway app to load all modules
-{ const { app } = await buildTestApp(t, { ...env, PERSISTED_MANIFEST: MANIFEST_FILE }); await app.ready(); await app.close() }
+{
+  const { app } = await buildTestApp(t, { ...env, PERSISTED_MANIFEST: MANIFEST_FILE })
+  await app.ready()
+  await app.close()
+}
 async function warmRun () {
   const a = await buildTestApp(t, { ...env, PERSISTED_MANIFEST: MANIFEST_FILE })
   await a.app.ready(); startup.push(a.app.graphqlRoom.persistedWarmUp!.ms)

@@ -42,7 +42,8 @@ test('cost units: spent on the partner\'s user, priced like the same GraphQL rea
   const asPartnerUser = { authorization: `Bearer ${mintToken(soap.app.config.jwt, '5', 'SERVICE')}` }
   /** Cost units left in user 5's window, read through GraphQL (a probe that itself costs `probe`). */
   const PROBE = '{ user(id: "3") { id } }'
-  const remaining = async () => (await gql(soap.url, PROBE, undefined, asPartnerUser)).body.extensions.cost.remaining as number
+  const remaining = async () =>
+    (await gql(soap.url, PROBE, undefined, asPartnerUser)).body.extensions.cost.remaining as number
   const probe = (await gql(soap.url, PROBE, undefined, asPartnerUser)).body.extensions.cost.requested as number
   const graphqlCost = async (query: string) => {
     const { body } = await gql(soap.url, query, undefined, asPartnerUser)

@@ -16,13 +16,24 @@ function getUser (id: string, prefix = 'u'): string {
   return `<${prefix}:GetUser xmlns:${prefix}="${NS}"><${prefix}:id>${id}</${prefix}:id></${prefix}:GetUser>`
 }
 
-function digestToken (username: string, password: string, created: string, options: { nonce?: Buffer | null; timestamp?: string } = {}): string {
+function digestToken (
+  username: string,
+  password: string,
+  created: string,
+  options: { nonce?: Buffer | null; timestamp?: string } = {}
+): string {
   const nonce = options.nonce === undefined ? randomBytes(16) : options.nonce
-  const digest = createHash('sha1').update(nonce ?? Buffer.alloc(0)).update(created).update(password).digest('base64')
-  return `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}">${options.timestamp ?? ''}<wsse:UsernameToken><wsse:Username>${username}</wsse:Username>` +
+  const digest = createHash('sha1')
+    .update(nonce ?? Buffer.alloc(0))
+    .update(created)
+    .update(password)
+    .digest('base64')
+  return (
+    `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}">${options.timestamp ?? ''}<wsse:UsernameToken><wsse:Username>${username}</wsse:Username>` +
     `<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordDigest">${digest}</wsse:Password>` +
     (nonce ? `<wsse:Nonce>${nonce.toString('base64')}</wsse:Nonce>` : '') +
     `<wsu:Created>${created}</wsu:Created></wsse:UsernameToken></wsse:Security>`
+  )
 }
 
 const iso = (ms: number) => new Date(ms).toISOString()
@@ -114,9 +125,9 @@ test('namespace-aware matching', async (t) => {
   const defaultNs = envelope('1.1', `<GetUser xmlns="${NS}"><id>2</id></GetUser>`, PARTNER)
   t.equal((await post(`${url}/v1/UserService`, defaultNs, H11)).status, 200, 'a default namespace')
 
-  const wrongOpNs = await post(`${url}/v1/UserService`, envelope('1.1', `<GetUser xmlns="urn:other"><id>2</id></GetUser>`, PARTNER), H11)
+  const wrongOpNs = await post(`${url}/v1/UserService`, envelope('1.1', '<GetUser xmlns="urn:other"><id>2</id></GetUser>', PARTNER), H11)
   t.match(readFault(wrongOpNs.text), { code: 'soap:Client', errorCode: 'OPERATION_NOT_FOUND' }, 'the right name in another namespace is not our operation')
-  const v2OpOnV1 = await post(`${url}/v1/UserService`, envelope('1.1', `<GetUser xmlns="http://localhost:0/v2/UserService"><id>2</id></GetUser>`, PARTNER), H11)
+  const v2OpOnV1 = await post(`${url}/v1/UserService`, envelope('1.1', '<GetUser xmlns="http://localhost:0/v2/UserService"><id>2</id></GetUser>', PARTNER), H11)
   t.match(readFault(v2OpOnV1.text), { errorCode: 'OPERATION_NOT_FOUND' }, 'a v2 element sent to v1')
   const listOnV1 = await post(`${url}/v1/UserService`, envelope('1.1', `<ListUsers xmlns="${NS}"/>`, PARTNER), H11)
   t.match(readFault(listOnV1.text), { errorCode: 'OPERATION_NOT_FOUND' }, 'ListUsers is v2 only')
@@ -138,7 +149,7 @@ test('envelope rules: version, body, content type, method', async (t) => {
   t.match(mismatch.text, '<env:Upgrade><env:SupportedEnvelope qname="e12:Envelope"', 'SOAP 1.2 says which versions are supported')
   const latin1 = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER), { 'content-type': 'text/xml; charset=ISO-8859-1' })
   t.match(readFault(latin1.text), { code: 'soap:Client', errorCode: 'UNSUPPORTED_MEDIA_TYPE', reason: /charset iso-8859-1/ })
-  const notEnvelope = await post(`${url}/v1/UserService`, `<Envelope xmlns="urn:x"><Body/></Envelope>`, H11)
+  const notEnvelope = await post(`${url}/v1/UserService`, '<Envelope xmlns="urn:x"><Body/></Envelope>', H11)
   t.match(readFault(notEnvelope.text), { code: 'soap:VersionMismatch' })
   const twoOps = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2') + getUser('3'), PARTNER), H11)
   t.match(readFault(twoOps.text), { errorCode: 'BAD_REQUEST', reason: /exactly one element/ })
@@ -198,7 +209,7 @@ test('mandatory headers: Security with mustUnderstand is understood; any other i
   t.match(readFault(r12.text), { code: 'env:MustUnderstand' })
   t.match(r12.text, '<env:NotUnderstood xmlns:h="urn:tx" qname="h:Transaction"/>')
 
-  const optional = `<t:Transaction xmlns:t="urn:tx">5</t:Transaction>`
+  const optional = '<t:Transaction xmlns:t="urn:tx">5</t:Transaction>'
   t.equal((await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER + optional), H11)).status, 200, 'optional unknown headers are ignored')
   const forSomeoneElse = `<t:Transaction xmlns:t="urn:tx" xmlns:s="${SOAP11}" s:mustUnderstand="1" s:actor="urn:other-node">5</t:Transaction>`
   t.equal((await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER + forSomeoneElse), H11)).status, 200, 'mandatory headers for another actor are not ours')
@@ -266,8 +277,8 @@ test('domain errors keep their GraphQL codes; authorization is the domain\'s', a
   t.notMatch(partnerRead.text, '<email>', 'a SERVICE partner does not see the e-mail of another user, as over GraphQL')
 
   const v2 = (body: string) => post(`${url}/v2/UserService`, envelope('1.1', body, PARTNER), H11).then((r) => readFault(r.text))
-  t.match(await v2(`<ListUsers xmlns="http://localhost:0/v2/UserService"><limit>abc</limit></ListUsers>`), { errorCode: 'BAD_USER_INPUT', reason: /xs:int/ })
-  t.match(await v2(`<ListUsers xmlns="http://localhost:0/v2/UserService"><limit>100000</limit></ListUsers>`), { errorCode: 'BAD_USER_INPUT', reason: /limit must be between 1 and 100/ })
+  t.match(await v2('<ListUsers xmlns="http://localhost:0/v2/UserService"><limit>abc</limit></ListUsers>'), { errorCode: 'BAD_USER_INPUT', reason: /xs:int/ })
+  t.match(await v2('<ListUsers xmlns="http://localhost:0/v2/UserService"><limit>100000</limit></ListUsers>'), { errorCode: 'BAD_USER_INPUT', reason: /limit must be between 1 and 100/ })
 })
 
 test('unexpected errors are Server/Receiver faults without internals', async (t) => {
@@ -322,7 +333,10 @@ test('node-soap of a throttled partner still loads the WSDL, and its call is ref
 test('an operation past QUERY_TIMEOUT_MS answers a TIMEOUT fault promptly, and writes nothing after the deadline', async (t) => {
   const { url, store } = await listenSoapApp(t, { ...ENV, QUERY_TIMEOUT_MS: '200' })
   const usersByIds = store.usersByIds.bind(store)
-  store.usersByIds = async (ids) => { await new Promise((r) => setTimeout(r, 1000)); return usersByIds(ids) }
+  store.usersByIds = async (ids) => {
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    return usersByIds(ids)
+  }
   const started = Date.now()
   const response = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER), H11)
   t.ok(Date.now() - started < 800, `answered at the deadline (${Date.now() - started} ms), not when the read finished`)

@@ -30,13 +30,24 @@ export interface SoapTestApp {
   partnerSecretKey: string
 }
 
-/** A listening app on its own in-memory store with the demo users and partner "partner"/"s3cret" (bound to user 5, SERVICE). */
-export async function listenSoapApp (t: TestLike, env: Record<string, string> = {}, options: { clock?: () => number; store?: Store } = {}): Promise<SoapTestApp> {
+/**
+ * A listening app on its own in-memory store with the demo users
+ * and partner "partner"/"s3cret" (bound to user 5, SERVICE).
+ */
+export async function listenSoapApp (
+  t: TestLike,
+  env: Record<string, string> = {},
+  options: { clock?: () => number; store?: Store } = {}
+): Promise<SoapTestApp> {
   const config = testConfig(env)
   const store = options.store ?? openSqliteStore(':memory:')
   if (!options.store) {
     await loadDemoData(store)
-    await createPartnerAccount(store, config.soap.partnerSecretKey, { login: 'partner', password: 's3cret', userId: '5' })
+    await createPartnerAccount(store, config.soap.partnerSecretKey, {
+      login: 'partner',
+      password: 's3cret',
+      userId: '5'
+    })
   }
   const app = await buildApp(config, { store, logger: false, clock: options.clock })
   t.teardown(async () => {

@@ -42,7 +42,10 @@ for (const kind of STORE_KINDS) {
       if (!token) break
       round++
       const ahead = initial[100 * round + 300]
-      if (ahead !== undefined && !read.includes(ahead) && await store.deleteUser(ahead)) { mustSee.delete(ahead); mustNotSee.add(ahead) }
+      if (ahead !== undefined && !read.includes(ahead) && (await store.deleteUser(ahead))) {
+        mustSee.delete(ahead)
+        mustNotSee.add(ahead)
+      }
       mustSee.add((await store.createUser({ name: `late ${round}`, email: `late-${round}@example.com`, createdAt: at(100000 + round) })).id)
       await store.deleteUser(ids.at(-1)!)
       mustNotSee.add((await store.createUser({ name: `early ${round}`, email: `early-${round}@example.com`, createdAt: at(-1 - round) })).id)

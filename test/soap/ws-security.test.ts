@@ -16,7 +16,10 @@ const H11 = { 'content-type': 'text/xml; charset=utf-8' }
 const GET_USER = `<GetUser xmlns="${NS}"><id>2</id></GetUser>`
 const DIGEST = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordDigest'
 
-/** A PasswordDigest token whose Nonce is written as `nonceText` (the digest is over the decoded bytes, as the profile says). */
+/**
+ * A PasswordDigest token whose Nonce is written as `nonceText`
+ * (the digest is over the decoded bytes, as the profile says).
+ */
 function digestToken (nonce: Buffer, nonceText: string, created: string, password = 's3cret'): string {
   const digest = createHash('sha1').update(nonce).update(created).update(password).digest('base64')
   return `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}"><wsse:UsernameToken><wsse:Username>partner</wsse:Username>` +
@@ -54,7 +57,7 @@ test('a Nonce is remembered by its bytes: re-spelled, the captured message is re
 
 test('every operation requires a UsernameToken: no Security header is a wsse:InvalidSecurity fault, not an anonymous call', async (t) => {
   const { url } = await listenSoapApp(t, ENV)
-  for (const [version, op] of [['v1', GET_USER], ['v2', `<ListUsers xmlns="http://localhost:0/v2/UserService"/>`]] as const) {
+  for (const [version, op] of [['v1', GET_USER], ['v2', '<ListUsers xmlns="http://localhost:0/v2/UserService"/>']] as const) {
     const r11 = await post(`${url}/${version}/UserService`, envelope('1.1', op.replace('/v1/', `/${version}/`)), H11)
     t.equal(r11.status, 500)
     t.match(readFault(r11.text), { code: 'wsse:InvalidSecurity', errorCode: 'UNAUTHENTICATED', reason: /wsse:Security header with a UsernameToken is required/ })
@@ -110,7 +113,10 @@ test('a refusal costs one password verification whether the login exists or not'
   const { buildApp } = await t.mockImport<typeof import('../../app/app.ts')>('../../app/app.ts', {
     '../../app/auth/partner-secrets.ts': {
       ...secrets,
-      verifyPassword: (password: string, stored: string) => { verifications++; return secrets.verifyPassword(password, stored) }
+      verifyPassword: (password: string, stored: string) => {
+        verifications++
+        return secrets.verifyPassword(password, stored)
+      }
     }
   })
   const { testConfig } = await import('../helpers/app.ts')

@@ -75,7 +75,14 @@ const PREFIXES = ['p', 'q', 'soap', 'ns0', 'xml']
 const TEXT_PIECES = ['text', ' ', '\n', '\r\n', '\r', '\t', '&lt;', '&gt;', '&amp;', '&quot;', '&apos;', '&#65;', '&#x1F600;', '&#10;', '&#13;', '&#x9;', 'é', '\u00A0', '\uD835\uDCB3', '>', ']]', '"', "'", '007']
 const ATTR_PIECES = ['v', ' ', '\t', '\n', '\r\n', '&lt;', '&amp;', '&#x20;', '&#10;', '&#9;', '>', 'é', '\uD835\uDCB3', '']
 
-interface Node { name: string; prefix: string | null; declare: Array<[string | null, string]>; attrs: Array<[string | null, string, string, string]>; content: Array<Node | string>; selfClose: boolean }
+interface Node {
+  name: string
+  prefix: string | null
+  declare: Array<[string | null, string]>
+  attrs: Array<[string | null, string, string, string]>
+  content: Array<Node | string>
+  selfClose: boolean
+}
 
 const text = fc.array(fc.constantFrom(...TEXT_PIECES), { maxLength: 5 }).map((p) => p.join(''))
 const attrValue = fc.array(fc.constantFrom(...ATTR_PIECES), { maxLength: 4 }).map((p) => p.join(''))
@@ -89,14 +96,32 @@ const contentPiece = fc.oneof(
   { weight: 1, arbitrary: misc }
 )
 
-const node: fc.Memo<Node> = fc.memo((depth) => fc.record({
-  name: fc.constantFrom(...NAMES),
-  prefix: fc.option(fc.constantFrom(...PREFIXES.filter((p) => p !== 'xml')), { freq: 2 }),
-  declare: fc.array(fc.tuple(fc.option(fc.constantFrom(...PREFIXES.filter((p) => p !== 'xml'))), fc.constantFrom(...URIS, '')), { maxLength: 2 }),
-  attrs: fc.array(fc.tuple(fc.option(fc.constantFrom('p', 'q', 'xml'), { freq: 3 }), fc.constantFrom(...NAMES), attrValue, fc.constantFrom('"', "'")), { maxLength: 3 }),
-  content: depth > 1 ? fc.array(fc.oneof({ weight: 2, arbitrary: contentPiece }, { weight: 1, arbitrary: node(depth - 1) }), { maxLength: 4 }) : fc.array(contentPiece, { maxLength: 2 }),
-  selfClose: fc.boolean()
-}))
+const node: fc.Memo<Node> = fc.memo((depth) =>
+  fc.record({
+    name: fc.constantFrom(...NAMES),
+    prefix: fc.option(fc.constantFrom(...PREFIXES.filter((p) => p !== 'xml')), { freq: 2 }),
+    declare: fc.array(
+      fc.tuple(fc.option(fc.constantFrom(...PREFIXES.filter((p) => p !== 'xml'))), fc.constantFrom(...URIS, '')),
+      { maxLength: 2 }
+    ),
+    attrs: fc.array(
+      fc.tuple(
+        fc.option(fc.constantFrom('p', 'q', 'xml'), { freq: 3 }),
+        fc.constantFrom(...NAMES),
+        attrValue,
+        fc.constantFrom('"', "'")
+      ),
+      { maxLength: 3 }
+    ),
+    content:
+      depth > 1
+        ? fc.array(fc.oneof({ weight: 2, arbitrary: contentPiece }, { weight: 1, arbitrary: node(depth - 1) }), {
+          maxLength: 4
+        })
+        : fc.array(contentPiece, { maxLength: 2 }),
+    selfClose: fc.boolean()
+  })
+)
 
 /** Writes a node as well-formed XML where it can (declares the prefixes it uses, avoids duplicate attributes). */
 function serialize (n: Node, inScope: Set<string>): string {

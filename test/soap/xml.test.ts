@@ -14,8 +14,17 @@ import { SERVICE_VERSIONS } from '../../routes/soap/operations.ts'
 import { FIXTURES, SOAP11, WSSE, WSU, envelope, textToken } from './helpers.ts'
 
 const oracleParser = new XMLParser({
-  preserveOrder: true, ignoreAttributes: false, attributeNamePrefix: '', parseTagValue: false, parseAttributeValue: false,
-  processEntities: false, htmlEntities: false, trimValues: false, ignoreDeclaration: true, ignorePiTags: true, cdataPropName: '#cdata'
+  preserveOrder: true,
+  ignoreAttributes: false,
+  attributeNamePrefix: '',
+  parseTagValue: false,
+  parseAttributeValue: false,
+  processEntities: false,
+  htmlEntities: false,
+  trimValues: false,
+  ignoreDeclaration: true,
+  ignorePiTags: true,
+  cdataPropName: '#cdata'
 })
 const PREDEFINED: Record<string, string> = { lt: '<', gt: '>', amp: '&', quot: '"', apos: "'" }
 const decode = (v: string) => v.replace(/&(#x[0-9a-fA-F]+|#[0-9]+|lt|gt|amp|quot|apos);/g, (_m, r: string) =>
@@ -50,7 +59,7 @@ function oracle (xml: string): XmlElement {
 const digestEnvelope = () => {
   const nonce = randomBytes(16)
   const created = new Date().toISOString()
-  return envelope('1.1', `<GetUser xmlns="https://api.example.com/v1/UserService"><id>42</id></GetUser>`,
+  return envelope('1.1', '<GetUser xmlns="https://api.example.com/v1/UserService"><id>42</id></GetUser>',
     `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}"><wsse:UsernameToken><wsse:Username>p</wsse:Username>` +
     `<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordDigest">${createHash('sha1').update(nonce).update(created).update('pw').digest('base64')}</wsse:Password>` +
     `<wsse:Nonce>${nonce.toString('base64')}</wsse:Nonce><wsu:Created>${created}</wsu:Created></wsse:UsernameToken></wsse:Security>`)
@@ -61,7 +70,7 @@ const valid: string[] = [
   ...SERVICE_VERSIONS.map((v) => buildWsdl(v, 'https://api.example.com', `https://api.example.com${v.path}`)),
   digestEnvelope(),
   envelope('1.1', '<a:Op xmlns:a="urn:a"><a:x>007</a:x><y>&lt;&amp;&gt;&quot;&apos;&#65;&#x42;&#x1F600;</y></a:Op>', textToken('u', 'p&amp;w')),
-  `<?xml version='1.0' encoding='UTF-8' standalone='yes'?>\n<!-- c --><?pi data?>\n<r xmlns="urn:d" xmlns:p='urn:p' p:a='1' b = "2" >\n  <p:c><![CDATA[<not> &markup;]]>tail</p:c>\n  <e xmlns=""><f/></e><p:g xmlns:p="urn:other"/>\n</r>\n<!-- after -->\n`,
+  '<?xml version=\'1.0\' encoding=\'UTF-8\' standalone=\'yes\'?>\n<!-- c --><?pi data?>\n<r xmlns="urn:d" xmlns:p=\'urn:p\' p:a=\'1\' b = "2" >\n  <p:c><![CDATA[<not> &markup;]]>tail</p:c>\n  <e xmlns=""><f/></e><p:g xmlns:p="urn:other"/>\n</r>\n<!-- after -->\n',
   '<r><a.b-c_d>text &#10; more</a.b-c_d><é x="ü"/></r>',
   `<s:Envelope xmlns:s="${SOAP11}"><s:Body><x:y xmlns:x="urn:x" x:nil="true" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="x:t"/></s:Body></s:Envelope>`
 ]

@@ -103,7 +103,9 @@ test('one post to a room of 950 heavy anonymous subscribers: little CPU, few byt
   })
   t.equal(posted.status, 200, 'the post is accepted')
   // Each subscriber gets one message for the event: its answer, or RATE_LIMITED.
-  for (let waited = 0; messages < SUBSCRIBERS && waited < 60_000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50))
+  for (let waited = 0; messages < SUBSCRIBERS && waited < 60_000; waited += 50) {
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
   await new Promise((resolve) => setTimeout(resolve, 500))
   const cpu = cpuSeconds(pid) - cpuBefore
   probing = false

@@ -54,7 +54,14 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
     const stats = app.graphqlRoom.subscriptionStats()
     return stats.webSockets === 0 && stats.webSocketSubscriptions === 0 && stats.clients === 0 && stats.topicSubscribers === 0 && roomListeners(app, 'leak') === 0
   }, 5000, 'everything released')
-  t.same(app.graphqlRoom.subscriptionStats(), { webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, topics: 0, topicSubscribers: 0, clients: 0 })
+  t.same(app.graphqlRoom.subscriptionStats(), {
+    webSockets: 0,
+    webSocketSubscriptions: 0,
+    eventStreams: 0,
+    topics: 0,
+    topicSubscribers: 0,
+    clients: 0
+  })
   t.equal(roomListeners(app, 'leak'), 0, 'no listener left on the emitter')
   await eventually(() => timers() <= timersBefore + 5, 3000, 'timers released')
   t.ok(timers() <= timersBefore + 5, `no timers left behind (${timersBefore} before, ${timers()} after)`)
@@ -80,7 +87,14 @@ test('a client that leaves while its subscription is being checked starts nothin
   ws.socket.terminate()
   await new Promise((resolve) => setTimeout(resolve, 400))
   t.equal(roomListeners(app, 'gone'), 0, 'no listener registered for a departed client')
-  t.same(app.graphqlRoom.subscriptionStats(), { webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, topics: 0, topicSubscribers: 0, clients: 0 })
+  t.same(app.graphqlRoom.subscriptionStats(), {
+    webSockets: 0,
+    webSocketSubscriptions: 0,
+    eventStreams: 0,
+    topics: 0,
+    topicSubscribers: 0,
+    clients: 0
+  })
 
   // The same for an operation the client completes while it is being checked; the connection stays.
   const stays = await rawSocket(url, 'graphql-transport-ws')

@@ -41,8 +41,14 @@ test('a message posted on instance A reaches subscribers on instance B through R
   const aRoom = collect(onA, QUERY, { room: 'lobby' })
   const bSse = collect(sseClient(b.url, `Bearer ${b.token('2')}`), QUERY, { room: 'lobby' })
   // A subscription is live once the emitter has subscribed its Redis channel.
-  await eventually(() => b.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 2 && a.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1 &&
-    b.app.graphqlRoom.subscriptionStats().eventStreams === 1, 5000, 'subscriptions live on both instances')
+  await eventually(
+    () =>
+      b.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 2 &&
+      a.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1 &&
+      b.app.graphqlRoom.subscriptionStats().eventStreams === 1,
+    5000,
+    'subscriptions live on both instances'
+  )
   await new Promise((resolve) => setTimeout(resolve, 200))
 
   const posted: string[] = []
