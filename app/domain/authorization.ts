@@ -33,14 +33,17 @@ export function meets (
   )
 }
 
+/** A user as a caller may see it: the email may be hidden (null) as well as the admin notes. */
+export type VisibleUser = Omit<UserRow, 'email'> & { email: string | null }
+
 /** A user as `caller` may see it: restricted fields they may not read are null. */
-export function visibleUser (caller: Caller | null, user: UserRow): UserRow {
+export function visibleUser (caller: Caller | null, user: UserRow): VisibleUser {
   const email = meets(caller, RESTRICTED_USER_FIELDS.email, user.id)
   const adminNotes = meets(caller, RESTRICTED_USER_FIELDS.adminNotes, user.id)
   if (email && adminNotes) return user
   return {
     ...user,
-    email: email ? user.email : (null as unknown as string),
+    email: email ? user.email : null,
     adminNotes: adminNotes ? user.adminNotes : null
   }
 }

@@ -3,7 +3,7 @@
 // and the WSDL (wsdl.ts) are all generated from it, so they cannot drift apart.
 // Versions: v2 is a non-breaking extension of v1 (it adds createdAt to User and the ListUsers operation,
 // which later gained optional paging elements); a breaking change would be a v3 beside them.
-import { WRITE_RULES, visibleUser, type WriteRule } from '../../app/domain/authorization.ts'
+import { WRITE_RULES, visibleUser, type VisibleUser, type WriteRule } from '../../app/domain/authorization.ts'
 import type { DomainContext } from '../../app/domain/context.ts'
 import { DEFAULT_PAGE_SIZE, assertPageSize, type InputCaps } from '../../app/domain/input.ts'
 import { createUser, deleteUser, getExistingUser, listUsersPage, updateUser } from '../../app/domain/users.ts'
@@ -23,7 +23,7 @@ export interface Field {
 
 export type Args = Record<string, string | number | boolean | null | undefined>
 /** An operation's answer: the value of each output element by name; an undefined one is left out. */
-export type Result = Record<string, UserRow | UserRow[] | boolean | string | undefined>
+export type Result = Record<string, VisibleUser | VisibleUser[] | boolean | string | undefined>
 
 export interface Operation {
   name: string

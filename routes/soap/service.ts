@@ -8,7 +8,8 @@
 import { createDomainContext, withinDeadline, type Caller, type Events } from '../../app/domain/context.ts'
 import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
 import { AppError, Messages, badInput } from '../../app/errors.ts'
-import type { Store, UserRow } from '../../app/store/types.ts'
+import type { Store } from '../../app/store/types.ts'
+import type { VisibleUser } from '../../app/domain/authorization.ts'
 import { NS, attribute, envelopeNamespace, parseEnvelope, type SoapVersion, type XmlElement, type XmlLimits } from './envelope.ts'
 import { CONTENT_TYPE, SoapFault, WSSE_NS, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
 import { costOf, namespaceOf, soapActionOf, type Args, type Field, type Operation, type Result, type ServiceVersion } from './operations.ts'
@@ -131,10 +132,10 @@ function scalar (field: Field, value: string, operationName: string): string | n
   }
 }
 
-function userXml (user: UserRow, fields: Field[], element: string): string {
+function userXml (user: VisibleUser, fields: Field[], element: string): string {
   let xml = `<${element}>`
   for (const field of fields) {
-    const value = user[field.name as keyof UserRow]
+    const value = user[field.name as keyof VisibleUser]
     if (value === null || value === undefined) continue
     xml += `<${field.name}>${escapeXml(String(value))}</${field.name}>`
   }
