@@ -235,7 +235,7 @@ test('persisted ids in every form: documentId, doc_id, id and queryId, by POST, 
 test('graphql-sse single connection mode is refused with a clear message', async (t) => {
   const { url } = await listenTestApp(t)
   const client = createSseClient({ url: `${url}/graphql`, singleConnection: true, retryAttempts: 0 })
-  const outcome = await collect(client as unknown as Parameters<typeof collect>[0], '{ user(id: "2") { name } }').done
+  const outcome = await collect(client, '{ user(id: "2") { name } }').done
   // graphql-sse's error shows the status line only: the reason phrase says it.
   t.equal((outcome.error as Error).message, 'Server responded with 405: graphql-sse single connection mode is not supported')
   const put = await fetch(`${url}/graphql`, { method: 'PUT' })

@@ -52,7 +52,7 @@ export interface Outcome<T = unknown> {
 
 /** Subscribes and collects every result until the stream completes or errors. */
 export function collect<T = any> (
-  client: Client | SseClient,
+  client: Client | SseClient<boolean>,
   query: string,
   variables?: Record<string, unknown>,
   onValue?: (value: T, all: T[]) => void
