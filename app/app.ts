@@ -119,7 +119,16 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(body)
   })
   app.setNotFoundHandler(async (request, reply) => {
-    return reply.code(404).send({ errors: [{ message: `Route ${request.method} ${request.url.split('?')[0]} not found`, extensions: { code: 'NOT_FOUND' } }] })
+    return reply
+      .code(404)
+      .send({
+        errors: [
+          {
+            message: `Route ${request.method} ${request.url.split('?')[0]} not found`,
+            extensions: { code: 'NOT_FOUND' }
+          }
+        ]
+      })
   })
 
   await app.register(configPlugin, { config })

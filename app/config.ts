@@ -166,7 +166,14 @@ export interface Config {
 }
 
 export type OtlpProtocol = 'http/protobuf' | 'http/json'
-export const TRACE_SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const
+export const TRACE_SAMPLERS = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio'
+] as const
 
 export interface TracingConfig {
   /**
@@ -334,7 +341,13 @@ export function environment (path = PROJECT_ENV_FILE): Record<string, string | u
 function origin (entry: string): string | null {
   let url: URL
   try { url = new URL(entry) } catch { return null }
-  const bare = ['http:', 'https:'].includes(url.protocol) && !url.username && !url.password && url.pathname === '/' && !url.search && !url.hash
+  const bare =
+    ['http:', 'https:'].includes(url.protocol) &&
+    !url.username &&
+    !url.password &&
+    url.pathname === '/' &&
+    !url.search &&
+    !url.hash
   return bare ? url.origin : null
 }
 
@@ -386,7 +399,9 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
   if (cursorSecret !== null && cursorSecret.length < 32) problems.push('CURSOR_SECRET must be at least 32 characters')
   // The interface: "The interactive query UI is disabled in
   // production as well." A contradicting setting refuses to start.
-  if (prod && String(e.QUERY_UI) === 'true') problems.push('QUERY_UI cannot be turned on in production (the query UI is for development only)')
+  if (prod && String(e.QUERY_UI) === 'true') {
+    problems.push('QUERY_UI cannot be turned on in production (the query UI is for development only)')
+  }
   // CORS_ORIGINS is an allowlist of exact origins: a near miss (a path, `*`) fails the start instead of never matching.
   const corsOrigins = list(e.CORS_ORIGINS).map((entry) => {
     const allowed = origin(entry)
@@ -533,7 +548,9 @@ function tracingConfig (e: Env, problems: string[]): TracingConfig | null {
   if (String(e.OTEL_SDK_DISABLED) === 'true' || (!tracesEndpoint && !endpoint)) return null
   const tracesUrl = tracesEndpoint ?? `${endpoint!.replace(/\/+$/, '')}/v1/traces`
   if (!/^https?:\/\/[^\s]+$/.test(tracesUrl)) {
-    problems.push(`${tracesEndpoint ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} must be an http(s) URL (OTLP over HTTP; gRPC is not supported)`)
+    problems.push(
+      `${tracesEndpoint ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} must be an http(s) URL (OTLP over HTTP; gRPC is not supported)`
+    )
   }
   return {
     tracesUrl,

@@ -64,10 +64,20 @@ function everySecond (log: (count: number) => void): () => void {
  */
 export function guardListener (server: Server, max: number, log: FastifyBaseLogger, name: string): void {
   if (max > 0) server.maxConnections = max
-  const dropped = everySecond((count) => log.warn({ listener: name, maxConnections: max, dropped: count }, 'connections over MAX_CONNECTIONS closed unanswered'))
+  const dropped = everySecond((count) =>
+    log.warn(
+      { listener: name, maxConnections: max, dropped: count },
+      'connections over MAX_CONNECTIONS closed unanswered'
+    )
+  )
   server.on('drop', dropped)
   let lastError: NodeJS.ErrnoException | undefined
-  const failed = everySecond((count) => log.warn({ listener: name, err: lastError?.message, code: lastError?.code, failures: count }, 'accepting a connection failed; the listener keeps going'))
+  const failed = everySecond((count) =>
+    log.warn(
+      { listener: name, err: lastError?.message, code: lastError?.code, failures: count },
+      'accepting a connection failed; the listener keeps going'
+    )
+  )
   server.on('error', (err: NodeJS.ErrnoException) => {
     // Errors before listening (EADDRINUSE) belong to listen(), which reports them to its caller.
     if (!server.listening) return

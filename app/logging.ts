@@ -16,7 +16,10 @@ function verbose (level: string): boolean {
   return level === 'debug' || level === 'trace'
 }
 
-export function serverLogging (config: Pick<Config, 'logLevel'>, options: LoggingOptions = {}): Pick<FastifyServerOptions, 'logger' | 'logController'> {
+export function serverLogging (
+  config: Pick<Config, 'logLevel'>,
+  options: LoggingOptions = {}
+): Pick<FastifyServerOptions, 'logger' | 'logController'> {
   if (options.logger === false) return { logger: false }
   const level = options.logger?.level || config.logLevel
   return {
@@ -72,7 +75,17 @@ export function accessLog (app: FastifyInstance): void {
   if (verbose(level) || level === 'silent' || level === 'warn' || level === 'error' || level === 'fatal') return
   app.addHook('onResponse', (request, reply, done) => {
     const persistedId = request.method === 'GET' ? persistedIdOf(request.query) : undefined
-    request.log.info({ method: request.method, url: pathOf(request.url), persistedId, ip: request.ip, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
+    request.log.info(
+      {
+        method: request.method,
+        url: pathOf(request.url),
+        persistedId,
+        ip: request.ip,
+        statusCode: reply.statusCode,
+        ms: Math.round(reply.elapsedTime * 10) / 10
+      },
+      'request completed'
+    )
     done()
   })
 }

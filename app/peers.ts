@@ -31,7 +31,9 @@ export function trustedPeers (entries: string[]): (address: string | undefined) 
   if (entries.length === 0) return () => false
   const list = new BlockList()
   for (const entry of entries) {
-    for (const [address, prefix] of trustProxyRanges(entry) ?? []) list.addSubnet(address, prefix, isIP(address) === 6 ? 'ipv6' : 'ipv4')
+    for (const [address, prefix] of trustProxyRanges(entry) ?? []) {
+      list.addSubnet(address, prefix, isIP(address) === 6 ? 'ipv6' : 'ipv4')
+    }
   }
   return (address) => {
     const family = address === undefined ? 0 : isIP(address)

@@ -56,7 +56,9 @@ if (import.meta.main) {
     }
   })
   if (!values.login || !values.password) {
-    console.error('usage: npm run partner:create -- --login <login> --password <password> [--user-id <id>] [--name <name>] [--email <email>] [--text-only]')
+    console.error(
+      'usage: npm run partner:create -- --login <login> --password <password> [--user-id <id>] [--name <name>] [--email <email>] [--text-only]'
+    )
     process.exit(2)
   }
   const config = loadConfigOrExit()
@@ -70,7 +72,9 @@ if (import.meta.main) {
       email: values.email,
       textOnly: values['text-only']
     })
-    console.log(`partner "${values.login}" → user ${user.id} (${user.role}) in ${store.kind}${values['text-only'] ? ', PasswordText only' : ''}`)
+    console.log(
+      `partner "${values.login}" → user ${user.id} (${user.role}) in ${store.kind}${values['text-only'] ? ', PasswordText only' : ''}`
+    )
   } catch (err) {
     console.error((err as Error).message)
     process.exitCode = 1

@@ -185,7 +185,10 @@ export default fp(async function metrics (app: FastifyInstance) {
     if (executed) {
       operations.of(nameLabel(executed.name), executed.type, outcome).count++
     } else {
-      const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
+      const params = (request.method === 'GET' ? request.query : request.body) as {
+        operationName?: unknown
+        query?: unknown
+      } | null
       const operation = leadingOperation(params?.query)
       const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
       operations.of(nameLabel(operation?.name ?? requestedName), operation?.type ?? 'unknown', outcome).count++

@@ -74,15 +74,23 @@ const allowed = (rule: WriteRule, caller: Caller, userId: string | null): boolea
 
 export const actions = {
   createUser (caller: Caller | null): void {
-    if (!allowed(WRITE_RULES.createUser, requireCaller(caller), null)) throw forbidden('Only administrators and services may create users')
+    if (!allowed(WRITE_RULES.createUser, requireCaller(caller), null)) {
+      throw forbidden('Only administrators and services may create users')
+    }
   },
   updateUser (caller: Caller | null, userId: string, changesPrivilegedFields: boolean): void {
     const c = requireCaller(caller)
-    if (!allowed(WRITE_RULES.updateUser, c, userId)) throw forbidden('Only the user themself or an administrator may update a user')
-    if (changesPrivilegedFields && c.role !== 'ADMIN') throw forbidden('Only administrators may change role or adminNotes')
+    if (!allowed(WRITE_RULES.updateUser, c, userId)) {
+      throw forbidden('Only the user themself or an administrator may update a user')
+    }
+    if (changesPrivilegedFields && c.role !== 'ADMIN') {
+      throw forbidden('Only administrators may change role or adminNotes')
+    }
   },
   deleteUser (caller: Caller | null): void {
-    if (!allowed(WRITE_RULES.deleteUser, requireCaller(caller), null)) throw forbidden('Only administrators may delete users')
+    if (!allowed(WRITE_RULES.deleteUser, requireCaller(caller), null)) {
+      throw forbidden('Only administrators may delete users')
+    }
   },
   postMessage (caller: Caller | null): Caller {
     return requireCaller(caller)

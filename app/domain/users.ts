@@ -69,7 +69,9 @@ export async function updateUser (ctx: DomainContext, id: string, input: UpdateU
   if (input.name != null) patch.name = normalizeName(input.name)
   if (input.email != null) patch.email = normalizeEmail(input.email)
   if (input.role != null) patch.role = parseRole(input.role)
-  if (input.adminNotes !== undefined) patch.adminNotes = input.adminNotes === null ? null : assertText(input.adminNotes, 'adminNotes')
+  if (input.adminNotes !== undefined) {
+    patch.adminNotes = input.adminNotes === null ? null : assertText(input.adminNotes, 'adminNotes')
+  }
   assertBeforeDeadline(ctx)
   const updated = await ctx.store.updateUser(id, patch)
   if (!updated) throw notFound(`User ${id}`)
@@ -86,6 +88,8 @@ export async function deleteUser (ctx: DomainContext, id: string): Promise<boole
 }
 
 function parseRole (value: string): Role {
-  if (!(ROLES as readonly string[]).includes(value)) throw badInput(`role must be one of ${ROLES.join(', ')}`, { field: 'role' })
+  if (!(ROLES as readonly string[]).includes(value)) {
+    throw badInput(`role must be one of ${ROLES.join(', ')}`, { field: 'role' })
+  }
   return value as Role
 }

@@ -47,7 +47,8 @@ const MIGRATIONS: string[] = [
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
-const MESSAGE_COLUMNS = 'CAST(id AS TEXT) AS id, room_id AS roomId, content, author_id AS authorId, created_at AS createdAt'
+const MESSAGE_COLUMNS =
+  'CAST(id AS TEXT) AS id, room_id AS roomId, content, author_id AS authorId, created_at AS createdAt'
 
 // node:sqlite types every row as Record<string, SQLOutputValue>; these read the columns the SELECTs
 // above name into the store's row types, so a schema that disagrees fails loudly instead of leaking.
@@ -108,7 +109,9 @@ function isUniqueViolation (err: unknown): boolean {
 export function openSqliteStore (path: string): Store {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
   const db = new DatabaseSync(path)
-  db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;')
+  db.exec(
+    'PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;'
+  )
   migrate(db)
 
   const prepare = (sql: string): StatementSync => db.prepare(sql)

@@ -25,7 +25,10 @@ function stripSuggestions (message: string): string {
 
 function internal (err: unknown, options: FormatOptions): { code: ErrorCode; message: string } {
   options.logInternal(err)
-  return { code: 'INTERNAL_SERVER_ERROR', message: options.production ? Messages.internal : String((err as Error)?.message ?? err) }
+  return {
+    code: 'INTERNAL_SERVER_ERROR',
+    message: options.production ? Messages.internal : String((err as Error)?.message ?? err)
+  }
 }
 
 /** The code and safe message for an error's cause. */

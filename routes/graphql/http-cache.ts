@@ -83,7 +83,10 @@ export function ifNoneMatchHits (header: string | undefined, etag: string): bool
 export function createHttpCache (options: HttpCacheOptions): HttpCache {
   const { maxAgeSec } = options
   const remembered = new LruMap<string, Remembered>(maxAgeSec > 0 ? options.maxEntries : 0, options.maxBytes)
-  const cacheControl = { public: maxAgeSec > 0 ? `public, max-age=${maxAgeSec}` : 'public, no-cache', private: maxAgeSec > 0 ? `private, max-age=${maxAgeSec}` : 'private, no-cache' }
+  const cacheControl = {
+    public: maxAgeSec > 0 ? `public, max-age=${maxAgeSec}` : 'public, no-cache',
+    private: maxAgeSec > 0 ? `private, max-age=${maxAgeSec}` : 'private, no-cache'
+  }
 
   const keyOf = (request: CacheRequest) => {
     const caller = request.caller

@@ -5,14 +5,27 @@
 // A Fastify carrier of the room: registered by index.ts over the room's core.
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { AppError } from '../../app/errors.ts'
-import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from './error-format.ts'
+import {
+  formatError,
+  formatResult,
+  formatThrown,
+  statusOf,
+  type ErrorJson,
+  type GraphQLAnswer
+} from './error-format.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import { createHttpCache } from './http-cache.ts'
 import type { RoomCore } from './ports.ts'
 import type { SubscriptionCarriers } from './subscription-carriers.ts'
-import { acceptsEventStream, jsonAnswerType, prefersEventStream, setRefusalHeaders, wantsGraphQLResponse } from './media-types.ts'
+import {
+  acceptsEventStream,
+  jsonAnswerType,
+  prefersEventStream,
+  setRefusalHeaders,
+  wantsGraphQLResponse
+} from './media-types.ts'
 
 const JSON_TYPE = /^application\/json\s*(;|$)/i
 
@@ -24,7 +37,15 @@ interface GraphQLResponseBody extends GraphQLAnswer {
 /**
  * Codes that mean the request was not processed at all: answered with their own HTTP status whatever the Accept header.
  */
-const UNPROCESSED = new Set(['BAD_REQUEST', 'UNAUTHENTICATED', 'METHOD_NOT_ALLOWED', 'UNSUPPORTED_MEDIA_TYPE', 'PAYLOAD_TOO_LARGE', 'RATE_LIMITED', 'NOT_ACCEPTABLE'])
+const UNPROCESSED = new Set([
+  'BAD_REQUEST',
+  'UNAUTHENTICATED',
+  'METHOD_NOT_ALLOWED',
+  'UNSUPPORTED_MEDIA_TYPE',
+  'PAYLOAD_TOO_LARGE',
+  'RATE_LIMITED',
+  'NOT_ACCEPTABLE'
+])
 
 /**
  * HTTP status: application/json answers 200 for every processed request (the interface's rule); the
@@ -44,7 +65,8 @@ function firstError (body: GraphQLResponseBody): ErrorJson | undefined {
 }
 
 /** graphql-sse's single connection mode (a PUT reserving a stream, then operations naming its token) is not served. */
-const SINGLE_CONNECTION_REFUSED = 'graphql-sse single connection mode is not supported: use distinct connections mode (the client\'s default, singleConnection: false) or WebSocket'
+const SINGLE_CONNECTION_REFUSED =
+  "graphql-sse single connection mode is not supported: use distinct connections mode (the client's default, singleConnection: false) or WebSocket"
 
 /**
  * Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its own text only.
@@ -90,7 +112,11 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   }
   /** The JSON of the error that replaces an answer over the cap. */
   function tooLarge (request: FastifyRequest): string {
-    const error = new AppError('RESPONSE_TOO_LARGE', `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`, { maxResponseBytes: maxAnswer })
+    const error = new AppError(
+      'RESPONSE_TOO_LARGE',
+      `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`,
+      { maxResponseBytes: maxAnswer }
+    )
     const replaced = { errors: [formatError(error, errorOptions)] }
     request.graphqlAnswer = replaced
     return JSON.stringify(replaced)
@@ -140,8 +166,18 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
    */
   async function answerBatch (request: FastifyRequest, reply: FastifyReply, batch: unknown[]) {
     const max = config.limits.maxBatchSize
-    if (max === 0) throw new AppError('BAD_REQUEST', 'Batched requests (a JSON array of operations) are off: send one operation per request, or set MAX_BATCH_SIZE to accept batches', { maxBatchSize: 0 })
-    if (batch.length === 0 || batch.length > max) throw new AppError('BAD_REQUEST', `A batch holds 1 to ${max} operations; this one holds ${batch.length}`, { maxBatchSize: max })
+    if (max === 0) {
+      throw new AppError(
+        'BAD_REQUEST',
+        'Batched requests (a JSON array of operations) are off: send one operation per request, or set MAX_BATCH_SIZE to accept batches',
+        { maxBatchSize: 0 }
+      )
+    }
+    if (batch.length === 0 || batch.length > max) {
+      throw new AppError('BAD_REQUEST', `A batch holds 1 to ${max} operations; this one holds ${batch.length}`, {
+        maxBatchSize: max
+      })
+    }
     // Persisted-only: a batch holding any ad-hoc operation is refused whole, once (not one refusal per entry).
     if (config.persistedOnly && batch.some((params) => !namesPersistedQuery(params))) {
       throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
@@ -180,7 +216,9 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   // per request for checks that never wait.
   /** The checks every /graphql request gets, then who is calling; the refusal, if any. */
   const identified = (request: FastifyRequest): AppError | undefined => {
-    if (request.headers['x-graphql-event-stream-token'] !== undefined) return new AppError('BAD_REQUEST', SINGLE_CONNECTION_REFUSED)
+    if (request.headers['x-graphql-event-stream-token'] !== undefined) {
+      return new AppError('BAD_REQUEST', SINGLE_CONNECTION_REFUSED)
+    }
     // A WebSocket's identity comes from its connection_init message, not from the upgrade request.
     if (request.ws) return undefined
     try {
@@ -193,7 +231,9 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   const checkPost: onRequestHookHandler = (request, _reply, done) => {
     // Only JSON bodies: a form, multipart or text/plain POST can be sent cross-site without a preflight (CSRF).
     const type = request.headers['content-type']
-    if (!type || !JSON_TYPE.test(type)) return done(new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json'))
+    if (!type || !JSON_TYPE.test(type)) {
+      return done(new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json'))
+    }
     done(identified(request))
   }
   const checkGet: onRequestHookHandler = (request, _reply, done) => done(identified(request))
@@ -201,7 +241,12 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   app.post('/graphql', { onRequest: checkPost }, async (request, reply) => {
     const body = request.body
     if (Array.isArray(body)) return answerBatch(request, reply, body)
-    if (body === null || typeof body !== 'object') throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
+    if (body === null || typeof body !== 'object') {
+      throw new AppError(
+        'BAD_REQUEST',
+        'The request body must be a JSON object: { "query": "...", "variables": {...} }'
+      )
+    }
     const params = body as GraphQLRequestParams
     // Operations over server-sent events (graphql-sse): subscription-carriers.ts, sse.ts.
     const asEventStream = answersAsEventStream(request, params)

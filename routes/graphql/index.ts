@@ -124,7 +124,10 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
   // Hashes and single operations are checked here; validity for this service when the plans are pinned.
   const manifest = files.length > 0 ? loadManifests(files) : emptyManifest()
   if (config.persistedOnly && manifest.operations.length === 0) {
-    ports.log.warn({}, 'persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused')
+    ports.log.warn(
+      {},
+      'persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused'
+    )
   }
   const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
   const apq = !apqOn
@@ -180,10 +183,20 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
       } catch (err) {
         const nested = (err as { errors?: { message: string }[] }).errors
         const reason = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
-        throw new Error(`Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`)
+        throw new Error(
+          `Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`
+        )
       }
     }
     persistedWarmUp = { compiled: manifest.operations.length, ms: Math.round((performance.now() - started) * 10) / 10 }
-    ports.log.info({ operations: manifest.operations.length, ms: persistedWarmUp.ms, apq: apq ? (app.redis ? 'redis' : 'memory') : 'off', persistedOnly: config.persistedOnly }, 'persisted queries ready')
+    ports.log.info(
+      {
+        operations: manifest.operations.length,
+        ms: persistedWarmUp.ms,
+        apq: apq ? (app.redis ? 'redis' : 'memory') : 'off',
+        persistedOnly: config.persistedOnly
+      },
+      'persisted queries ready'
+    )
   })
 }, { name: 'graphql-room', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit', 'redis'] })

@@ -65,5 +65,7 @@ export interface HeaderSink {
 export function setRefusalHeaders (reply: HeaderSink, code: ErrorCode, retryAfter?: unknown): void {
   if (code === 'UNAUTHENTICATED') reply.header('www-authenticate', 'Bearer error="invalid_token"')
   else if (code === 'METHOD_NOT_ALLOWED') reply.header('allow', GRAPHQL_METHODS)
-  else if (code === 'RATE_LIMITED' && !reply.hasHeader('retry-after')) reply.header('retry-after', String(retryAfter ?? 60))
+  else if (code === 'RATE_LIMITED' && !reply.hasHeader('retry-after')) {
+    reply.header('retry-after', String(retryAfter ?? 60))
+  }
 }

@@ -16,7 +16,13 @@
 // @auth wrappers) and is not on the request path.
 import { createRequire } from 'node:module'
 import { setFlagsFromString } from 'node:v8'
-import { GraphQLError, createSourceEventStream, getVariableValues, type ExecutionResult, type GraphQLSchema } from 'graphql'
+import {
+  GraphQLError,
+  createSourceEventStream,
+  getVariableValues,
+  type ExecutionResult,
+  type GraphQLSchema
+} from 'graphql'
 import type { CompiledQuery } from 'graphql-jit'
 import { AppError, Messages } from '../../app/errors.ts'
 import { LruMap } from '../../app/lru-map.ts'
@@ -27,7 +33,13 @@ import type { CostReport } from '../../app/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
 import { chargeEvent, type Payer, type SpendCostUnits } from './fanout.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
-import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from './persisted.ts'
+import {
+  PersistedMessages,
+  hasPersistedQueryExtension,
+  persistedIdOf,
+  type GraphQLRequestParams,
+  type PersistedQueries
+} from './persisted.ts'
 
 // graphql-jit's CommonJS build: its ESM build imports a sibling module without its extension and
 // fails to load under Node's resolver.
@@ -143,11 +155,17 @@ const ALLOWED: Record<Transport, ReadonlySet<string>> = {
   SSE: new Set(['query', 'mutation', 'subscription'])
 }
 
-const GET_PERSISTED_ONLY = 'GET accepts persisted queries only (an id, or extensions.persistedQuery with the hash alone); send other operations by POST, and register a text under its hash (APQ) by POST'
+const GET_PERSISTED_ONLY =
+  'GET accepts persisted queries only (an id, or extensions.persistedQuery with the hash alone); send other operations by POST, and register a text under its hash (APQ) by POST'
 
 function refuseOnTransport (type: string, transport: Transport): never {
-  if (transport === 'GET') throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
-  throw new AppError('BAD_REQUEST', `Subscriptions are served over WebSocket (graphql-transport-ws) or server-sent events (POST with Accept: text/event-stream), not as a plain ${transport} ${type}`)
+  if (transport === 'GET') {
+    throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
+  }
+  throw new AppError(
+    'BAD_REQUEST',
+    `Subscriptions are served over WebSocket (graphql-transport-ws) or server-sent events (POST with Accept: text/event-stream), not as a plain ${transport} ${type}`
+  )
 }
 
 /** The operation a request names: by operationName, or the only one. */
@@ -159,7 +177,12 @@ function selectOperation (plan: DocumentPlan, operationName: string | null): Ope
     if (!named) throw new AppError('OPERATION_NOT_FOUND', `Unknown operation named "${operationName.slice(0, 80)}"`)
     return named
   }
-  if (operations.length > 1) throw new AppError('OPERATION_NOT_FOUND', 'Must provide operationName when the document contains several operations')
+  if (operations.length > 1) {
+    throw new AppError(
+      'OPERATION_NOT_FOUND',
+      'Must provide operationName when the document contains several operations'
+    )
+  }
   return operations[0]!
 }
 
@@ -172,7 +195,9 @@ function compiledOf (schema: GraphQLSchema, operation: OperationPlan, made?: () 
   if (!compiled) {
     const result = compileQuery(schema, operation.document, operation.name ?? undefined)
     // The document validated, so a failure here is ours: reported as an internal error.
-    if (!isCompiledQuery(result)) throw new Error(`graphql-jit could not compile the operation: ${result.errors?.map((e) => e.message).join('; ')}`)
+    if (!isCompiledQuery(result)) {
+      throw new Error(`graphql-jit could not compile the operation: ${result.errors?.map((e) => e.message).join('; ')}`)
+    }
     compilations.set(operation, compiled = result)
     made?.()
   }
@@ -194,7 +219,9 @@ export function createPlans (schema: () => GraphQLSchema, limits: PlanCacheLimit
     let made = pinned.get(source) ?? cache.get(source)
     if (!made) {
       if (source.length > limits.maxQueryLength) {
-        throw new AppError('QUERY_TOO_LARGE', `The document is longer than ${limits.maxQueryLength} characters`, { maxQueryLength: limits.maxQueryLength })
+        throw new AppError('QUERY_TOO_LARGE', `The document is longer than ${limits.maxQueryLength} characters`, {
+          maxQueryLength: limits.maxQueryLength
+        })
       }
       // A text that fails throws here and is never kept.
       made = makePlan(schema(), source, limits)
@@ -226,7 +253,9 @@ export function createPipeline (options: PipelineOptions): Pipeline {
 
   /** Variables coerced by graphql-js (its words when refused), then held to the input caps. */
   function coerceVariables (operation: OperationPlan, sent: unknown): Record<string, unknown> {
-    if (sent != null && (typeof sent !== 'object' || Array.isArray(sent))) throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
+    if (sent != null && (typeof sent !== 'object' || Array.isArray(sent))) {
+      throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
+    }
     const definitions = operation.variableDefinitions
     if (definitions.length === 0) return {}
     const { coerced, errors } = getVariableValues(
@@ -277,7 +306,13 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     return { operation, source: document.text }
   }
 
-  async function admit ({ params, transport, caller, ip, paidByRequest = transport !== 'WS' }: OperationRequest): Promise<Admission> {
+  async function admit ({
+    params,
+    transport,
+    caller,
+    ip,
+    paidByRequest = transport !== 'WS'
+  }: OperationRequest): Promise<Admission> {
     // HTTP requests have paid at the route; a WebSocket (or a batch) carries many operations on one request.
     if (!paidByRequest) await options.spendRequest(caller, ip)
     const { operation, source } = await operationOf(params, caller, transport)

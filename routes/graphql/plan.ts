@@ -150,9 +150,15 @@ function literalCapsRule (caps: InputCaps): ValidationRule {
 function literalProblem (node: ValueNode, caps: InputCaps): AppError | null {
   switch (node.kind) {
     case Kind.STRING:
-      return node.value.length > caps.maxStringLength ? new AppError('BAD_USER_INPUT', 'Too long', { maxLength: caps.maxStringLength }) : null
+      return node.value.length > caps.maxStringLength
+        ? new AppError('BAD_USER_INPUT', 'Too long', { maxLength: caps.maxStringLength })
+        : null
     case Kind.LIST:
-      if (node.values.length > caps.maxListLength) return new AppError('BAD_USER_INPUT', `Too many entries: at most ${caps.maxListLength}`, { maxEntries: caps.maxListLength })
+      if (node.values.length > caps.maxListLength) {
+        return new AppError('BAD_USER_INPUT', `Too many entries: at most ${caps.maxListLength}`, {
+          maxEntries: caps.maxListLength
+        })
+      }
       for (const value of node.values) { const p = literalProblem(value, caps); if (p) return p }
       return null
     case Kind.OBJECT:
@@ -202,7 +208,11 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
     if (definition.operation === 'mutation') {
       const writes = rootFieldCount(definition.selectionSet, fragments, new Set())
       if (writes > limits.maxMutationsPerOperation) {
-        throw new AppError('MUTATION_LIMIT_EXCEEDED', `The operation holds ${writes} mutations: at most ${limits.maxMutationsPerOperation} per operation`, { mutations: writes, max: limits.maxMutationsPerOperation })
+        throw new AppError(
+          'MUTATION_LIMIT_EXCEEDED',
+          `The operation holds ${writes} mutations: at most ${limits.maxMutationsPerOperation} per operation`,
+          { mutations: writes, max: limits.maxMutationsPerOperation }
+        )
       }
       facts.cost = sum([facts.cost, writes * (limits.mutationCost - 1)])
     }
@@ -313,7 +323,11 @@ function assertShape (document: DocumentNode, limits: PlanLimits): void {
   const directivesOn = (node: { readonly directives?: readonly DirectiveNode[] }): number => {
     const n = node.directives?.length ?? 0
     if (n > limits.maxDirectivesPerField) {
-      throw new AppError('DIRECTIVE_LIMIT_EXCEEDED', `A field holds ${n} directives: at most ${limits.maxDirectivesPerField} per field`, { directives: n, maxDirectivesPerField: limits.maxDirectivesPerField })
+      throw new AppError(
+        'DIRECTIVE_LIMIT_EXCEEDED',
+        `A field holds ${n} directives: at most ${limits.maxDirectivesPerField} per field`,
+        { directives: n, maxDirectivesPerField: limits.maxDirectivesPerField }
+      )
     }
     return n
   }
@@ -354,10 +368,18 @@ function assertShape (document: DocumentNode, limits: PlanLimits): void {
     shape.directives += directivesOn(definition)
     for (const v of definition.variableDefinitions ?? []) shape.directives += directivesOn(v)
     if (shape.aliases > limits.maxAliases) {
-      throw new AppError('ALIAS_LIMIT_EXCEEDED', `The operation holds ${shape.aliases} aliases: at most ${limits.maxAliases} per operation`, { aliases: shape.aliases, maxAliases: limits.maxAliases })
+      throw new AppError(
+        'ALIAS_LIMIT_EXCEEDED',
+        `The operation holds ${shape.aliases} aliases: at most ${limits.maxAliases} per operation`,
+        { aliases: shape.aliases, maxAliases: limits.maxAliases }
+      )
     }
     if (shape.directives > limits.maxDirectives) {
-      throw new AppError('DIRECTIVE_LIMIT_EXCEEDED', `The operation holds ${shape.directives} directives: at most ${limits.maxDirectives} per operation`, { directives: shape.directives, maxDirectives: limits.maxDirectives })
+      throw new AppError(
+        'DIRECTIVE_LIMIT_EXCEEDED',
+        `The operation holds ${shape.directives} directives: at most ${limits.maxDirectives} per operation`,
+        { directives: shape.directives, maxDirectives: limits.maxDirectives }
+      )
     }
   }
 }
@@ -386,7 +408,12 @@ function rootFieldCount (
 }
 
 function rootType (schema: GraphQLSchema, type: OperationTypeNode): GraphQLObjectType {
-  const root = type === 'query' ? schema.getQueryType() : type === 'mutation' ? schema.getMutationType() : schema.getSubscriptionType()
+  const root =
+    type === 'query'
+      ? schema.getQueryType()
+      : type === 'mutation'
+        ? schema.getMutationType()
+        : schema.getSubscriptionType()
   // Validation has refused an operation whose root type the schema lacks.
   return root!
 }

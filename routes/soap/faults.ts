@@ -93,7 +93,9 @@ export interface SoapResponse {
 /** Throttling keeps its HTTP meaning in both SOAP versions (see the top of this file). */
 function throttled (fault: SoapFault, response: SoapResponse): SoapResponse {
   response.fault = fault.code
-  return fault.code === 'RATE_LIMITED' ? { ...response, status: ErrorCodes.RATE_LIMITED.status, retryAfter: fault.retryAfter } : response
+  return fault.code === 'RATE_LIMITED'
+    ? { ...response, status: ErrorCodes.RATE_LIMITED.status, retryAfter: fault.retryAfter }
+    : response
 }
 
 export const CONTENT_TYPE: Record<SoapVersion, string> = {
@@ -119,7 +121,9 @@ export function faultResponse (fault: SoapFault, version: SoapVersion, serviceNs
     return throttled(fault, { status: 500, contentType: CONTENT_TYPE['1.1'], body })
   }
   const value = fault.kind === 'Client' ? 'Sender' : fault.kind === 'Server' ? 'Receiver' : fault.kind
-  const subcode = fault.wsseCode ? `<env:Subcode><env:Value ${WSSE_DECL}>wsse:${fault.wsseCode}</env:Value></env:Subcode>` : ''
+  const subcode = fault.wsseCode
+    ? `<env:Subcode><env:Value ${WSSE_DECL}>wsse:${fault.wsseCode}</env:Value></env:Subcode>`
+    : ''
   let header = ''
   if (fault.notUnderstood.length > 0) {
     header = '<env:Header>' + fault.notUnderstood.map((q) => q.ns === ''

@@ -167,12 +167,19 @@ export function namespaceOf (version: ServiceVersion, namespaceBase: string): st
  * 1 plus one per field of the version's User, a list of users its page size times the fields of one,
  * a boolean 1; a write adds what a GraphQL mutation field adds on top of its selection (mutationCost - 1).
  */
-export function costOf (operation: Operation, args: Args, version: ServiceVersion, limits: Pick<InputCaps, 'maxPageSize'> & { mutationCost: number }): number {
+export function costOf (
+  operation: Operation,
+  args: Args,
+  version: ServiceVersion,
+  limits: Pick<InputCaps, 'maxPageSize'> & { mutationCost: number }
+): number {
   const perUser = version.userFields.length
   const main = operation.output[0]!
   let cost = 1
   if (main.type === 'User') {
-    cost = main.many ? assertPageSize(pageSizeOf(args), limits, args.pageSize != null ? 'pageSize' : 'limit') * perUser : 1 + perUser
+    cost = main.many
+      ? assertPageSize(pageSizeOf(args), limits, args.pageSize != null ? 'pageSize' : 'limit') * perUser
+      : 1 + perUser
   }
   return operation.write ? cost + limits.mutationCost - 1 : cost
 }

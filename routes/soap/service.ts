@@ -10,9 +10,26 @@ import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
 import { AppError, Messages, badInput } from '../../app/errors.ts'
 import type { Store } from '../../app/store/types.ts'
 import type { VisibleUser } from '../../app/domain/authorization.ts'
-import { NS, attribute, envelopeNamespace, parseEnvelope, type SoapVersion, type XmlElement, type XmlLimits } from './envelope.ts'
+import {
+  NS,
+  attribute,
+  envelopeNamespace,
+  parseEnvelope,
+  type SoapVersion,
+  type XmlElement,
+  type XmlLimits
+} from './envelope.ts'
 import { CONTENT_TYPE, SoapFault, WSSE_NS, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
-import { costOf, namespaceOf, soapActionOf, type Args, type Field, type Operation, type Result, type ServiceVersion } from './operations.ts'
+import {
+  costOf,
+  namespaceOf,
+  soapActionOf,
+  type Args,
+  type Field,
+  type Operation,
+  type Result,
+  type ServiceVersion
+} from './operations.ts'
 import type { WsSecurity } from './ws-security.ts'
 
 export interface SoapRequest {
@@ -79,7 +96,9 @@ function securityHeader (headers: XmlElement[], version: SoapVersion): XmlElemen
   for (const header of headers) {
     if (!addressedToUs(header, version)) continue
     if (header.ns === WSSE_NS && header.local === 'Security') {
-      if (security) throw SoapFault.failedAuthentication('Only one wsse:Security header may be addressed to this service')
+      if (security) {
+        throw SoapFault.failedAuthentication('Only one wsse:Security header may be addressed to this service')
+      }
       security = header
     } else if (mustUnderstand(header, version)) {
       notUnderstood.push({ ns: header.ns, local: header.local })
@@ -98,15 +117,20 @@ function readArgs (operation: Operation, element: XmlElement, namespace: string,
   for (const node of element.children) {
     // Children are qualified (elementFormDefault="qualified"); unqualified ones are accepted too, as
     // several toolkits send them that way. Any other namespace is not ours.
-    const field = (node.ns === namespace || node.ns === '') ? operation.input.find((f) => f.name === node.local) : undefined
+    const field =
+      node.ns === namespace || node.ns === '' ? operation.input.find((f) => f.name === node.local) : undefined
     if (!field) throw badInput(`${operation.name} has no element {${node.ns}}${node.local}`, { field: node.local })
-    if (Object.hasOwn(args, field.name)) throw badInput(`${operation.name}: the element ${field.name} appears more than once`, { field: field.name })
+    if (Object.hasOwn(args, field.name)) {
+      throw badInput(`${operation.name}: the element ${field.name} appears more than once`, { field: field.name })
+    }
     if (node.children.length > 0) throw badInput(`${operation.name}: ${field.name} must be text`, { field: field.name })
     const nil = attribute(node, NS.xsi, 'nil')?.trim()
     args[field.name] = nil === 'true' || nil === '1' ? null : scalar(field, node.text, operation.name)
   }
   for (const field of operation.input) {
-    if (!field.optional && args[field.name] == null) throw badInput(`${operation.name}: the element ${field.name} is required`, { field: field.name })
+    if (!field.optional && args[field.name] == null) {
+      throw badInput(`${operation.name}: the element ${field.name} is required`, { field: field.name })
+    }
   }
   assertWithinCaps(args, caps, operation.name)
   return args
@@ -123,7 +147,9 @@ function scalar (field: Field, value: string, operationName: string): string | n
     }
     case 'boolean': {
       const trimmed = value.trim()
-      if (!['true', 'false', '1', '0'].includes(trimmed)) throw badInput(`${operationName}: ${field.name} must be an xs:boolean`, { field: field.name })
+      if (!['true', 'false', '1', '0'].includes(trimmed)) {
+        throw badInput(`${operationName}: ${field.name} must be an xs:boolean`, { field: field.name })
+      }
       return trimmed === 'true' || trimmed === '1'
     }
     default:
@@ -147,8 +173,7 @@ function resultXml (result: Result, output: Field[], userFields: Field[]): strin
   for (const field of output) {
     const value = result[field.name]
     if (value === undefined) continue
-    if (typeof value === 'boolean' || typeof value === 'string') xml += `<${field.name}>${escapeXml(String(value))}</${field.name}>`
-    else if (Array.isArray(value)) xml += value.map((u) => userXml(u, userFields, field.name)).join('')
+    if (typeof value === 'boolean' || typeof value === 'string') { xml += `<${field.name}>${escapeXml(String(value))}</${field.name}>` } else if (Array.isArray(value)) xml += value.map((u) => userXml(u, userFields, field.name)).join('')
     else xml += userXml(value, userFields, field.name)
   }
   return xml
@@ -166,8 +191,13 @@ export function createSoapService (options: SoapServiceOptions) {
   function preparedFor (version: ServiceVersion) {
     let p = prepared.get(version)
     if (!p) {
-      const open = (v: SoapVersion) => `<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="${envelopeNamespace(v)}"><soap:Body>`
-      p = { namespace: namespaceOf(version, options.namespaceBase), open: { 1.1: open('1.1'), 1.2: open('1.2') }, close: '</soap:Body></soap:Envelope>' }
+      const open = (v: SoapVersion) =>
+        `<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="${envelopeNamespace(v)}"><soap:Body>`
+      p = {
+        namespace: namespaceOf(version, options.namespaceBase),
+        open: { 1.1: open('1.1'), 1.2: open('1.2') },
+        close: '</soap:Body></soap:Envelope>'
+      }
       prepared.set(version, p)
     }
     return p
@@ -179,7 +209,10 @@ export function createSoapService (options: SoapServiceOptions) {
       const action = raw.trim().replace(/^"(.*)"$/, '$1')
       // An empty SOAPAction ("") means "the request URI": it names no operation and contradicts none.
       if (action !== '' && action !== expected) {
-        throw SoapFault.client('BAD_REQUEST', `The SOAP action "${action}" does not match the Body's operation ${operation.name} (expected "${expected}")`)
+        throw SoapFault.client(
+          'BAD_REQUEST',
+          `The SOAP action "${action}" does not match the Body's operation ${operation.name} (expected "${expected}")`
+        )
       }
     }
   }

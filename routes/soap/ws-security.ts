@@ -64,7 +64,9 @@ export function memoryNonceCache (maxEntries = 200_000): NonceCache {
       }
       const expires = seen.get(key)
       if (expires !== undefined && expires > now) return false
-      if (seen.size >= maxEntries) throw new AppError('SERVICE_UNAVAILABLE', 'Too many WS-Security nonces in flight; retry later')
+      if (seen.size >= maxEntries) {
+        throw new AppError('SERVICE_UNAVAILABLE', 'Too many WS-Security nonces in flight; retry later')
+      }
       seen.set(key, now + ttlMs)
       return true
     }
@@ -150,15 +152,21 @@ export function createWsSecurity (options: WsSecurityOptions) {
   function checkFresh (created: string, what: string, now: number): void {
     const at = instant(created, what)
     if (at > now + CLOCK_SKEW_MS) throw SoapFault.failedAuthentication(`${what} is in the future`)
-    if (now - at > maxAgeMs) throw SoapFault.failedAuthentication(`${what} is older than ${Math.round(maxAgeMs / 1000)} seconds`)
+    if (now - at > maxAgeMs) {
+      throw SoapFault.failedAuthentication(`${what} is older than ${Math.round(maxAgeMs / 1000)} seconds`)
+    }
   }
 
   function readToken (element: XmlElement): UsernameToken {
     const username = text(child(element, WSSE_NS, 'Username'))
     const passwordElement = child(element, WSSE_NS, 'Password')
-    if (!username || !passwordElement) throw SoapFault.failedAuthentication('The UsernameToken needs a Username and a Password')
+    if (!username || !passwordElement) {
+      throw SoapFault.failedAuthentication('The UsernameToken needs a Username and a Password')
+    }
     const type = attribute(passwordElement, '', 'Type') ?? PASSWORD_TEXT
-    if (type !== PASSWORD_TEXT && type !== PASSWORD_DIGEST) throw SoapFault.failedAuthentication(`Unsupported password type ${type}`)
+    if (type !== PASSWORD_TEXT && type !== PASSWORD_DIGEST) {
+      throw SoapFault.failedAuthentication(`Unsupported password type ${type}`)
+    }
     const nonceElement = child(element, WSSE_NS, 'Nonce')
     let nonce: Buffer | null = null
     if (nonceElement) {

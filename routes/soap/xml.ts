@@ -167,7 +167,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
     while (pos < n && (width = nameCharAt(s, pos, false)) > 0) pos += width
     const name = s.slice(start, pos)
     const colon = name.indexOf(':')
-    if (colon === 0 || colon === name.length - 1 || (colon !== -1 && name.indexOf(':', colon + 1) !== -1)) fail(`invalid qualified name "${name}"`)
+    if (colon === 0 || colon === name.length - 1 || (colon !== -1 && name.indexOf(':', colon + 1) !== -1)) {
+      fail(`invalid qualified name "${name}"`)
+    }
     return name
   }
 
@@ -203,7 +205,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
     // Namespaces in XML: no colon in a target. The target ends at whitespace or "?" (XML wants whitespace
     // before the data; saxes, the reference of the differential test, also takes "<?t?data?>").
     if (target.includes(':')) fail('a colon in a processing instruction target')
-    if (s.charCodeAt(pos) !== 63 && !isSpace(s.charCodeAt(pos))) fail('expected whitespace after the processing instruction target')
+    if (s.charCodeAt(pos) !== 63 && !isSpace(s.charCodeAt(pos))) {
+      fail('expected whitespace after the processing instruction target')
+    }
     const end = s.indexOf('?>', pos)
     if (end === -1) fail('unterminated processing instruction')
     pos = end + 2
@@ -211,7 +215,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
   }
 
   function openElement (): void {
-    if (++elements > limits.maxElements) throw new XmlError(`The message has more than ${limits.maxElements} elements`, true)
+    if (++elements > limits.maxElements) {
+      throw new XmlError(`The message has more than ${limits.maxElements} elements`, true)
+    }
     pos++ // '<'
     const qname = readName()
     const raw: Array<[string, string, number]> = []
@@ -230,7 +236,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
       }
       if (pos >= n) fail(`unterminated start tag <${qname}`)
       if (!spaced) fail('expected whitespace between attributes')
-      if (raw.length >= limits.maxAttributes) throw new XmlError(`An element has more than ${limits.maxAttributes} attributes`, true)
+      if (raw.length >= limits.maxAttributes) {
+        throw new XmlError(`An element has more than ${limits.maxAttributes} attributes`, true)
+      }
       const at = pos
       const name = readName()
       skipSpace()
@@ -265,7 +273,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
         // A namespace name is a URI: whitespace in it (any, Unicode's too) is a mistake that parsers
         // treat differently (saxes trims it, others keep it): refused.
         if (/\s/.test(uri)) throw new XmlError(`whitespace in the namespace name "${uri}"`, true)
-        if (prefix === 'xmlns' || (prefix === 'xml') !== (uri === XML_NS) || uri === XMLNS_NS) fail(`the prefix ${prefix} or the namespace ${uri} is reserved`)
+        if (prefix === 'xmlns' || (prefix === 'xml') !== (uri === XML_NS) || uri === XMLNS_NS) {
+          fail(`the prefix ${prefix} or the namespace ${uri} is reserved`)
+        }
         if (scope === parentScope) scope = new Map(parentScope)
         scope.set(prefix, uri)
       }
@@ -292,7 +302,13 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
       }
       attributes.push({ ns: attrNs!, local, value: decode(value, at) })
     }
-    const element: XmlElement = { ns: ns!, local: colon === -1 ? qname : qname.slice(colon + 1), attributes, children: [], text: '' }
+    const element: XmlElement = {
+      ns: ns!,
+      local: colon === -1 ? qname : qname.slice(colon + 1),
+      attributes,
+      children: [],
+      text: ''
+    }
     if (stack.length > 0) stack[stack.length - 1]!.element.children.push(element)
     else root = element
     if (!selfClosing) {
