@@ -11,7 +11,9 @@ import { WebSocketServer, type WebSocket } from 'ws'
 
 const PROTOCOL = 'graphql-transport-ws'
 interface Sample { data: { messageAdded: { content: string } & Record<string, unknown> } }
-const sample = JSON.parse(process.env.FANOUT_SAMPLE ?? '{"data":{"messageAdded":{"id":"0","content":"","author":{"name":"Bench User"}}}}') as Sample
+const sample = JSON.parse(
+  process.env.FANOUT_SAMPLE ?? '{"data":{"messageAdded":{"id":"0","content":"","author":{"name":"Bench User"}}}}'
+) as Sample
 
 /** Subscribers by subscription id (the bench's clients all use the same one). */
 const subscribers = new Map<string, Set<WebSocket>>()
@@ -67,7 +69,9 @@ async function handle (request: IncomingMessage, response: ServerResponse): Prom
     const bytes = Buffer.from(JSON.stringify({ id: subscriptionId, type: 'next', payload }))
     for (const socket of sockets) socket.send(bytes, TEXT)
   }
-  response.writeHead(200, { 'content-type': 'application/json; charset=utf-8' }).end(`{"data":{"postMessage":{"id":"${id}"}}}`)
+  response
+    .writeHead(200, { 'content-type': 'application/json; charset=utf-8' })
+    .end(`{"data":{"postMessage":{"id":"${id}"}}}`)
 }
 
 const server = createServer((request, response) => {

@@ -27,7 +27,8 @@ export type FanoutSelection = keyof typeof FANOUT_SELECTIONS
 
 const subscriptionQuery = (selection: FanoutSelection) =>
   `subscription Room($roomId: String!) { messageAdded(roomId: $roomId) { ${FANOUT_SELECTIONS[selection]} } }`
-const POST = 'mutation Post($roomId: String!, $content: String!) { postMessage(roomId: $roomId, content: $content) { id } }'
+const POST =
+  'mutation Post($roomId: String!, $content: String!) { postMessage(roomId: $roomId, content: $content) { id } }'
 /**
  * Every client holds one subscription, so every client may use the same id (ids are per connection):
  * the baseline can then write one buffer to all, and each client parses a message of the same size.
@@ -63,7 +64,9 @@ async function post (url: string, token: string, roomId: string, content: string
     body: JSON.stringify({ query: POST, variables: { roomId, content } })
   })
   const text = await response.text()
-  return response.status === 200 && text.startsWith('{"data":') && !text.includes('"errors"') ? null : `HTTP ${response.status}: ${text.slice(0, 200)}`
+  return response.status === 200 && text.startsWith('{"data":') && !text.includes('"errors"')
+    ? null
+    : `HTTP ${response.status}: ${text.slice(0, 200)}`
 }
 
 /**
@@ -226,17 +229,28 @@ export async function probeFanout (url: string, data: BenchData, selection: Fano
       await post(url, data.users[1]!.token, roomId, PROBE)
       await new Promise((resolve) => setTimeout(resolve, 100))
     }
-    if (!received) return { unavailable: 'transport not available yet (subscribed on /graphql but no message was delivered)', sample: null }
+    if (!received) {
+      return {
+        unavailable: 'transport not available yet (subscribed on /graphql but no message was delivered)',
+        sample: null
+      }
+    }
     return { unavailable: null, sample: JSON.stringify(received) }
   } catch (err) {
-    return { unavailable: `transport not available yet (no graphql-ws subscription on /graphql: ${(err as Error).message})`, sample: null }
+    return {
+      unavailable: `transport not available yet (no graphql-ws subscription on /graphql: ${(err as Error).message})`,
+      sample: null
+    }
   } finally {
     await client?.dispose()
   }
 }
 
 function withTimeout<T> (promise: Promise<T>, ms: number): Promise<T> {
-  return Promise.race([promise, new Promise<T>((_resolve, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))])
+  return Promise.race([
+    promise,
+    new Promise<T>((_resolve, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))
+  ])
 }
 
 function percentile (sorted: Float64Array, p: number): number {
@@ -353,7 +367,9 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
   options.log(`    ${subscribers.length - unconnected.length} of ${subscribers.length} subscribers connected`)
   if (unconnected.length > 0) {
     await dispose()
-    throw new Error(`${unconnected.length} of ${subscribers.length} subscribers could not connect (first: ${unconnected[0]!.failure})`)
+    throw new Error(
+      `${unconnected.length} of ${subscribers.length} subscribers could not connect (first: ${unconnected[0]!.failure})`
+    )
   }
 
   // A subscription is active once it has received something: post a probe, wait for it to reach everyone
@@ -429,7 +445,9 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
   if (postFailures > 0) problems.push(`${postFailures} posts failed (first: ${firstPostFailure})`)
   if (lost > 0) problems.push(`${lost} of ${expected} deliveries lost`)
   if (extra > 0 || reordered > 0) problems.push(`${extra + reordered} duplicated or out-of-order deliveries`)
-  if (wrongVisibility > 0) problems.push(`${wrongVisibility} deliveries showed the author's email to another caller or hid it from its owner`)
+  if (wrongVisibility > 0) {
+    problems.push(`${wrongVisibility} deliveries showed the author's email to another caller or hid it from its owner`)
+  }
   if (failures > 0) problems.push(`${failures} subscriptions failed (${subscribers.find((s) => s.failure)!.failure})`)
   const seconds = Math.max(1e-3, (lastDelivery - firstSend) / 1000)
   const rssPerSubscriberBytes =

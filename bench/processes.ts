@@ -119,7 +119,13 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
   const child: ChildProcess = spawn(pinned[0]!, pinned.slice(1), {
     cwd: REPO_ROOT,
     // Only what we pass: nothing from the shell running the benchmark leaks into a measured process.
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...options.env, HOST: '127.0.0.1', PORT: String(port) },
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '',
+      ...options.env,
+      HOST: '127.0.0.1',
+      PORT: String(port)
+    },
     stdio: ['ignore', logFd, logFd]
   })
   closeSync(logFd)
@@ -166,7 +172,9 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
     }
     if (Date.now() > deadline) {
       await server.stop()
-      throw new Error(`${options.name} was not ready at ${readyUrl} within ${options.timeoutMs ?? 30_000} ms:\n${tail(logPath, 30)}`)
+      throw new Error(
+        `${options.name} was not ready at ${readyUrl} within ${options.timeoutMs ?? 30_000} ms:\n${tail(logPath, 30)}`
+      )
     }
     await new Promise((resolve) => setTimeout(resolve, 100))
   }

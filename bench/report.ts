@@ -56,7 +56,8 @@ export interface RunReport {
 
 export type Thresholds = Record<string, number>
 
-const fixed = (value: number | null | undefined, digits: number): string => value == null || !Number.isFinite(value) ? '–' : value.toFixed(digits)
+const fixed = (value: number | null | undefined, digits: number): string =>
+  value == null || !Number.isFinite(value) ? '–' : value.toFixed(digits)
 const mb = (bytes: number | null | undefined): string => bytes == null ? '–' : `${Math.round(bytes / 1024 / 1024)}`
 
 function rowOf (r: Result): string[] {
@@ -75,13 +76,30 @@ function rowOf (r: Result): string[] {
   ]
 }
 
-const HEADER = ['scenario', 'req/s', '× rest', '× limit', 'p50 ms', 'p99 ms', 'CPU µs/req', 'non2xx/err', 'peak RSS MB', 'result']
+const HEADER = [
+  'scenario',
+  'req/s',
+  '× rest',
+  '× limit',
+  'p50 ms',
+  'p99 ms',
+  'CPU µs/req',
+  'non2xx/err',
+  'peak RSS MB',
+  'result'
+]
 
 export function textTable (report: RunReport): string {
   const rows = [HEADER, ...report.results.map(rowOf)]
   const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => (i === HEADER.length - 1 ? 0 : r[i]!.length))))
-  const line = (cells: string[]) => cells.map((c, i) => i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ').trimEnd()
-  return [line(rows[0]!), widths.map((w) => '-'.repeat(Math.max(w, 6))).join('  '), ...rows.slice(1).map(line)].join('\n')
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
+      .trimEnd()
+  return [line(rows[0]!), widths.map((w) => '-'.repeat(Math.max(w, 6))).join('  '), ...rows.slice(1).map(line)].join(
+    '\n'
+  )
 }
 
 /** The issue's targets for the fan-out against ws-broadcast; shown, not checked by bench:check. */
@@ -107,7 +125,14 @@ function fanoutRows (report: RunReport): string[][] | null {
       if (!(r.p99Ratio! <= FANOUT_TARGETS.p99Ratio)) missed.push('p99')
       if (!(r.rssPerSubscriberBytes! <= FANOUT_TARGETS.rssPerSubscriberBytes)) missed.push('RSS')
     }
-    const targets = r.status !== 'ok' ? r.status : r.kind === 'baseline' ? 'baseline' : missed.length === 0 ? 'met' : `missed: ${missed.join(', ')}`
+    const targets =
+      r.status !== 'ok'
+        ? r.status
+        : r.kind === 'baseline'
+          ? 'baseline'
+          : missed.length === 0
+            ? 'met'
+            : `missed: ${missed.join(', ')}`
     return [r.name, String(r.connections ?? '–'), r.rps === undefined ? '–' : Math.round(r.rps).toString(),
       r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '', fixed(r.latencyMs?.p99, 1), r.kind === 'scenario' ? fixed(r.p99Ratio, 2) : '', fixed(r.cpuMicrosPerRequest, 1), r.kind === 'scenario' ? fixed(cpuRatio, 2) : '',
       fixed(r.rssPerSubscriberBytes == null ? null : r.rssPerSubscriberBytes / 1024, 1), targets]
@@ -119,7 +144,11 @@ export function fanoutTextTable (report: RunReport): string | null {
   if (!body) return null
   const rows = [FANOUT_HEADER, ...body]
   const widths = FANOUT_HEADER.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
-  const line = (cells: string[]) => cells.map((c, i) => i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ').trimEnd()
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
+      .trimEnd()
   return [line(rows[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.slice(1).map(line)].join('\n')
 }
 
@@ -182,14 +211,18 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds): Che
   for (const [name, floor] of Object.entries(thresholds)) {
     const r = report.results.find((x) => x.name === name)
     if (!r || r.status === 'skipped') {
-      lines.push(`skip ${name}: not measured${r?.reason ? ` (${r.reason})` : ''}; floor ${floor.toFixed(2)} not checked`)
+      lines.push(
+        `skip ${name}: not measured${r?.reason ? ` (${r.reason})` : ''}; floor ${floor.toFixed(2)} not checked`
+      )
     } else if (r.status === 'ok') {
       const ratio = r.ratioToRest ?? 0
       const pass = ratio >= floor
       if (!pass) ok = false
       // Truncated, not rounded, when under: a failing ratio never reads as its floor ("0.45 < 0.45").
       const shown = pass ? ratio.toFixed(3) : (Math.floor(ratio * 1000) / 1000).toFixed(3)
-      lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${r.restBaseline ?? 'rest'} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+      lines.push(
+        `${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${r.restBaseline ?? 'rest'} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`
+      )
     }
   }
   return { ok, lines }
@@ -237,10 +270,16 @@ export function svgChart (report: RunReport, previous: RunReport | null, thresho
     out.push(`<text x="${left - 8}" y="${y + 18}" text-anchor="end">${escapeXml(r.name)}${r.status === 'failed' ? ' (FAILED)' : ''}</text>`,
       `<rect x="${left}" y="${y + 4}" width="${x(rest) - left}" height="16" fill="#3b6fd8"/>`,
       `<rect x="${left}" y="${y + 22}" width="${x(limit) - left}" height="10" fill="#9ec5a8"/>`)
-    if (floor !== undefined) out.push(`<line x1="${x(floor)}" y1="${y}" x2="${x(floor)}" y2="${y + 36}" stroke="#d33" stroke-width="3"/>`)
-    if (prev != null) out.push(`<line x1="${x(prev)}" y1="${y + 2}" x2="${x(prev)}" y2="${y + 22}" stroke="#000" stroke-width="2"/>`)
+    if (floor !== undefined) {
+      out.push(`<line x1="${x(floor)}" y1="${y}" x2="${x(floor)}" y2="${y + 36}" stroke="#d33" stroke-width="3"/>`)
+    }
+    if (prev != null) {
+      out.push(`<line x1="${x(prev)}" y1="${y + 2}" x2="${x(prev)}" y2="${y + 22}" stroke="#000" stroke-width="2"/>`)
+    }
     const delta = prev != null ? ` (${rest - prev >= 0 ? '+' : ''}${(rest - prev).toFixed(2)})` : ''
-    out.push(`<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0, floor !== undefined ? x(floor) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${fixed(r.ratioToLimit, 2)}</text>`)
+    out.push(
+      `<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0, floor !== undefined ? x(floor) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${fixed(r.ratioToLimit, 2)}</text>`
+    )
   })
   out.push('</svg>')
   return out.join('\n') + '\n'

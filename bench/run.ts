@@ -17,9 +17,38 @@ import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
 import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
-import { checkThresholds, fanoutMarkdownTable, fanoutTextTable, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
-import { baselineScenarios, peerScenarios, restBaselineOf, serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
-import { createBenchPartner, discoverPersisted, PERSISTED_MANIFEST, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
+import {
+  checkThresholds,
+  fanoutMarkdownTable,
+  fanoutTextTable,
+  markdownTable,
+  previousReport,
+  svgChart,
+  textTable,
+  type Result,
+  type RunReport,
+  type Thresholds
+} from './report.ts'
+import {
+  baselineScenarios,
+  peerScenarios,
+  restBaselineOf,
+  serviceScenarios,
+  USERS_LIST_QUERY,
+  type BenchData,
+  type HttpScenario,
+  type RequestSpec,
+  type Sample,
+  type StoreKind
+} from './scenarios.ts'
+import {
+  createBenchPartner,
+  discoverPersisted,
+  PERSISTED_MANIFEST,
+  discoverSoap,
+  SOAP_PUBLIC_URL,
+  soapScenario
+} from './transports.ts'
 
 if (Number(process.versions.node.split('.')[0]) < 24) {
   console.error(`bench: run it with the project's Node 24 (npm run bench), not Node ${process.versions.node}`)
@@ -122,7 +151,11 @@ const baseEnv: Record<string, string> = {
 }
 const pgSchema = `bench_${process.pid}_${Date.now()}`
 const pgEnv: Record<string, string> = options.postgres
-  ? { DATABASE_URL: process.env.DATABASE_URL!, DATABASE_SCHEMA: pgSchema, DATABASE_POOL_SIZE: process.env.DATABASE_POOL_SIZE ?? '10' }
+  ? {
+      DATABASE_URL: process.env.DATABASE_URL!,
+      DATABASE_SCHEMA: pgSchema,
+      DATABASE_POOL_SIZE: process.env.DATABASE_POOL_SIZE ?? '10'
+    }
   : {}
 const envFor = (store: StoreKind) => store === 'postgres' ? { ...baseEnv, ...pgEnv } : baseEnv
 const ROOMS = ['general', 'random', 'support', 'releases', 'design'] // the rooms of app/store/sample-data.ts
@@ -163,7 +196,11 @@ async function pageCursors (url: string): Promise<string[]> {
     const response: Response = await fetch(`${url}/graphql`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ query: 'query ($after: String) { usersConnection(first: 50, after: $after) { pageInfo { hasNextPage endCursor } } }', variables: { after } }),
+      body: JSON.stringify({
+        query:
+          'query ($after: String) { usersConnection(first: 50, after: $after) { pageInfo { hasNextPage endCursor } } }',
+        variables: { after }
+      }),
       signal: AbortSignal.timeout(10_000)
     })
     type PageInfo = { hasNextPage: boolean; endCursor: string | null }
@@ -198,7 +235,11 @@ async function send (url: string, request: RequestSpec): Promise<Sample> {
     body: request.body,
     signal: AbortSignal.timeout(10_000)
   })
-  return { status: response.status, contentType: response.headers.get('content-type') ?? '', body: await response.text() }
+  return {
+    status: response.status,
+    contentType: response.headers.get('content-type') ?? '',
+    body: await response.text()
+  }
 }
 
 /** Sends `count` requests of the scenario one by one and checks each response in full. */
@@ -331,7 +372,14 @@ interface Member {
 }
 
 function baseResult (scenario: HttpScenario): Result {
-  return { name: scenario.name, kind: scenario.target === 'service' ? 'scenario' : 'baseline', store: scenario.store, description: scenario.description, status: 'ok', restBaseline: restBaselineOf(scenario) }
+  return {
+    name: scenario.name,
+    kind: scenario.target === 'service' ? 'scenario' : 'baseline',
+    store: scenario.store,
+    description: scenario.description,
+    status: 'ok',
+    restBaseline: restBaselineOf(scenario)
+  }
 }
 
 async function runGroup (group: Group): Promise<Result[]> {
@@ -361,20 +409,30 @@ async function runGroup (group: Group): Promise<Result[]> {
           continue
         }
       } catch (err) {
-        results.push({ ...result, status: 'failed', reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') })
+        results.push({
+          ...result,
+          status: 'failed',
+          reason: (err as Error).message.split('\n').slice(0, 3).join(' | ')
+        })
         continue
       }
       members.push({ scenario, server, rounds: [], warmup: null, result })
     }
     if (options.warmupSec > 0) {
-      log(`    warm-up each: at least ${options.warmupSec} s and ${options.warmupRequests} requests (at most ${WARMUP_MAX_SEC} s): ${members.map((m) => m.scenario.name).join(', ')}`)
+      log(
+        `    warm-up each: at least ${options.warmupSec} s and ${options.warmupRequests} requests (at most ${WARMUP_MAX_SEC} s): ${members.map((m) => m.scenario.name).join(', ')}`
+      )
       for (const m of members) m.warmup = await warmUp(m.server, m.scenario)
     }
     const slice = options.durationSec / options.rounds
-    log(`    measuring ${options.rounds} interleaved rounds of ${slice.toFixed(1)} s × ${options.connections} connections`)
+    log(
+      `    measuring ${options.rounds} interleaved rounds of ${slice.toFixed(1)} s × ${options.connections} connections`
+    )
     for (let i = 0; i < options.rounds; i++) {
       for (const m of members) m.rounds.push(await round(m.server, m.scenario, slice))
-      log(`    round ${i + 1}/${options.rounds} (${elapsed()}): ${members.map((m) => `${m.scenario.name} ${Math.round(m.rounds[i]!.requests / m.rounds[i]!.seconds)}`).join(', ')} req/s`)
+      log(
+        `    round ${i + 1}/${options.rounds} (${elapsed()}): ${members.map((m) => `${m.scenario.name} ${Math.round(m.rounds[i]!.requests / m.rounds[i]!.seconds)}`).join(', ')} req/s`
+      )
     }
     const limit = members.find((m) => m.scenario === group.limit)
     const rest = members.find((m) => m.scenario === group.rest)
@@ -415,7 +473,11 @@ async function runGroup (group: Group): Promise<Result[]> {
       if (failures.length > 0) {
         // The server's own warnings and errors say why (kept in the JSON result, the log file is temporary).
         const logged = m.server.logTail(2000).split('\n').filter((line) => /"level":[4-6]\d/.test(line)).slice(-5)
-        Object.assign(m.result, { status: 'failed', reason: failures.join('; '), details: { ...m.result.details, serverLog: logged } })
+        Object.assign(m.result, {
+          status: 'failed',
+          reason: failures.join('; '),
+          details: { ...m.result.details, serverLog: logged }
+        })
       }
       results.push(m.result)
     }
@@ -455,10 +517,24 @@ function selected (name: string): boolean {
 }
 
 async function main (): Promise<number> {
-  log(`bench: ${smoke ? 'SMOKE ' : ''}${options.durationSec} s measured (${options.rounds} interleaved rounds) + warm-up per row (at least ${options.warmupSec} s and ${options.warmupRequests} requests), ${options.connections} connections; ${cpus().length} CPUs (${serverCpu === null ? 'processes not pinned' : `servers on CPU ${serverCpu}, load generator on the others`}), Node ${process.versions.node}, load average ${loadStart.map((n) => n.toFixed(2)).join(' ')}`)
-  if (loadStart[0]! > cpus().length * 0.5) log(`warning: this machine is busy (load average ${loadStart[0]!.toFixed(2)} on ${cpus().length} CPUs); absolute figures will be low and ratios noisier`)
+  log(
+    `bench: ${smoke ? 'SMOKE ' : ''}${options.durationSec} s measured (${options.rounds} interleaved rounds) + warm-up per row (at least ${options.warmupSec} s and ${options.warmupRequests} requests), ${options.connections} connections; ${cpus().length} CPUs (${serverCpu === null ? 'processes not pinned' : `servers on CPU ${serverCpu}, load generator on the others`}), Node ${process.versions.node}, load average ${loadStart.map((n) => n.toFixed(2)).join(' ')}`
+  )
+  if (loadStart[0]! > cpus().length * 0.5) {
+    log(
+      `warning: this machine is busy (load average ${loadStart[0]!.toFixed(2)} on ${cpus().length} CPUs); absolute figures will be low and ratios noisier`
+    )
+  }
   const seeded = await seedStore('sqlite')
-  const jwt = { algorithms: ['HS256'], secret: jwtSecret, publicKey: null, privateKey: null, issuer: null, audience: null, clockToleranceSec: 5 }
+  const jwt = {
+    algorithms: ['HS256'],
+    secret: jwtSecret,
+    publicKey: null,
+    privateKey: null,
+    issuer: null,
+    audience: null,
+    clockToleranceSec: 5
+  }
   const data: BenchData = {
     users: seeded.ids.map((id) => ({ id, token: mintToken(jwt, id, 'USER') })),
     adminToken: mintToken(jwt, seeded.adminId, 'ADMIN'),
@@ -470,8 +546,17 @@ async function main (): Promise<number> {
   // Probe: the users-list response becomes the `limit` route's bytes; the optional transports are discovered.
   const probe = await startProcess({ name: 'probe', target: 'service', store: 'sqlite' })
   try {
-    const sample = await send(probe.url, { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: USERS_LIST_QUERY }) })
-    if (sample.status !== 200 || !sample.body.startsWith('{"data":')) throw new Error(`the service answered the users-list probe with HTTP ${sample.status}: ${sample.body.slice(0, 300)}`)
+    const sample = await send(probe.url, {
+      method: 'POST',
+      path: '/graphql',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: USERS_LIST_QUERY })
+    })
+    if (sample.status !== 200 || !sample.body.startsWith('{"data":')) {
+      throw new Error(
+        `the service answered the users-list probe with HTTP ${sample.status}: ${sample.body.slice(0, 300)}`
+      )
+    }
     data.listBody = sample.body
     writeFileSync(join(work, 'list-body.json'), sample.body)
     data.persistedUnavailable = await discoverPersisted(probe.url, data) ?? undefined
@@ -492,7 +577,13 @@ async function main (): Promise<number> {
     'subscription-fanout'
   ]
   if (options.postgres) {
-    groups.push({ label: 'postgres', store: 'postgres', limit: limit!, rest: baselineScenarios(data, 'postgres')[0]!, scenarios: serviceScenarios(data, 'postgres') })
+    groups.push({
+      label: 'postgres',
+      store: 'postgres',
+      limit: limit!,
+      rest: baselineScenarios(data, 'postgres')[0]!,
+      scenarios: serviceScenarios(data, 'postgres')
+    })
   }
   const plan = groups.flatMap((g): (Group | 'subscription-fanout')[] => {
     if (g === 'subscription-fanout') return FANOUT_ROWS.some((row) => selected(row.name)) ? [g] : []
@@ -508,7 +599,11 @@ async function main (): Promise<number> {
   const limits: Result[] = []
   for (const [i, step] of plan.entries()) {
     if (step === 'subscription-fanout') {
-      log(`[${i + 1}/${plan.length}] ${FANOUT_ROWS.filter((row) => selected(row.name)).map((row) => `${row.name}, ${row.baseline}`).join(', ')} (${elapsed()})`)
+      log(
+        `[${i + 1}/${plan.length}] ${FANOUT_ROWS.filter((row) => selected(row.name))
+          .map((row) => `${row.name}, ${row.baseline}`)
+          .join(', ')} (${elapsed()})`
+      )
       results.push(...await fanoutStep(data))
     } else {
       log(`[${i + 1}/${plan.length}] ${[step.rest, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`)
@@ -517,21 +612,34 @@ async function main (): Promise<number> {
       try {
         rows = await runGroup(step)
       } catch (err) {
-        rows = [step.rest, ...step.scenarios].map((s) => ({ ...baseResult(s), status: 'failed' as const, reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }))
+        rows = [step.rest, ...step.scenarios].map((s) => ({
+          ...baseResult(s),
+          status: 'failed' as const,
+          reason: (err as Error).message.split('\n').slice(0, 3).join(' | ')
+        }))
       }
       for (const row of rows) (row.name === 'limit' ? limits : results).push(row)
     }
     for (const r of results) {
       if (r.logged) continue
       r.logged = true
-      log(`    → ${r.name}: ${r.status}${r.rps !== undefined ? `, ${Math.round(r.rps)} ${r.rssPerSubscriberBytes !== undefined ? 'deliveries' : 'req'}/s` : ''}${r.ratioToRest != null ? `, ${r.ratioToRest.toFixed(2)} × rest` : ''}${r.reason ? ` (${r.reason})` : ''}`)
+      log(
+        `    → ${r.name}: ${r.status}${r.rps !== undefined ? `, ${Math.round(r.rps)} ${r.rssPerSubscriberBytes !== undefined ? 'deliveries' : 'req'}/s` : ''}${r.ratioToRest != null ? `, ${r.ratioToRest.toFixed(2)} × rest` : ''}${r.reason ? ` (${r.reason})` : ''}`
+      )
     }
   }
   const mergedLimit = mergeLimit(limits)
   if (mergedLimit) results.unshift(mergedLimit)
   for (const r of results) delete r.logged
   if (!options.postgres && selected('users-list-postgres')) {
-    results.push({ name: 'users-list-postgres', kind: 'scenario', store: 'postgres', description: 'users-list against PostgreSQL', status: 'skipped', reason: 'DATABASE_URL is not set' })
+    results.push({
+      name: 'users-list-postgres',
+      kind: 'scenario',
+      store: 'postgres',
+      description: 'users-list against PostgreSQL',
+      status: 'skipped',
+      reason: 'DATABASE_URL is not set'
+    })
   }
 
   const report: RunReport = {
@@ -572,9 +680,14 @@ async function main (): Promise<number> {
     // latest.* (shown in the README) follow full runs only, not --only subsets.
     if (options.only.length === 0) {
       copyFileSync(join(resultsDir, `${stamp}.svg`), join(resultsDir, 'latest.svg'))
-      writeFileSync(join(resultsDir, 'latest.md'), `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${markdownTable(report)}\n${fanoutMarkdownTable(report) ? `\n${fanoutMarkdownTable(report)}\n` : ''}`)
+      writeFileSync(
+        join(resultsDir, 'latest.md'),
+        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${markdownTable(report)}\n${fanoutMarkdownTable(report) ? `\n${fanoutMarkdownTable(report)}\n` : ''}`
+      )
     }
-    log(`written: ${join(resultsDir, `${stamp}.json`)}, .svg (compared with ${previous ? previous.startedAt : 'no previous result'})`)
+    log(
+      `written: ${join(resultsDir, `${stamp}.json`)}, .svg (compared with ${previous ? previous.startedAt : 'no previous result'})`
+    )
   }
 
   let exitCode = results.some((r) => r.status === 'failed') ? 1 : 0
@@ -610,7 +723,11 @@ const FANOUT_ROWS: FanoutRow[] = [
  */
 async function fanoutStep (data: BenchData): Promise<Result[]> {
   const counts = `${options.subscribers} subscribers of one room, ${options.fanoutMessages} messages posted`
-  const fail = (result: Result, err: Error): Result => ({ ...result, status: 'failed', reason: err.message.split('\n')[0]! })
+  const fail = (result: Result, err: Error): Result => ({
+    ...result,
+    status: 'failed',
+    reason: err.message.split('\n')[0]!
+  })
   const results: Result[] = []
   const measure = async (server: ServerProcess, row: FanoutRow, checkVisibility: boolean) => {
     const outcome = await runFanout(server.url, data, {
@@ -627,15 +744,31 @@ async function fanoutStep (data: BenchData): Promise<Result[]> {
   }
 
   for (const row of FANOUT_ROWS.filter((r) => selected(r.name))) {
-    const result: Result = { name: row.name, kind: 'scenario', store: 'sqlite', description: `${counts}: ${row.description}`, status: 'ok', restBaseline: row.baseline }
-    const baseline: Result = { name: row.baseline, kind: 'baseline', store: 'sqlite', description: `${counts}: a bare ws process writing prebuilt bytes the size of ${row.name}'s messages`, status: 'ok' }
+    const result: Result = {
+      name: row.name,
+      kind: 'scenario',
+      store: 'sqlite',
+      description: `${counts}: ${row.description}`,
+      status: 'ok',
+      restBaseline: row.baseline
+    }
+    const baseline: Result = {
+      name: row.baseline,
+      kind: 'baseline',
+      store: 'sqlite',
+      description: `${counts}: a bare ws process writing prebuilt bytes the size of ${row.name}'s messages`,
+      status: 'ok'
+    }
     let sample: string | null = null
     try {
       const server = await startProcess({ name: row.name, target: 'service', store: 'sqlite' })
       try {
         const probe = await probeFanout(server.url, data, row.selection)
         if (probe.unavailable) {
-          results.push({ ...baseline, status: 'skipped', reason: probe.unavailable }, { ...result, status: 'skipped', reason: probe.unavailable })
+          results.push(
+            { ...baseline, status: 'skipped', reason: probe.unavailable },
+            { ...result, status: 'skipped', reason: probe.unavailable }
+          )
           continue
         }
         sample = probe.sample
@@ -651,7 +784,13 @@ async function fanoutStep (data: BenchData): Promise<Result[]> {
       continue
     }
     try {
-      const server = await startProcess({ name: row.baseline, target: 'baseline', store: 'sqlite', script: 'bench/fanout-baseline-server.ts', env: { FANOUT_SAMPLE: sample } })
+      const server = await startProcess({
+        name: row.baseline,
+        target: 'baseline',
+        store: 'sqlite',
+        script: 'bench/fanout-baseline-server.ts',
+        env: { FANOUT_SAMPLE: sample }
+      })
       try {
         Object.assign(baseline, await measure(server, row, false))
       } finally {
@@ -672,7 +811,11 @@ async function fanoutStep (data: BenchData): Promise<Result[]> {
 function gitCommit (): string {
   try {
     const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim()
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no', '--', 'app', 'plugins', 'routes'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim()
+    const dirty = execFileSync(
+      'git',
+      ['status', '--porcelain', '--untracked-files=no', '--', 'app', 'plugins', 'routes'],
+      { cwd: REPO_ROOT, encoding: 'utf8' }
+    ).trim()
     return dirty ? `${commit}+changes` : commit
   } catch {
     return 'unknown'
@@ -685,7 +828,9 @@ try {
 } catch (err) {
   console.error(`bench: ${(err as Error).stack ?? err}`)
 } finally {
-  if (options.postgres) await dropPostgresSchema().catch((err) => console.error(`bench: could not drop schema ${pgSchema}: ${err.message}`))
+  if (options.postgres) {
+    await dropPostgresSchema().catch((err) => console.error(`bench: could not drop schema ${pgSchema}: ${err.message}`))
+  }
   rmSync(work, { recursive: true, force: true })
 }
 process.exit(code)

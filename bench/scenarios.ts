@@ -60,9 +60,12 @@ export interface HttpScenario {
 
 export const USERS_LIST_QUERY = '{ users { id name createdAt } }'
 export const USER_BY_ID_QUERY = 'query UserById($id: ID!) { user(id: $id) { id name email } }'
-export const MESSAGES_QUERY = 'query RoomMessages($roomId: String!) { messages(roomId: $roomId, limit: 50) { content author { name } } }'
-export const USERS_PAGE_QUERY = 'query UsersPage($after: String) { usersConnection(first: 50, after: $after) { edges { node { id name createdAt } } pageInfo { hasNextPage endCursor } } }'
-export const CREATE_USER_MUTATION = 'mutation CreateUser($input: CreateUserInput!) { createUser(input: $input) { id name email createdAt } }'
+export const MESSAGES_QUERY =
+  'query RoomMessages($roomId: String!) { messages(roomId: $roomId, limit: 50) { content author { name } } }'
+export const USERS_PAGE_QUERY =
+  'query UsersPage($after: String) { usersConnection(first: 50, after: $after) { edges { node { id name createdAt } } pageInfo { hasNextPage endCursor } } }'
+export const CREATE_USER_MUTATION =
+  'mutation CreateUser($input: CreateUserInput!) { createUser(input: $input) { id name email createdAt } }'
 
 // A new object per request: autocannon writes Content-Length into the headers it is given.
 const jsonHeaders = (): Record<string, string> => ({ 'content-type': 'application/json' })
@@ -90,25 +93,37 @@ function exactKeys (value: unknown, keys: string[]): boolean {
 const verifyShape: Record<Shape, (request: RequestSpec, data: any) => string | null> = {
   list (_request, data) {
     const users = data.users
-    if (!Array.isArray(users) || users.length !== 20) return `expected 20 users, got ${JSON.stringify(users)?.slice(0, 200)}`
-    return users.every((u) => exactKeys(u, ['id', 'name', 'createdAt']) && typeof u.name === 'string') ? null : 'users lack id, name or createdAt'
+    if (!Array.isArray(users) || users.length !== 20) {
+      return `expected 20 users, got ${JSON.stringify(users)?.slice(0, 200)}`
+    }
+    return users.every((u) => exactKeys(u, ['id', 'name', 'createdAt']) && typeof u.name === 'string')
+      ? null
+      : 'users lack id, name or createdAt'
   },
   user (request, data) {
     const id = requestedUserId(request)
     const user = data.user
     if (!exactKeys(user, ['id', 'name', 'email'])) return `expected { id name email }, got ${JSON.stringify(user)}`
     if (user.id !== id) return `asked for user ${id}, got ${user.id}`
-    return typeof user.email === 'string' && user.email.includes('@') ? null : `email not visible to the user themself: ${user.email}`
+    return typeof user.email === 'string' && user.email.includes('@')
+      ? null
+      : `email not visible to the user themself: ${user.email}`
   },
   messages (_request, data) {
     const messages = data.messages
-    if (!Array.isArray(messages) || messages.length !== 50) return `expected 50 messages, got ${Array.isArray(messages) ? messages.length : typeof messages}`
-    return messages.every((m) => typeof m.content === 'string' && typeof m.author?.name === 'string') ? null : 'a message lacks content or author.name'
+    if (!Array.isArray(messages) || messages.length !== 50) {
+      return `expected 50 messages, got ${Array.isArray(messages) ? messages.length : typeof messages}`
+    }
+    return messages.every((m) => typeof m.content === 'string' && typeof m.author?.name === 'string')
+      ? null
+      : 'a message lacks content or author.name'
   },
   create (request, data) {
     const email = requestedEmail(request)
     const created = data.createUser
-    if (!exactKeys(created, ['id', 'name', 'email', 'createdAt'])) return `expected { id name email createdAt }, got ${JSON.stringify(created)}`
+    if (!exactKeys(created, ['id', 'name', 'email', 'createdAt'])) {
+      return `expected { id name email createdAt }, got ${JSON.stringify(created)}`
+    }
     return created.email === email ? null : `created ${created.email}, asked for ${email}`
   }
 }
@@ -211,7 +226,12 @@ export function baselineScenarios (data: BenchData, store: StoreKind): HttpScena
       store,
       shape: 'create',
       description: 'plain route: store.createUser → JSON',
-      next: () => ({ method: 'POST', path: '/rest/users', headers: jsonHeaders(), body: JSON.stringify(newUserInput(data)) }),
+      next: () => ({
+        method: 'POST',
+        path: '/rest/users',
+        headers: jsonHeaders(),
+        body: JSON.stringify(newUserInput(data))
+      }),
       verify: checked('create'),
       quickCheck: jsonOk
     }
@@ -248,7 +268,11 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
         const body = parse(response)
         if (typeof body === 'string') return body
         const edges = body.data.usersConnection?.edges
-        return Array.isArray(edges) && edges.length === 50 && edges.every((e: any) => exactKeys(e.node, ['id', 'name', 'createdAt'])) ? null : `expected 50 edges, got ${JSON.stringify(edges)?.slice(0, 200)}`
+        return Array.isArray(edges) &&
+          edges.length === 50 &&
+          edges.every((e: any) => exactKeys(e.node, ['id', 'name', 'createdAt']))
+          ? null
+          : `expected 50 edges, got ${JSON.stringify(edges)?.slice(0, 200)}`
       },
       quickCheck: jsonOk,
       unavailable: () => data.pageCursors?.length ? null : 'no cursors (the probe could not page through users)'
@@ -274,15 +298,24 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       description: 'GET /graphql?queryId=…&variables={"id":…} (the persisted UserById query) with a USER token, as a mobile app sends it',
       next: () => {
         const { id, token } = persistedUser()
-        const query = new URLSearchParams({ queryId: data.persistedUserQueryId ?? 'sha256:unavailable', variables: JSON.stringify({ id }) })
+        const query = new URLSearchParams({
+          queryId: data.persistedUserQueryId ?? 'sha256:unavailable',
+          variables: JSON.stringify({ id })
+        })
         // apollo-require-preflight, as Apollo's clients send it (not required: see routes/graphql/http.ts).
-        return { method: 'GET', path: `/graphql?${query}`, headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' } }
+        return {
+          method: 'GET',
+          path: `/graphql?${query}`,
+          headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' }
+        }
       },
       verify: (request, response) => {
         const body = parse(response)
         if (typeof body === 'string') return body
         const id = requestedUserId(request)
-        return body.data.user?.id === id && typeof body.data.user.name === 'string' ? null : `asked for user ${id}, got ${JSON.stringify(body.data.user)}`
+        return body.data.user?.id === id && typeof body.data.user.name === 'string'
+          ? null
+          : `asked for user ${id}, got ${JSON.stringify(body.data.user)}`
       },
       quickCheck: jsonOk,
       unavailable: () => data.persistedUserQueryId ? null : data.persistedUnavailable ?? 'transport not available yet (no persisted user(id) operation in the registry)'

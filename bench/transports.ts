@@ -49,14 +49,20 @@ export const PERSISTED_MANIFEST = join(REPO_ROOT, 'persisted/manifest.json')
  */
 export async function discoverPersisted (url: string, data: BenchData): Promise<string | null> {
   if (!existsSync(PERSISTED_MANIFEST)) return 'transport not available yet (no persisted/manifest.json)'
-  const manifest = JSON.parse(readFileSync(PERSISTED_MANIFEST, 'utf8')) as { operations?: { id: string; type?: string; body: string }[] }
+  const manifest = JSON.parse(readFileSync(PERSISTED_MANIFEST, 'utf8')) as {
+    operations?: { id: string; type?: string; body: string }[]
+  }
   const operation = manifest.operations?.find((o) => o.type !== 'mutation' && /\buser\(id: \$id\)/.test(o.body))
   if (!operation) return 'transport not available yet (no user(id) query in persisted/manifest.json)'
   data.persistedUserQueryId = operation.id.startsWith('sha256:') ? operation.id : `sha256:${operation.id}`
   const scenario = serviceScenarios(data, 'sqlite').find((s) => s.name === 'persisted-get')!
   const request = scenario.next()
   const response = await fetch(url + request.path, { headers: request.headers, signal: AbortSignal.timeout(10_000) })
-  const problem = scenario.verify(request, { status: response.status, contentType: response.headers.get('content-type') ?? '', body: await response.text() })
+  const problem = scenario.verify(request, {
+    status: response.status,
+    contentType: response.headers.get('content-type') ?? '',
+    body: await response.text()
+  })
   if (problem) {
     delete data.persistedUserQueryId
     return `transport not available yet (GET ${request.path.slice(0, 60)}…: ${problem})`
@@ -96,7 +102,9 @@ function verifySoap (request: RequestSpec, response: Sample): string | null {
   if (response.body.includes('Fault>')) return `fault: ${response.body.slice(0, 300)}`
   const id = /<id>([^<]*)<\/id>/.exec(request.body!)![1]!
   if (!/GetUserResponse[\s>]/.test(response.body)) return `no GetUserResponse: ${response.body.slice(0, 300)}`
-  if (!response.body.includes(`<id>${id}</id>`) && !response.body.includes(`:id>${id}</`)) return `asked for user ${id}: ${response.body.slice(0, 300)}`
+  if (!response.body.includes(`<id>${id}</id>`) && !response.body.includes(`:id>${id}</`)) {
+    return `asked for user ${id}: ${response.body.slice(0, 300)}`
+  }
   return /name>[^<]+</.test(response.body) ? null : `no name: ${response.body.slice(0, 300)}`
 }
 
@@ -138,6 +146,7 @@ export function soapScenario (data: BenchData, unavailable: string | null): Http
     next: () => soapRequest(data, data.users[i++ % data.users.length]!.id),
     verify: verifySoap,
     quickCheck: (body) => body.includes('GetUserResponse') && !body.includes('Fault>'),
-    unavailable: () => data.soap ? null : unavailable ?? 'transport not available yet (no SOAP endpoint answering GetUser)'
+    unavailable: () =>
+      data.soap ? null : (unavailable ?? 'transport not available yet (no SOAP endpoint answering GetUser)')
   }
 }
