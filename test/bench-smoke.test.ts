@@ -20,7 +20,10 @@ test('a response carrying GraphQL errors fails the scenario, whatever its HTTP s
   const userById = scenarios.find((s) => s.name === 'user-by-id')
   const errorBody = '{"data":null,"errors":[{"message":"Rate limit exceeded","extensions":{"code":"RATE_LIMITED"}}]}'
   t.notOk(usersList!.quickCheck(errorBody), 'the per-response check refuses an errors entry')
-  t.notOk(usersList!.quickCheck('{"data":{"users":[]},"errors":[{"message":"x"}]}'), 'partial data with errors is refused too')
+  t.notOk(
+    usersList!.quickCheck('{"data":{"users":[]},"errors":[{"message":"x"}]}'),
+    'partial data with errors is refused too'
+  )
   t.match(usersList!.verify(usersList!.next(), { status: 200, contentType: 'application/json', body: errorBody }), /errors/)
   t.match(usersList!.verify(usersList!.next(), { status: 503, contentType: 'application/json', body: '{}' }), /HTTP 503/)
   const request = userById!.next()
@@ -28,7 +31,14 @@ test('a response carrying GraphQL errors fails the scenario, whatever its HTTP s
   t.match(userById!.verify(request, { status: 200, contentType: 'application/json', body: wrongUser }), /asked for user u1/)
   const hiddenEmail = '{"data":{"user":{"id":"u1","name":"A","email":null}}}'
   t.match(userById!.verify(request, { status: 200, contentType: 'application/json', body: hiddenEmail }), /email not visible/)
-  t.equal(userById!.verify(request, { status: 200, contentType: 'application/json; charset=utf-8', body: '{"data":{"user":{"id":"u1","name":"A","email":"a@example.com"}}}' }), null)
+  t.equal(
+    userById!.verify(request, {
+      status: 200,
+      contentType: 'application/json; charset=utf-8',
+      body: '{"data":{"user":{"id":"u1","name":"A","email":"a@example.com"}}}'
+    }),
+    null
+  )
 })
 
 function report (results: Partial<Result>[]): RunReport {
@@ -47,22 +57,50 @@ function report (results: Partial<Result>[]): RunReport {
 
 test('bench:check fails under a floor or on a failed scenario, and passes at the floors', async (t) => {
   const floors = { 'users-list': 0.5, 'user-by-id': 0.45 }
-  t.ok(checkThresholds(report([{ name: 'users-list', ratioToRest: 0.5 }, { name: 'user-by-id', ratioToRest: 0.9 }]), floors).ok)
-  const under = checkThresholds(report([{ name: 'users-list', ratioToRest: 0.49 }, { name: 'user-by-id', ratioToRest: 0.9 }]), floors)
+  t.ok(
+    checkThresholds(
+      report([
+        { name: 'users-list', ratioToRest: 0.5 },
+        { name: 'user-by-id', ratioToRest: 0.9 }
+      ]),
+      floors
+    ).ok
+  )
+  const under = checkThresholds(
+    report([
+      { name: 'users-list', ratioToRest: 0.49 },
+      { name: 'user-by-id', ratioToRest: 0.9 }
+    ]),
+    floors
+  )
   t.notOk(under.ok)
   t.match(under.lines.join('\n'), /FAIL users-list: 0\.490 × rest < floor 0\.50/)
   // A ratio just under its floor must not read as equal to it.
-  const justUnder = checkThresholds(report([{ name: 'users-list', ratioToRest: 0.4996 }, { name: 'user-by-id', ratioToRest: 0.9 }]), floors)
+  const justUnder = checkThresholds(
+    report([
+      { name: 'users-list', ratioToRest: 0.4996 },
+      { name: 'user-by-id', ratioToRest: 0.9 }
+    ]),
+    floors
+  )
   t.notOk(justUnder.ok)
   t.match(justUnder.lines.join('\n'), /FAIL users-list: 0\.499 × rest < floor 0\.50/, 'shown truncated: 0.499, not 0.500')
-  const failed = checkThresholds(report([{ name: 'users-list', ratioToRest: 2 }, { name: 'create-user', status: 'failed', reason: '3 non-2xx responses' }]), floors)
+  const failed = checkThresholds(
+    report([
+      { name: 'users-list', ratioToRest: 2 },
+      { name: 'create-user', status: 'failed', reason: '3 non-2xx responses' }
+    ]),
+    floors
+  )
   t.notOk(failed.ok, 'a fast error is never throughput')
   t.match(failed.lines.join('\n'), /skip user-by-id: not measured/)
 })
 
 test('the chart shows each ratio and its change since the previous result', async (t) => {
   const previous = report([{ name: 'users-list', ratioToRest: 0.6, ratioToLimit: 0.2 }])
-  const svg = svgChart(report([{ name: 'users-list', ratioToRest: 0.7, ratioToLimit: 0.25 }]), previous, { 'users-list': 0.5 })
+  const svg = svgChart(report([{ name: 'users-list', ratioToRest: 0.7, ratioToLimit: 0.25 }]), previous, {
+    'users-list': 0.5
+  })
   t.match(svg, /^<svg /)
   t.match(svg, /users-list/)
   t.match(svg, /0\.70 \(\+0\.10\) · 0\.25/)
@@ -77,7 +115,11 @@ test('the fan-out table shows each row against the targets', async (t) => {
   t.match(table, /ws-broadcast\s+10\s+1000\s+2\.0\s+2\.0\s+10\.0\s+baseline/)
   t.match(table, /subscription-fanout\s+10\s+600\s+0\.60\s+3\.0\s+1\.50\s+4\.0\s+2\.00\s+20\.0\s+met/)
   t.match(table, /subscription-fanout-mixed .*missed: deliveries\/s, p99, RSS/)
-  t.equal(fanoutTextTable(report([{ name: 'users-list', ratioToRest: 1 }])), null, 'no fan-out table without fan-out rows')
+  t.equal(
+    fanoutTextTable(report([{ name: 'users-list', ratioToRest: 1 }])),
+    null,
+    'no fan-out table without fan-out rows'
+  )
 })
 
 test('the mixed fan-out fails when every caller gets the same payload (ws-broadcast sends everyone the same bytes)', async (t) => {
@@ -85,16 +127,35 @@ test('the mixed fan-out fails when every caller gets the same payload (ws-broadc
   // An anonymous caller's view: email null, with the field's error. The poster (subscriber 0) must see the email.
   const sample = JSON.stringify({
     data: { messageAdded: { id: '1', content: 'x', author: { name: 'A', email: null } } },
-    errors: [{ message: 'Authentication required', path: ['messageAdded', 'author', 'email'], extensions: { code: 'UNAUTHENTICATED' } }]
+    errors: [
+      {
+        message: 'Authentication required',
+        path: ['messageAdded', 'author', 'email'],
+        extensions: { code: 'UNAUTHENTICATED' }
+      }
+    ]
   })
-  const server = await startServer({ name: 'ws-broadcast-test', script: 'bench/fanout-baseline-server.ts', env: { FANOUT_SAMPLE: sample }, logDir })
+  const server = await startServer({
+    name: 'ws-broadcast-test',
+    script: 'bench/fanout-baseline-server.ts',
+    env: { FANOUT_SAMPLE: sample },
+    logDir
+  })
   t.teardown(async () => {
     await server.stop()
     rmSync(logDir, { recursive: true, force: true })
   })
   const users = Array.from({ length: 4 }, (_, i) => ({ id: `u${i}`, token: `t${i}` }))
   const fanoutData: BenchData = { users, adminToken: 'a', rooms: ['general'], runId: 'test' }
-  const options = { subscribers: 4, messages: 3, selection: 'mixed' as const, anonymousHalf: true, rssBytes: () => server.rssBytes(), cpuMicros: () => server.cpuMicros(), log: () => {} }
+  const options = {
+    subscribers: 4,
+    messages: 3,
+    selection: 'mixed' as const,
+    anonymousHalf: true,
+    rssBytes: () => server.rssBytes(),
+    cpuMicros: () => server.cpuMicros(),
+    log: () => {}
+  }
   const unchecked = await runFanout(server.url, fanoutData, { ...options, checkVisibility: false })
   t.equal(unchecked.status, 'ok', `the lean clients take ws-broadcast's messages: ${unchecked.reason ?? ''}`)
   t.equal(unchecked.requests, 12, 'every delivery counted')

@@ -7,8 +7,12 @@ import { countingStore } from './helpers/counting-store.ts'
 test('a list of 100 messages with authors costs one author fetch', async (t) => {
   const { store, calls } = countingStore(openSqliteStore(':memory:'))
   t.teardown(() => store.close())
-  const authors = await store.insertUsers(Array.from({ length: 30 }, (_, i) => ({ name: `Author ${i}`, email: `a${i}@example.com` })))
-  await store.insertMessages(Array.from({ length: 100 }, (_, i) => ({ roomId: 'busy', content: `hello ${i}`, authorId: authors[i % 30]!.id })))
+  const authors = await store.insertUsers(
+    Array.from({ length: 30 }, (_, i) => ({ name: `Author ${i}`, email: `a${i}@example.com` }))
+  )
+  await store.insertMessages(
+    Array.from({ length: 100 }, (_, i) => ({ roomId: 'busy', content: `hello ${i}`, authorId: authors[i % 30]!.id }))
+  )
   const { url } = await listenTestApp(t, {}, { store, demo: false })
   calls.length = 0
   const { body } = await gql(url, '{ messages(roomId: "busy", limit: 100) { content author { name } } }')

@@ -51,6 +51,9 @@ test('a cached plan weighs at least what it keeps alive, its compilation include
   collectGarbage()
   const retained = process.memoryUsage().heapUsed - before
   const estimated = app.graphqlRoom.pipeline.cacheStats.bytes - cachedBefore
-  t.ok(retained <= estimated, `60 plans keep ${(retained / MiB).toFixed(1)} MiB; the cache counts ${(estimated / MiB).toFixed(1)} MiB`)
+  t.ok(
+    retained <= estimated,
+    `60 plans keep ${(retained / MiB).toFixed(1)} MiB; the cache counts ${(estimated / MiB).toFixed(1)} MiB`
+  )
   t.ok(estimated <= 2 * retained, 'and not more than twice as much')
 })

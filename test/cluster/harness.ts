@@ -63,7 +63,11 @@ export function uniqueName (prefix: string): string {
 
 export function requireTool (name: string, hint: string): string {
   // (/usr/sbin is where Debian puts nginx, and not every PATH has it.)
-  const found = spawnSync('sh', ['-c', `command -v ${name} || { test -x /usr/sbin/${name} && echo /usr/sbin/${name}; }`], { encoding: 'utf8' })
+  const found = spawnSync(
+    'sh',
+    ['-c', `command -v ${name} || { test -x /usr/sbin/${name} && echo /usr/sbin/${name}; }`],
+    { encoding: 'utf8' }
+  )
   const path = found.stdout.trim()
   if (found.status !== 0 || path === '') throw new Error(`${name} is not installed: ${hint}`)
   return path
@@ -187,7 +191,10 @@ export async function terminateBackends (applicationName: string): Promise<numbe
   const client = new pg.Client({ connectionString: PG_URL })
   await client.connect()
   try {
-    const { rows } = await client.query<{ ended: boolean }>('SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()', [applicationName])
+    const { rows } = await client.query<{ ended: boolean }>(
+      'SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()',
+      [applicationName]
+    )
     return rows.filter((r) => r.ended).length
   } finally {
     await client.end()
@@ -209,7 +216,13 @@ export async function startPrivateRedis (t: TestLike): Promise<PrivateRedis> {
   const port = await freePort()
   let child: ChildProcess | null = null
   const start = async () => {
-    child = track(spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'], { stdio: 'ignore' }))
+    child = track(
+      spawn(
+        bin,
+        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'],
+        { stdio: 'ignore' }
+      )
+    )
     for (let i = 0; i < 100; i++) {
       if (await pingRedis(port)) return
       await sleep(50)
@@ -293,7 +306,13 @@ export async function startInstance (t: TestLike, name: string, env: Record<stri
     output: () => output,
     process: null,
     async start () {
-      const child = track(spawn(process.execPath, [join(REPO, 'app/server.ts')], { cwd: REPO, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] }))
+      const child = track(
+        spawn(process.execPath, [join(REPO, 'app/server.ts')], {
+          cwd: REPO,
+          env: fullEnv,
+          stdio: ['ignore', 'pipe', 'pipe']
+        })
+      )
       instance.process = child
       let partial = ''
       child.stdout!.on('data', (chunk: Buffer) => {
@@ -310,7 +329,9 @@ export async function startInstance (t: TestLike, name: string, env: Record<stri
       child.once('exit', (code, signal) => { output += `\n[exited: code ${code}, signal ${signal}]\n` })
       const deadline = Date.now() + 30_000
       while (Date.now() < deadline) {
-        if (child.exitCode !== null) throw new Error(`instance ${name} exited with ${child.exitCode} while starting:\n${output}`)
+        if (child.exitCode !== null) {
+          throw new Error(`instance ${name} exited with ${child.exitCode} while starting:\n${output}`)
+        }
         try {
           const ready = await request(`${instance.url}/health/ready`, { timeoutMs: 1000 })
           if (ready.status === 200) return
@@ -369,7 +390,8 @@ export async function startLoadBalancer (t: TestLike, instances: Instance[]): Pr
       add_header X-Upstream $upstream_addr always;
       include ${REPO}/deploy/nginx/locations.conf;
     }`
-  const upstreamServers = (list: Instance[]) => list.map((i) => `      server 127.0.0.1:${i.port} max_fails=1 fail_timeout=2s;`).join('\n')
+  const upstreamServers = (list: Instance[]) =>
+    list.map((i) => `      server 127.0.0.1:${i.port} max_fails=1 fail_timeout=2s;`).join('\n')
   const config = `# Rendered by test/cluster/harness.ts; proxy rules from deploy/nginx/.
 worker_processes 1;
 daemon off;
@@ -401,7 +423,9 @@ ${instances.map((_, index) => server(pinnedPorts[index]!, `graphql_pinned_${inde
   // -e: the log nginx writes before it has read the config (its compiled-in path may not be writable).
   const check = spawnSync(bin, ['-t', '-q', '-e', join(dir, 'error.log'), '-c', file, '-p', dir], { encoding: 'utf8' })
   if (check.status !== 0) throw new Error(`nginx rejected the rendered config: ${check.stderr}\n${config}`)
-  const child = track(spawn(bin, ['-e', join(dir, 'error.log'), '-c', file, '-p', dir], { stdio: ['ignore', 'ignore', 'pipe'] }))
+  const child = track(
+    spawn(bin, ['-e', join(dir, 'error.log'), '-c', file, '-p', dir], { stdio: ['ignore', 'ignore', 'pipe'] })
+  )
   let stderr = ''
   child.stderr!.on('data', (c: Buffer) => { stderr += c.toString('utf8') })
   const url = `http://127.0.0.1:${port}`
@@ -462,7 +486,9 @@ export async function startCluster (
       const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
       await redis.connect()
       const keys: string[] = []
-      for await (const batch of redis.scanStream({ match: `${redisPrefix}*`, count: 500 })) { keys.push(...(batch as string[])) }
+      for await (const batch of redis.scanStream({ match: `${redisPrefix}*`, count: 500 })) {
+        keys.push(...(batch as string[]))
+      }
       if (keys.length > 0) await redis.del(...keys)
       await redis.quit()
     })
@@ -536,7 +562,14 @@ export async function startTcpLink (t: TestLike, targetPort: number): Promise<Tc
       a.pipe(b)
     }
   })
-  const listen = () => new Promise<void>((resolve, reject) => { server.once('error', reject); server.listen(port, '127.0.0.1', () => { server.off('error', reject); resolve() }) })
+  const listen = () =>
+    new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(port, '127.0.0.1', () => {
+        server.off('error', reject)
+        resolve()
+      })
+    })
   const cut = async () => {
     const closed = new Promise<void>((resolve) => server.close(() => resolve()))
     for (const socket of sockets) socket.destroy()
@@ -551,7 +584,11 @@ export async function startTcpLink (t: TestLike, targetPort: number): Promise<Tc
 export function soapEnvelope (operation: string, body: string): string {
   const nonce = randomBytes(16)
   const created = new Date().toISOString()
-  const digest = createHash('sha1').update(nonce).update(created, 'utf8').update(PARTNER.password, 'utf8').digest('base64')
+  const digest = createHash('sha1')
+    .update(nonce)
+    .update(created, 'utf8')
+    .update(PARTNER.password, 'utf8')
+    .digest('base64')
   const wsse = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
   const wsu = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
   const profile = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0'

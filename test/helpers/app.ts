@@ -20,7 +20,15 @@ export const TEST_PARTNER_SECRET_KEY = 'test-partner-key-that-is-long-enough-012
 export function testConfig (env: Record<string, string> = {}): Config {
   // Load shedding is off unless a test turns it on: tests share two cores, and a starved test process
   // would otherwise measure its own event-loop delay and shed the test's requests.
-  return loadConfig({ JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, PORT: '0', LOG_LEVEL: 'silent', DEMO_DATA: 'false', PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0', ...env })
+  return loadConfig({
+    JWT_SECRET: TEST_JWT_SECRET,
+    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
+    PORT: '0',
+    LOG_LEVEL: 'silent',
+    DEMO_DATA: 'false',
+    PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0',
+    ...env
+  })
 }
 
 export interface TestApp {

@@ -20,7 +20,12 @@ export interface SpawnedService {
 export function processEnv (env: Record<string, string>): Record<string, string> {
   // Load shedding off unless a test sets it: test files share two cores, and a starved service would
   // shed the test's own requests (503) by measuring its event-loop delay.
-  return { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0', ...env }
+  return {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? '/tmp',
+    PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0',
+    ...env
+  }
 }
 
 /** Spawns `command` (node app/server.ts by default) and collects its output; ended by the test's teardown. */

@@ -30,7 +30,11 @@ async function flood (port: number, count: number, localAddress: string): Promis
 const cases: { name: string; env: Record<string, string>; capped: boolean }[] = [
   { name: 'the default MAX_CONNECTIONS keeps the listeners below the limit', env: {}, capped: true },
   // Without the cap, descriptors do run out: accept fails with EMFILE, and so does reading RSS.
-  { name: 'with MAX_CONNECTIONS=0, running out of descriptors is survived', env: { MAX_CONNECTIONS: '0' }, capped: false }
+  {
+    name: 'with MAX_CONNECTIONS=0, running out of descriptors is survived',
+    env: { MAX_CONNECTIONS: '0' },
+    capped: false
+  }
 ]
 
 for (const { name, env, capped } of cases) {
@@ -65,7 +69,10 @@ for (const { name, env, capped } of cases) {
     dropped += metrics.dropped
     t.ok(dropped > 0, `connections past the cap or the limit were closed (${sockets.length} held, ${dropped} dropped)`)
     if (capped) {
-      t.ok(sockets.length < OPEN_FILES - 100, `the connections held leave room under the open-files limit (${sockets.length})`)
+      t.ok(
+        sockets.length < OPEN_FILES - 100,
+        `the connections held leave room under the open-files limit (${sockets.length})`
+      )
       t.match(service.stdout(), /connections over MAX_CONNECTIONS closed unanswered/, 'the refusals are logged')
     } else t.ok(sockets.length > OPEN_FILES - 64, `the connections held took nearly every descriptor (${sockets.length})`)
 
@@ -82,7 +89,9 @@ for (const { name, env, capped } of cases) {
     }
     t.equal(live, 200, '/health/live answers once the connections are gone')
     const answer = await fetch(`${service.url}/graphql`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: '{ users(limit: 1) { id } }' })
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: '{ users(limit: 1) { id } }' })
     })
     t.equal(answer.status, 200, 'a GraphQL POST is answered')
     t.same(Object.keys(((await answer.json()) as { data: object }).data), ['users'])
@@ -97,7 +106,11 @@ for (const { name, env, capped } of cases) {
 test('MAX_CONNECTIONS defaults to the open-files limit less a reserve, split between the listeners', async (t) => {
   const limit = openFilesLimit()
   t.ok(limit !== null && limit > 0, `the limit is read from /proc/self/limits (${limit})`)
-  t.equal(testConfig().maxConnections, limit! - 128 - 10, 'the default follows this process\'s limit, less the reserve and the store\'s pool (10)')
+  t.equal(
+    testConfig().maxConnections,
+    limit! - 128 - 10,
+    "the default follows this process's limit, less the reserve and the store's pool (10)"
+  )
   t.equal(testConfig({ DATABASE_POOL_SIZE: '50' }).maxConnections, limit! - 128 - 50)
   t.equal(testConfig({ MAX_CONNECTIONS: '1000' }).maxConnections, 1000)
   t.equal(defaultMaxConnections(4096, 10), 4096 - 138)

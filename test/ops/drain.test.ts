@@ -60,5 +60,8 @@ test('a request on an idle keep-alive connection during the drain is served, the
 
 test('without the drain, that connection is gone as soon as the shutdown begins', async (t) => {
   const second = await requestDuringShutdown(t, '0')
-  t.ok(second instanceof Error || !second.reused, 'the idle connection was closed at once (the request could not use it)')
+  t.ok(
+    second instanceof Error || !second.reused,
+    'the idle connection was closed at once (the request could not use it)'
+  )
 })

@@ -43,7 +43,11 @@ export async function getPersisted (
 }
 
 export async function postJson (url: string, body: unknown, headers: Record<string, string> = {}) {
-  const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) })
+  const response = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body)
+  })
   return { status: response.status, headers: response.headers, body: await response.json() as any }
 }
 

@@ -131,7 +131,9 @@ function serialize (n: Node, inScope: Set<string>): string {
     if (prefix === null) decls.push(`xmlns="${uri}"`)
     else if (uri !== '') { decls.push(`xmlns:${prefix}="${uri}"`); scope.add(prefix) }
   }
-  for (const [prefix, uri] of n.declare) if (!decls.some((d) => d.startsWith(prefix === null ? 'xmlns=' : `xmlns:${prefix}=`))) declare(prefix, uri)
+  for (const [prefix, uri] of n.declare) {
+    if (!decls.some((d) => d.startsWith(prefix === null ? 'xmlns=' : `xmlns:${prefix}=`))) declare(prefix, uri)
+  }
   if (n.prefix !== null && !scope.has(n.prefix)) declare(n.prefix, 'urn:declared-for-element')
   const attrs: string[] = []
   const seen = new Set<string>()
@@ -140,7 +142,9 @@ function serialize (n: Node, inScope: Set<string>): string {
     const key = `${prefix === null ? '' : prefix === 'xml' ? 'xml' : `urn:${prefix}`}|${local}`
     if (seen.has(key)) continue
     seen.add(key)
-    attrs.push(`${prefix === null ? '' : prefix + ':'}${local}=${quote}${value.replaceAll(quote, quote === '"' ? '&quot;' : '&apos;')}${quote}`)
+    attrs.push(
+      `${prefix === null ? '' : prefix + ':'}${local}=${quote}${value.replaceAll(quote, quote === '"' ? '&quot;' : '&apos;')}${quote}`
+    )
   }
   const qname = n.prefix === null ? n.name : `${n.prefix}:${n.name}`
   const head = [qname, ...decls, ...attrs].join(' ')
@@ -193,7 +197,9 @@ const sameVerdict = (xml: string) => {
   const a = ours(xml)
   const b = theirs(xml)
   if (JSON.stringify(a) !== JSON.stringify(b)) {
-    throw new Error(`disagreement on ${JSON.stringify(xml)}\n ours:   ${JSON.stringify(a)}\n saxes:  ${JSON.stringify(b)}`)
+    throw new Error(
+      `disagreement on ${JSON.stringify(xml)}\n ours:   ${JSON.stringify(a)}\n saxes:  ${JSON.stringify(b)}`
+    )
   }
 }
 
@@ -203,7 +209,10 @@ test('generated well-formed documents: both accept them with the same tree', asy
     sameVerdict(xml)
     if (ours(xml) !== 'refused') accepted++
   }), { numRuns: 3000 })
-  t.ok(accepted > 1500, `most generated documents are acceptable (${accepted} of 3000): the generator does not only make broken ones`)
+  t.ok(
+    accepted > 1500,
+    `most generated documents are acceptable (${accepted} of 3000): the generator does not only make broken ones`
+  )
 })
 
 test('mutated documents: both refuse or both accept with the same tree', async (t) => {

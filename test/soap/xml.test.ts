@@ -35,7 +35,9 @@ function resolve (node: Node, scope: Map<string, string>): XmlElement {
   const name = Object.keys(node).find((k) => k !== ':@')!
   const attrs = node[':@'] ?? {}
   const inner = new Map(scope)
-  for (const [k, v] of Object.entries(attrs)) if (k === 'xmlns' || k.startsWith('xmlns:')) inner.set(k === 'xmlns' ? '' : k.slice(6), decode(v))
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'xmlns' || k.startsWith('xmlns:')) inner.set(k === 'xmlns' ? '' : k.slice(6), decode(v))
+  }
   const split = (q: string) => q.includes(':') ? [q.slice(0, q.indexOf(':')), q.slice(q.indexOf(':') + 1)] : ['', q]
   const [prefix, local] = split(name)
   const attributes = Object.entries(attrs).filter(([k]) => k !== 'xmlns' && !k.startsWith('xmlns:')).map(([k, v]) => {
@@ -90,7 +92,15 @@ test('valid documents: the same tree as fast-xml-parser resolves', async (t) => 
     t.same(parseXml(xml), oracle(xml), xml.slice(0, 80))
   }
   const tree = parseXml(valid.at(-3)!)
-  t.same(tree.children.map((c) => [c.ns, c.local]), [['urn:p', 'c'], ['', 'e'], ['urn:other', 'g']], 'namespaces resolved, default undeclared, prefix redeclared')
+  t.same(
+    tree.children.map((c) => [c.ns, c.local]),
+    [
+      ['urn:p', 'c'],
+      ['', 'e'],
+      ['urn:other', 'g']
+    ],
+    'namespaces resolved, default undeclared, prefix redeclared'
+  )
   t.equal(tree.children[0]!.text, '<not> &markup;tail', 'CDATA kept verbatim')
 })
 
@@ -100,7 +110,13 @@ test('broken documents: refused, like fast-xml-parser\'s validator does, and mor
     t.throws(() => parseXml(xml), XmlError, `refused: ${JSON.stringify(xml)}`)
   }
   for (const xml of brokenForUsOnly) t.throws(() => parseXml(xml), XmlError, `refused: ${JSON.stringify(xml)}`)
-  const doctype = (() => { try { return parseXml('<!DOCTYPE a [<!ENTITY x "y">]><a>&x;</a>') } catch (err) { return err } })()
+  const doctype = (() => {
+    try {
+      return parseXml('<!DOCTYPE a [<!ENTITY x "y">]><a>&x;</a>')
+    } catch (err) {
+      return err
+    }
+  })()
   t.match(doctype, { name: 'XmlError', policy: true }, 'a DOCTYPE is reported as such')
 })
 
@@ -108,10 +124,22 @@ test('hostile shapes: attributes per element and elements per document are cappe
   const attributes = (count: number) => `<a ${Array.from({ length: count }, (_, i) => `a${i}="${i}"`).join(' ')}/>`
   const { maxAttributes, maxElements } = DEFAULT_XML_LIMITS
   t.equal(parseXml(attributes(maxAttributes)).attributes.length, maxAttributes, 'up to the cap')
-  t.throws(() => parseXml(attributes(maxAttributes + 1)), { name: 'XmlError', policy: true, message: `An element has more than ${maxAttributes} attributes` })
+  t.throws(() => parseXml(attributes(maxAttributes + 1)), {
+    name: 'XmlError',
+    policy: true,
+    message: `An element has more than ${maxAttributes} attributes`
+  })
   t.throws(() => parseXml(`<a xmlns:p="urn:p" ${Array.from({ length: maxAttributes }, (_, i) => `p:a${i}="${i}"`).join(' ')}/>`), /more than 32 attributes/, 'namespace declarations count')
-  t.equal(parseXml(`<a>${'<b/>'.repeat(maxElements - 1)}</a>`).children.length, maxElements - 1, 'up to the element cap')
-  t.throws(() => parseXml(`<a>${'<b/>'.repeat(maxElements)}</a>`), { name: 'XmlError', policy: true, message: `The message has more than ${maxElements} elements` })
+  t.equal(
+    parseXml(`<a>${'<b/>'.repeat(maxElements - 1)}</a>`).children.length,
+    maxElements - 1,
+    'up to the element cap'
+  )
+  t.throws(() => parseXml(`<a>${'<b/>'.repeat(maxElements)}</a>`), {
+    name: 'XmlError',
+    policy: true,
+    message: `The message has more than ${maxElements} elements`
+  })
   t.throws(() => parseXml('<a><b/><c/></a>', { maxElements: 2, maxAttributes: 4 }), /more than 2 elements/, 'configurable')
   // Past the caps (raised here), the duplicate check stays correct on many attributes.
   const many = { maxElements: 10, maxAttributes: 100_000 }

@@ -120,7 +120,9 @@ export async function rawSocket (url: string, protocol?: string | string[], head
       for (;;) {
         const index = received.findIndex((m) => m.type === type)
         if (index >= 0) return received.splice(index, 1)[0]
-        if (socket.readyState !== WebSocket.OPEN || Date.now() > deadline) throw new Error(`no ${type} message (got ${JSON.stringify(received)})`)
+        if (socket.readyState !== WebSocket.OPEN || Date.now() > deadline) {
+          throw new Error(`no ${type} message (got ${JSON.stringify(received)})`)
+        }
         await new Promise<void>((resolve) => { waiters.push(resolve); setTimeout(resolve, 50) })
       }
     }
@@ -151,7 +153,11 @@ export function refusedUpgrade (
 }
 
 /** Polls until `check` returns true (or fails after `ms`). */
-export async function eventually (check: () => boolean | Promise<boolean>, ms = 5000, what = 'condition'): Promise<void> {
+export async function eventually (
+  check: () => boolean | Promise<boolean>,
+  ms = 5000,
+  what = 'condition'
+): Promise<void> {
   const deadline = Date.now() + ms
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)

@@ -12,7 +12,10 @@ const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeo
 
 test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) => {
   // Every upgrade is a request for the rate limiter; this test is about leaks, not rates.
-  const { url, app, token } = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '100000', WS_MAX_CONNECTIONS_PER_CLIENT: '100' })
+  const { url, app, token } = await listenTestApp(t, {
+    RATE_LIMIT_REQUESTS: '100000',
+    WS_MAX_CONNECTIONS_PER_CLIENT: '100'
+  })
   const init = { type: 'connection_init', payload: { authToken: `Bearer ${token('2')}` } }
   const subscribe = (id: string, query: string) => ({ id, type: 'subscribe', payload: { query } })
   const ROOM = 'subscription { messageAdded(roomId: "leak") { id content author { name } } }'
@@ -27,7 +30,11 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
     ws.send(subscribe(`count-${i}`, 'subscription { count(target: 50) }'))
     return ws
   }))
-  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 40, 5000, '40 live subscriptions')
+  await eventually(
+    () => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 40,
+    5000,
+    '40 live subscriptions'
+  )
   t.equal(roomListeners(app, 'leak'), 1, 'one emitter listener for the room, however many subscribe')
   t.equal(app.graphqlRoom.subscriptionStats().topicSubscribers, 20)
   for (const ws of live) ws.socket.terminate()
@@ -52,7 +59,13 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
 
   await eventually(() => {
     const stats = app.graphqlRoom.subscriptionStats()
-    return stats.webSockets === 0 && stats.webSocketSubscriptions === 0 && stats.clients === 0 && stats.topicSubscribers === 0 && roomListeners(app, 'leak') === 0
+    return (
+      stats.webSockets === 0 &&
+      stats.webSocketSubscriptions === 0 &&
+      stats.clients === 0 &&
+      stats.topicSubscribers === 0 &&
+      roomListeners(app, 'leak') === 0
+    )
   }, 5000, 'everything released')
   t.same(app.graphqlRoom.subscriptionStats(), {
     webSockets: 0,
