@@ -77,7 +77,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     connectionTimeout: config.connectionTimeoutMs,
     http: {
       requestTimeout: config.requestTimeoutMs,
-      connectionsCheckingInterval: config.requestTimeoutMs > 0 ? Math.min(30_000, Math.max(100, config.requestTimeoutMs / 4)) : 30_000
+      connectionsCheckingInterval:
+        config.requestTimeoutMs > 0 ? Math.min(30_000, Math.max(100, config.requestTimeoutMs / 4)) : 30_000
     },
     // While closing, requests that still arrive on open connections are served (the store is still open)
     // rather than refused with 503: a load balancer cannot resend a POST it has already sent.
@@ -118,7 +119,16 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(body)
   })
   app.setNotFoundHandler(async (request, reply) => {
-    return reply.code(404).send({ errors: [{ message: `Route ${request.method} ${request.url.split('?')[0]} not found`, extensions: { code: 'NOT_FOUND' } }] })
+    return reply
+      .code(404)
+      .send({
+        errors: [
+          {
+            message: `Route ${request.method} ${request.url.split('?')[0]} not found`,
+            extensions: { code: 'NOT_FOUND' }
+          }
+        ]
+      })
   })
 
   await app.register(configPlugin, { config })
@@ -137,7 +147,12 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(authPlugin)
   await app.register(rateLimitPlugin)
   // The domain's dependencies, built once here and handed to both transports (GraphQL and SOAP).
-  const domain: DomainDeps = { store: app.store, events: app.events, caps: config.limits, cursorKey: cursorKey(config.cursorSecret) }
+  const domain: DomainDeps = {
+    store: app.store,
+    events: app.events,
+    caps: config.limits,
+    cursorKey: cursorKey(config.cursorSecret)
+  }
   await app.register(graphqlRoom, { domain })
   await app.register(healthRoutes)
   await app.register(queryUiRoutes)

@@ -16,15 +16,24 @@ export interface Config {
   port: number
   logLevel: string
   bodyLimitBytes: number
-  /** Longest a client may take to send a whole request, headers and body (slow senders get 408 and are closed); 0 = no limit. */
+  /**
+   * Longest a client may take to send a whole request, headers
+   * and body (slow senders get 408 and are closed); 0 = no limit.
+   */
   requestTimeoutMs: number
   /** A connection with no traffic either way for this long is closed (clients that stop reading); 0 = no limit. */
   connectionTimeoutMs: number
   /** Open connections per direct peer address, counted on the sockets (TRUST_PROXY peers exempt); 0 = no cap. */
   maxConnectionsPerIp: number
-  /** Open connections of all listeners together (split in app/descriptors.ts), below the open-files limit by default; 0 = no cap. */
+  /**
+   * Open connections of all listeners together (split in
+   * app/descriptors.ts), below the open-files limit by default; 0 = no cap.
+   */
   maxConnections: number
-  /** How long a finished readiness check answers /health/ready (concurrent calls share one check); 0 = every call checks. */
+  /**
+   * How long a finished readiness check answers /health/ready
+   * (concurrent calls share one check); 0 = every call checks.
+   */
   readinessCacheMs: number
   /** Seconds a graceful shutdown may take before the process exits anyway. */
   shutdownGraceMs: number
@@ -98,7 +107,10 @@ export interface Config {
     retryAfterSec: number
   }
   corsOrigins: string[]
-  /** Prometheus metrics: null = GET /metrics on the API port (development default), 0 = not served (production default), else their own port. */
+  /**
+   * Prometheus metrics: null = GET /metrics on the API port (development
+   * default), 0 = not served (production default), else their own port.
+   */
   metricsPort: number | null
   introspection: boolean
   queryUi: boolean
@@ -115,7 +127,10 @@ export interface Config {
   /** Estimated bytes of those ETags' entries (their keys hold the URL). */
   cacheMaxBytes: number
 
-  /** The secret page cursors' signing key is derived from: CURSOR_SECRET, else PARTNER_SECRET_KEY (under a label of its own). */
+  /**
+   * The secret page cursors' signing key is derived from:
+   * CURSOR_SECRET, else PARTNER_SECRET_KEY (under a label of its own).
+   */
   cursorSecret: string
 
   soap: {
@@ -151,10 +166,20 @@ export interface Config {
 }
 
 export type OtlpProtocol = 'http/protobuf' | 'http/json'
-export const TRACE_SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const
+export const TRACE_SAMPLERS = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio'
+] as const
 
 export interface TracingConfig {
-  /** Where spans are POSTed (OTLP over HTTP): OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. */
+  /**
+   * Where spans are POSTed (OTLP over HTTP): OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+   * or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces.
+   */
   tracesUrl: string
   protocol: OtlpProtocol
   /** Extra export request headers (e.g. a vendor's API key), as the OTEL_EXPORTER_OTLP_HEADERS text: k=v,k2=v2. */
@@ -316,7 +341,13 @@ export function environment (path = PROJECT_ENV_FILE): Record<string, string | u
 function origin (entry: string): string | null {
   let url: URL
   try { url = new URL(entry) } catch { return null }
-  const bare = ['http:', 'https:'].includes(url.protocol) && !url.username && !url.password && url.pathname === '/' && !url.search && !url.hash
+  const bare =
+    ['http:', 'https:'].includes(url.protocol) &&
+    !url.username &&
+    !url.password &&
+    url.pathname === '/' &&
+    !url.search &&
+    !url.hash
   return bare ? url.origin : null
 }
 
@@ -392,8 +423,11 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
   // separates them: rotating it invalidates open cursors only, never partner passwords.
   const cursorSecret = optional(e.CURSOR_SECRET)
   if (cursorSecret !== null && cursorSecret.length < 32) problems.push('CURSOR_SECRET must be at least 32 characters')
-  // The interface: "The interactive query UI is disabled in production as well." A contradicting setting refuses to start.
-  if (prod && String(e.QUERY_UI) === 'true') problems.push('QUERY_UI cannot be turned on in production (the query UI is for development only)')
+  // The interface: "The interactive query UI is disabled in
+  // production as well." A contradicting setting refuses to start.
+  if (prod && String(e.QUERY_UI) === 'true') {
+    problems.push('QUERY_UI cannot be turned on in production (the query UI is for development only)')
+  }
   // CORS_ORIGINS is an allowlist of exact origins: a near miss (a path, `*`) fails the start instead of never matching.
   const corsOrigins = list(e.CORS_ORIGINS).map((entry) => {
     const allowed = origin(entry)
@@ -430,7 +464,9 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     requestTimeoutMs: e.REQUEST_TIMEOUT_MS as number,
     connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS as number,
     maxConnectionsPerIp: e.MAX_CONNECTIONS_PER_IP as number,
-    maxConnections: (e.MAX_CONNECTIONS as number | undefined) ?? defaultMaxConnections(openFilesLimit(), e.DATABASE_POOL_SIZE as number),
+    maxConnections:
+      (e.MAX_CONNECTIONS as number | undefined) ??
+      defaultMaxConnections(openFilesLimit(), e.DATABASE_POOL_SIZE as number),
     readinessCacheMs: e.READINESS_CACHE_MS as number,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
     shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS as number | undefined, 0, 1000),
@@ -489,7 +525,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       retryAfterSec: e.PRESSURE_RETRY_AFTER_SEC as number
     },
     corsOrigins: [...new Set(corsOrigins)],
-    metricsPort: e.METRICS_PORT !== undefined ? e.METRICS_PORT as number : prod ? 0 : null,
+    metricsPort: e.METRICS_PORT !== undefined ? (e.METRICS_PORT as number) : prod ? 0 : null,
     introspection: pick(e.INTROSPECTION as boolean | undefined, true, false),
     queryUi: pick(e.QUERY_UI as boolean | undefined, true, false),
     persistedOnly: pick(e.PERSISTED_ONLY as boolean | undefined, false, true),
@@ -538,7 +574,9 @@ function tracingConfig (e: Env, problems: string[]): TracingConfig | null {
   if (String(e.OTEL_SDK_DISABLED) === 'true' || (!tracesEndpoint && !endpoint)) return null
   const tracesUrl = tracesEndpoint ?? `${endpoint!.replace(/\/+$/, '')}/v1/traces`
   if (!/^https?:\/\/[^\s]+$/.test(tracesUrl)) {
-    problems.push(`${tracesEndpoint ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} must be an http(s) URL (OTLP over HTTP; gRPC is not supported)`)
+    problems.push(
+      `${tracesEndpoint ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} must be an http(s) URL (OTLP over HTTP; gRPC is not supported)`
+    )
   }
   return {
     tracesUrl,

@@ -6,7 +6,9 @@ import { readFileSync } from 'node:fs'
 import type { Server } from 'node:net'
 import type { FastifyBaseLogger } from 'fastify'
 
-/** Descriptors kept back from the listeners besides the store's pool: Redis, logs, files, Node's own (about 25 at rest). */
+/**
+ * Descriptors kept back from the listeners besides the store's pool: Redis, logs, files, Node's own (about 25 at rest).
+ */
 export const RESERVED_DESCRIPTORS = 128
 /** The metrics listener's share of MAX_CONNECTIONS: Prometheus holds one keep-alive connection per scraper. */
 export const METRICS_CONNECTIONS = 16
@@ -21,7 +23,10 @@ export function openFilesLimit (): number | null {
   }
 }
 
-/** MAX_CONNECTIONS's default: the open-files limit less the reserve and the store's pool (at least half the limit); 0 (no cap) when the limit is unknown. */
+/**
+ * MAX_CONNECTIONS's default: the open-files limit less the reserve and the
+ * store's pool (at least half the limit); 0 (no cap) when the limit is unknown.
+ */
 export function defaultMaxConnections (limit: number | null, poolSize: number): number {
   return limit === null ? 0 : Math.max(Math.floor(limit / 2), limit - RESERVED_DESCRIPTORS - poolSize)
 }
@@ -34,7 +39,10 @@ export function connectionCaps (maxConnections: number, metricsListener: boolean
   return { api: Math.max(1, maxConnections - metrics), metrics }
 }
 
-/** Calls `log` with how many times `note` ran since it last logged, at most once a second (a flood must not flood the logs). */
+/**
+ * Calls `log` with how many times `note` ran since it last logged,
+ * at most once a second (a flood must not flood the logs).
+ */
 function everySecond (log: (count: number) => void): () => void {
   let count = 0
   let lastLogged = 0
@@ -56,10 +64,20 @@ function everySecond (log: (count: number) => void): () => void {
  */
 export function guardListener (server: Server, max: number, log: FastifyBaseLogger, name: string): void {
   if (max > 0) server.maxConnections = max
-  const dropped = everySecond((count) => log.warn({ listener: name, maxConnections: max, dropped: count }, 'connections over MAX_CONNECTIONS closed unanswered'))
+  const dropped = everySecond((count) =>
+    log.warn(
+      { listener: name, maxConnections: max, dropped: count },
+      'connections over MAX_CONNECTIONS closed unanswered'
+    )
+  )
   server.on('drop', dropped)
   let lastError: NodeJS.ErrnoException | undefined
-  const failed = everySecond((count) => log.warn({ listener: name, err: lastError?.message, code: lastError?.code, failures: count }, 'accepting a connection failed; the listener keeps going'))
+  const failed = everySecond((count) =>
+    log.warn(
+      { listener: name, err: lastError?.message, code: lastError?.code, failures: count },
+      'accepting a connection failed; the listener keeps going'
+    )
+  )
   server.on('error', (err: NodeJS.ErrnoException) => {
     // Errors before listening (EADDRINUSE) belong to listen(), which reports them to its caller.
     if (!server.listening) return

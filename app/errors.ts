@@ -71,4 +71,5 @@ export const Messages = {
 export const unauthenticated = () => new AppError('UNAUTHENTICATED', Messages.mustBeLoggedIn)
 export const forbidden = (message: string = Messages.forbidden) => new AppError('FORBIDDEN', message)
 export const notFound = (what: string) => new AppError('NOT_FOUND', `${what} not found`)
-export const badInput = (message: string, details?: Record<string, unknown>) => new AppError('BAD_USER_INPUT', message, details)
+export const badInput = (message: string, details?: Record<string, unknown>) =>
+  new AppError('BAD_USER_INPUT', message, details)

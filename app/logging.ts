@@ -16,7 +16,10 @@ function verbose (level: string): boolean {
   return level === 'debug' || level === 'trace'
 }
 
-export function serverLogging (config: Pick<Config, 'logLevel'>, options: LoggingOptions = {}): Pick<FastifyServerOptions, 'logger' | 'logController'> {
+export function serverLogging (
+  config: Pick<Config, 'logLevel'>,
+  options: LoggingOptions = {}
+): Pick<FastifyServerOptions, 'logger' | 'logController'> {
   if (options.logger === false) return { logger: false }
   const level = options.logger?.level || config.logLevel
   return {
@@ -24,9 +27,17 @@ export function serverLogging (config: Pick<Config, 'logLevel'>, options: Loggin
     logController: new LogController({ disableRequestLogging: !verbose(level) }),
     logger: {
       level,
-      redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-api-key"]'], censor: '[redacted]' },
+      redact: {
+        paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-api-key"]'],
+        censor: '[redacted]'
+      },
       serializers: {
-        req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string }) => ({ method: req.method, url: pathOf(req.url), headers: req.headers, remoteAddress: req.ip })
+        req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string }) => ({
+          method: req.method,
+          url: pathOf(req.url),
+          headers: req.headers,
+          remoteAddress: req.ip
+        })
       },
       ...(options.logger?.stream ? { stream: options.logger.stream } : {})
     }
@@ -39,7 +50,9 @@ function pathOf (url: string): string {
   return end === -1 ? url : url.slice(0, end)
 }
 
-/** What a persisted id may look like to be logged (sha256:<hex>, a hex hash, a manifest key); anything else is left out. */
+/**
+ * What a persisted id may look like to be logged (sha256:<hex>, a hex hash, a manifest key); anything else is left out.
+ */
 const LOGGABLE_ID = /^[A-Za-z0-9:._-]{1,100}$/
 const ID_PARAMS = ['queryId', 'documentId', 'doc_id', 'id']
 const APQ_HASH = /"sha256Hash"\s*:\s*"([0-9a-f]{64})"/
@@ -62,7 +75,17 @@ export function accessLog (app: FastifyInstance): void {
   if (verbose(level) || level === 'silent' || level === 'warn' || level === 'error' || level === 'fatal') return
   app.addHook('onResponse', (request, reply, done) => {
     const persistedId = request.method === 'GET' ? persistedIdOf(request.query) : undefined
-    request.log.info({ method: request.method, url: pathOf(request.url), persistedId, ip: request.ip, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
+    request.log.info(
+      {
+        method: request.method,
+        url: pathOf(request.url),
+        persistedId,
+        ip: request.ip,
+        statusCode: reply.statusCode,
+        ms: Math.round(reply.elapsedTime * 10) / 10
+      },
+      'request completed'
+    )
     done()
   })
 }

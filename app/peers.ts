@@ -31,7 +31,9 @@ export function trustedPeers (entries: string[]): (address: string | undefined) 
   if (entries.length === 0) return () => false
   const list = new BlockList()
   for (const entry of entries) {
-    for (const [address, prefix] of trustProxyRanges(entry) ?? []) list.addSubnet(address, prefix, isIP(address) === 6 ? 'ipv6' : 'ipv4')
+    for (const [address, prefix] of trustProxyRanges(entry) ?? []) {
+      list.addSubnet(address, prefix, isIP(address) === 6 ? 'ipv6' : 'ipv4')
+    }
   }
   return (address) => {
     const family = address === undefined ? 0 : isIP(address)
@@ -43,10 +45,14 @@ export function trustedPeers (entries: string[]): (address: string | undefined) 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
 /** Fastify's genReqId: a trusted proxy's X-Request-Id when it has the safe form, a new UUID otherwise. */
-export function requestIdFrom (trusted: (address: string | undefined) => boolean): (request: IncomingMessage) => string {
+export function requestIdFrom (
+  trusted: (address: string | undefined) => boolean
+): (request: IncomingMessage) => string {
   return (request) => {
     const supplied = request.headers['x-request-id']
-    return typeof supplied === 'string' && REQUEST_ID.test(supplied) && trusted(request.socket.remoteAddress) ? supplied : randomUUID()
+    return typeof supplied === 'string' && REQUEST_ID.test(supplied) && trusted(request.socket.remoteAddress)
+      ? supplied
+      : randomUUID()
   }
 }
 
@@ -55,7 +61,11 @@ export function requestIdFrom (trusted: (address: string | undefined) => boolean
  * sockets before any byte is read; a connection over the cap is closed at once, unanswered. Trusted
  * proxies are not capped (their connections carry many clients).
  */
-export function limitConnectionsPerPeer (server: Server, max: number, trusted: (address: string | undefined) => boolean): void {
+export function limitConnectionsPerPeer (
+  server: Server,
+  max: number,
+  trusted: (address: string | undefined) => boolean
+): void {
   if (max <= 0) return
   const open = new Map<string, number>()
   server.on('connection', (socket: Socket) => {

@@ -27,7 +27,10 @@ closeWithGrace({ delay: config.shutdownGraceMs }, async ({ signal, err }) => {
 
 try {
   await app.listen({ host: config.host, port: config.port })
-  app.log.info({ profile: config.profile, store: app.store.kind, pubsub: config.redisUrl ? 'redis' : 'in-process' }, 'service ready')
+  app.log.info(
+    { profile: config.profile, store: app.store.kind, pubsub: config.redisUrl ? 'redis' : 'in-process' },
+    'service ready'
+  )
 } catch (err) {
   console.error(`Could not start: ${oneLine(err)}`)
   process.exit(1)

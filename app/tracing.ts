@@ -18,7 +18,12 @@ import { OTLPTraceExporter as OtlpJsonExporter } from '@opentelemetry/exporter-t
 import { OTLPTraceExporter as OtlpProtobufExporter } from '@opentelemetry/exporter-trace-otlp-proto'
 import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
-  AlwaysOffSampler, AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler,
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  TraceIdRatioBasedSampler,
   type Sampler
 } from '@opentelemetry/sdk-trace-base'
 import {
@@ -70,7 +75,10 @@ export interface TracedOperations<Request, A extends TracedAdmission> {
 
 export interface Tracing {
   readonly tracer: Tracer
-  /** The trace context of an incoming request's headers (traceparent, tracestate); the root context when absent or malformed. */
+  /**
+   * The trace context of an incoming request's headers (traceparent,
+   * tracestate); the root context when absent or malformed.
+   */
   extract (headers: Record<string, unknown>): Context
   /** Writes `ctx`'s trace context as traceparent (and tracestate) headers through `set`. */
   inject (ctx: Context, set: (name: string, value: string) => void): void
@@ -82,7 +90,10 @@ export interface Tracing {
    * Runs a SOAP request under a span of its own; `describe` names its operation and cost once known,
    * and an answer carrying a fault (its catalogue code) marks the span failed.
    */
-  soapOperation<T extends { fault?: string }> (service: string, run: (describe: (operation: string, cost: number) => void) => Promise<T>): Promise<T>
+  soapOperation<T extends { fault?: string }> (
+    service: string,
+    run: (describe: (operation: string, cost: number) => void) => Promise<T>
+  ): Promise<T>
   /** Exports every ended span now (tests; shutdown does it too). */
   flush (): Promise<void>
   shutdown (): Promise<void>
@@ -100,7 +111,9 @@ function samplerOf (config: TracingConfig): Sampler {
   }
 }
 
-/** The catalogue code of an error answered to the client (AppError, or a GraphQL error list such as ValidationFailed). */
+/**
+ * The catalogue code of an error answered to the client (AppError, or a GraphQL error list such as ValidationFailed).
+ */
 function codeOf (err: unknown): string | undefined {
   if (err instanceof AppError) return err.code
   const first = (err as { errors?: { extensions?: { code?: unknown } }[] })?.errors?.[0]
@@ -108,12 +121,18 @@ function codeOf (err: unknown): string | undefined {
   return typeof code === 'string' ? code : undefined
 }
 
-/** Marks a span failed: the catalogue code as error.type; an unexpected error is recorded, its message kept out of the status. */
+/**
+ * Marks a span failed: the catalogue code as error.type; an
+ * unexpected error is recorded, its message kept out of the status.
+ */
 function recordFailure (span: Span, err: unknown): void {
   const code = codeOf(err)
   span.setAttribute(ATTR_ERROR_TYPE, code ?? (err as Error)?.name ?? 'Error')
   if (!code) span.recordException(err as Error)
-  span.setStatus({ code: SpanStatusCode.ERROR, message: code ? capped((err as Error).message, ATTRIBUTE_VALUE_LENGTH_LIMIT) : undefined })
+  span.setStatus({
+    code: SpanStatusCode.ERROR,
+    message: code ? capped((err as Error).message, ATTRIBUTE_VALUE_LENGTH_LIMIT) : undefined
+  })
 }
 
 const headerSetter: TextMapSetter<(name: string, value: string) => void> = { set: (set, key, value) => set(key, value) }
@@ -126,7 +145,9 @@ export function startTracing (config: TracingConfig): Tracing {
     resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: config.serviceName, [ATTR_SERVICE_VERSION]: version }),
     sampler: samplerOf(config),
     spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_LENGTH_LIMIT },
-    spanProcessors: [new BatchSpanProcessor(new Exporter({ url: config.tracesUrl, headers: parseKeyPairsIntoRecord(config.headers) }))]
+    spanProcessors: [
+      new BatchSpanProcessor(new Exporter({ url: config.tracesUrl, headers: parseKeyPairsIntoRecord(config.headers) }))
+    ]
   })
   const tracer = provider.getTracer('graphql-query-service', version)
   const propagator = new W3CTraceContextPropagator()
@@ -144,7 +165,10 @@ export function startTracing (config: TracingConfig): Tracing {
   }
 
   function store (inner: Store): Store {
-    const baseAttributes: Attributes = { [ATTR_DB_SYSTEM_NAME]: DB_SYSTEM[inner.kind], [ATTR_DB_SYSTEM]: DB_SYSTEM[inner.kind] }
+    const baseAttributes: Attributes = {
+      [ATTR_DB_SYSTEM_NAME]: DB_SYSTEM[inner.kind],
+      [ATTR_DB_SYSTEM]: DB_SYSTEM[inner.kind]
+    }
     const traced: Record<string, unknown> = {}
     // Every method, so calls added to the Store interface later are traced without a change here.
     for (const [name, method] of Object.entries(inner)) {
@@ -152,14 +176,19 @@ export function startTracing (config: TracingConfig): Tracing {
       traced[name] = (...args: unknown[]) => {
         // Only as part of a traced operation: start-up work and background pings make no root spans.
         if (!trace.getSpan(context.active())) return method.apply(inner, args)
-        const span = tracer.startSpan(name, { kind: SpanKind.CLIENT, attributes: { ...baseAttributes, [ATTR_DB_OPERATION_NAME]: name } })
+        const span = tracer.startSpan(name, {
+          kind: SpanKind.CLIENT,
+          attributes: { ...baseAttributes, [ATTR_DB_OPERATION_NAME]: name }
+        })
         return within(span, () => method.apply(inner, args))
       }
     }
     return { ...inner, ...traced } as Store
   }
 
-  function pipeline<Request, A extends TracedAdmission> (inner: TracedOperations<Request, A>): TracedOperations<Request, A> {
+  function pipeline<Request, A extends TracedAdmission> (
+    inner: TracedOperations<Request, A>
+  ): TracedOperations<Request, A> {
     // An admitted operation's span, ended when its execution (or its subscription's start) ends.
     const spans = new WeakMap<A, Span>()
     const outcome = (span: Span, result: ExecutionResult) => {
@@ -168,7 +197,10 @@ export function startTracing (config: TracingConfig): Tracing {
       span.setAttribute(ATTR_ERROR_TYPE, String(first.extensions?.code ?? 'GraphQLError'))
       span.setStatus({ code: SpanStatusCode.ERROR, message: capped(first.message, ATTRIBUTE_VALUE_LENGTH_LIMIT) })
     }
-    const run = async <T extends ExecutionResult | AsyncIterable<unknown>>(admission: A, start: () => Promise<T>): Promise<T> => {
+    const run = async <T extends ExecutionResult | AsyncIterable<unknown>>(
+      admission: A,
+      start: () => Promise<T>
+    ): Promise<T> => {
       const span = spans.get(admission)
       if (!span) return start()
       spans.delete(admission)

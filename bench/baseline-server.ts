@@ -31,7 +31,9 @@ app.get('/limit', async (_request, reply) => reply.type(JSON_TYPE).send(limitBod
 
 app.get<{ Querystring: { limit?: string } }>('/rest/users', async (request, reply) => {
   const rows = await store.listUsers(Number(request.query.limit ?? 20))
-  return reply.type(JSON_TYPE).send({ data: { users: rows.map(({ id, name, createdAt }) => ({ id, name, createdAt })) } })
+  return reply
+    .type(JSON_TYPE)
+    .send({ data: { users: rows.map(({ id, name, createdAt }) => ({ id, name, createdAt })) } })
 })
 
 app.get<{ Params: { id: string } }>('/rest/users/:id', async (request, reply) => {

@@ -11,7 +11,9 @@ import { WebSocketServer, type WebSocket } from 'ws'
 
 const PROTOCOL = 'graphql-transport-ws'
 interface Sample { data: { messageAdded: { content: string } & Record<string, unknown> } }
-const sample = JSON.parse(process.env.FANOUT_SAMPLE ?? '{"data":{"messageAdded":{"id":"0","content":"","author":{"name":"Bench User"}}}}') as Sample
+const sample = JSON.parse(
+  process.env.FANOUT_SAMPLE ?? '{"data":{"messageAdded":{"id":"0","content":"","author":{"name":"Bench User"}}}}'
+) as Sample
 
 /** Subscribers by subscription id (the bench's clients all use the same one). */
 const subscribers = new Map<string, Set<WebSocket>>()
@@ -19,7 +21,10 @@ let posted = 0
 /** A Buffer goes out as a binary frame unless told otherwise; graphql-ws clients read text frames only. */
 const TEXT = { binary: false }
 
-const wss = new WebSocketServer({ noServer: true, handleProtocols: (offered) => offered.has(PROTOCOL) ? PROTOCOL : false })
+const wss = new WebSocketServer({
+  noServer: true,
+  handleProtocols: (offered) => (offered.has(PROTOCOL) ? PROTOCOL : false)
+})
 wss.on('connection', (socket) => {
   const mine: string[] = []
   socket.on('message', (raw) => {
@@ -56,16 +61,23 @@ async function handle (request: IncomingMessage, response: ServerResponse): Prom
   }
   const body = JSON.parse(await readBody(request)) as { variables: { content: string } }
   const id = String(++posted)
-  const payload = { ...sample, data: { messageAdded: { ...sample.data.messageAdded, content: body.variables.content } } }
+  const payload = {
+    ...sample,
+    data: { messageAdded: { ...sample.data.messageAdded, content: body.variables.content } }
+  }
   for (const [subscriptionId, sockets] of subscribers) {
     const bytes = Buffer.from(JSON.stringify({ id: subscriptionId, type: 'next', payload }))
     for (const socket of sockets) socket.send(bytes, TEXT)
   }
-  response.writeHead(200, { 'content-type': 'application/json; charset=utf-8' }).end(`{"data":{"postMessage":{"id":"${id}"}}}`)
+  response
+    .writeHead(200, { 'content-type': 'application/json; charset=utf-8' })
+    .end(`{"data":{"postMessage":{"id":"${id}"}}}`)
 }
 
 const server = createServer((request, response) => {
-  handle(request, response).catch((err: Error) => response.writeHead(400).end(JSON.stringify({ errors: [{ message: err.message }] })))
+  handle(request, response).catch((err: Error) =>
+    response.writeHead(400).end(JSON.stringify({ errors: [{ message: err.message }] }))
+  )
 })
 server.on('upgrade', (request, socket, head) => {
   if (request.url !== '/graphql') return socket.destroy()

@@ -27,7 +27,8 @@ export type FanoutSelection = keyof typeof FANOUT_SELECTIONS
 
 const subscriptionQuery = (selection: FanoutSelection) =>
   `subscription Room($roomId: String!) { messageAdded(roomId: $roomId) { ${FANOUT_SELECTIONS[selection]} } }`
-const POST = 'mutation Post($roomId: String!, $content: String!) { postMessage(roomId: $roomId, content: $content) { id } }'
+const POST =
+  'mutation Post($roomId: String!, $content: String!) { postMessage(roomId: $roomId, content: $content) { id } }'
 /**
  * Every client holds one subscription, so every client may use the same id (ids are per connection):
  * the baseline can then write one buffer to all, and each client parses a message of the same size.
@@ -63,11 +64,22 @@ async function post (url: string, token: string, roomId: string, content: string
     body: JSON.stringify({ query: POST, variables: { roomId, content } })
   })
   const text = await response.text()
-  return response.status === 200 && text.startsWith('{"data":') && !text.includes('"errors"') ? null : `HTTP ${response.status}: ${text.slice(0, 200)}`
+  return response.status === 200 && text.startsWith('{"data":') && !text.includes('"errors"')
+    ? null
+    : `HTTP ${response.status}: ${text.slice(0, 200)}`
 }
 
-/** Connects one subscriber (anonymous when `token` is null) and resolves once the server acknowledged the connection. */
-function subscribe (url: string, token: string | null, roomId: string, selection: FanoutSelection, onDelivery: (delivery: Delivery) => void, onError: (reason: string) => void): Promise<Client> {
+/**
+ * Connects one subscriber (anonymous when `token` is null) and resolves once the server acknowledged the connection.
+ */
+function subscribe (
+  url: string,
+  token: string | null,
+  roomId: string,
+  selection: FanoutSelection,
+  onDelivery: (delivery: Delivery) => void,
+  onError: (reason: string) => void
+): Promise<Client> {
   return new Promise((resolve, reject) => {
     const client = createClient({
       url: wsUrl(url),
@@ -80,11 +92,17 @@ function subscribe (url: string, token: string | null, roomId: string, selection
       onNonLazyError: (err) => reject(new Error(describe(err)))
     })
     client.on('connected', () => resolve(client))
-    client.subscribe<{ messageAdded: MessageAdded }>({ query: subscriptionQuery(selection), variables: { roomId } }, {
-      next: onDelivery,
-      error: (err) => { onError(describe(err)); reject(new Error(describe(err))) },
-      complete: () => {}
-    })
+    client.subscribe<{ messageAdded: MessageAdded }>(
+      { query: subscriptionQuery(selection), variables: { roomId } },
+      {
+        next: onDelivery,
+        error: (err) => {
+          onError(describe(err))
+          reject(new Error(describe(err)))
+        },
+        complete: () => {}
+      }
+    )
   })
 }
 
@@ -133,22 +151,42 @@ function sequenceOf (data: Buffer): number {
  * Opens one lean subscriber (anonymous when `token` is null): resolves once the server acknowledged the
  * connection and the subscribe message is sent; every later `next` goes to onNext, the rest to onProblem.
  */
-function openSubscriber (url: string, token: string | null, roomId: string, selection: FanoutSelection, onNext: (data: Buffer) => void, onProblem: (reason: string) => void): Promise<WebSocket> {
+function openSubscriber (
+  url: string,
+  token: string | null,
+  roomId: string,
+  selection: FanoutSelection,
+  onNext: (data: Buffer) => void,
+  onProblem: (reason: string) => void
+): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
     const socket = new WebSocket(wsUrl(url), 'graphql-transport-ws')
     let acknowledged = false
-    socket.on('open', () => socket.send(JSON.stringify({ type: 'connection_init', payload: token === null ? {} : { authToken: `Bearer ${token}` } })))
+    socket.on('open', () =>
+      socket.send(
+        JSON.stringify({ type: 'connection_init', payload: token === null ? {} : { authToken: `Bearer ${token}` } })
+      )
+    )
     socket.on('message', (data: Buffer) => {
       if (data.indexOf(CONTROL) !== 0) return onNext(data)
       if (data.indexOf(PING) === 0) return socket.send('{"type":"pong"}')
       if (!acknowledged && String(data) === '{"type":"connection_ack"}') {
         acknowledged = true
-        socket.send(JSON.stringify({ id: SUBSCRIPTION_ID, type: 'subscribe', payload: { query: subscriptionQuery(selection), variables: { roomId } } }))
+        socket.send(
+          JSON.stringify({
+            id: SUBSCRIPTION_ID,
+            type: 'subscribe',
+            payload: { query: subscriptionQuery(selection), variables: { roomId } }
+          })
+        )
         return resolve(socket)
       }
       onProblem(`unexpected message: ${String(data).slice(0, 200)}`)
     })
-    socket.on('error', (err) => { onProblem(err.message); reject(err) })
+    socket.on('error', (err) => {
+      onProblem(err.message)
+      reject(err)
+    })
     socket.on('close', (code, reason) => {
       const why = `WebSocket closed ${code} ${String(reason)}`.trim()
       if (!acknowledged) reject(new Error(why))
@@ -174,22 +212,45 @@ export async function probeFanout (url: string, data: BenchData, selection: Fano
   let client: Client | null = null
   try {
     const token = selection === 'mixed' ? null : data.users[0]!.token
-    client = await withTimeout(subscribe(url, token, roomId, selection, (delivery) => { received = delivery }, () => {}), 3000)
+    client = await withTimeout(
+      subscribe(
+        url,
+        token,
+        roomId,
+        selection,
+        (delivery) => {
+          received = delivery
+        },
+        () => {}
+      ),
+      3000
+    )
     for (let i = 0; i < 20 && !received; i++) {
       await post(url, data.users[1]!.token, roomId, PROBE)
       await new Promise((resolve) => setTimeout(resolve, 100))
     }
-    if (!received) return { unavailable: 'transport not available yet (subscribed on /graphql but no message was delivered)', sample: null }
+    if (!received) {
+      return {
+        unavailable: 'transport not available yet (subscribed on /graphql but no message was delivered)',
+        sample: null
+      }
+    }
     return { unavailable: null, sample: JSON.stringify(received) }
   } catch (err) {
-    return { unavailable: `transport not available yet (no graphql-ws subscription on /graphql: ${(err as Error).message})`, sample: null }
+    return {
+      unavailable: `transport not available yet (no graphql-ws subscription on /graphql: ${(err as Error).message})`,
+      sample: null
+    }
   } finally {
     await client?.dispose()
   }
 }
 
 function withTimeout<T> (promise: Promise<T>, ms: number): Promise<T> {
-  return Promise.race([promise, new Promise<T>((_resolve, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))])
+  return Promise.race([
+    promise,
+    new Promise<T>((_resolve, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))
+  ])
 }
 
 function percentile (sorted: Float64Array, p: number): number {
@@ -209,7 +270,10 @@ export interface FanoutOptions {
   checkVisibility: boolean
   /** The server process's current RSS (VmRSS), read before the subscribers connect and once they are all active. */
   rssBytes: () => number | null
-  /** The server process's CPU time so far (µs): per delivery, what the fan-out costs, which other load moves far less than deliveries/s. */
+  /**
+   * The server process's CPU time so far (µs): per delivery, what the
+   * fan-out costs, which other load moves far less than deliveries/s.
+   */
   cpuMicros: () => number | null
   log: (line: string) => void
 }
@@ -242,8 +306,11 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
     if (seq <= s.lastSeq) s.duplicatesOrReordered++
     s.lastSeq = seq
     s.received++
-    if (options.checkVisibility && options.selection === 'mixed' &&
-      (owner(s) ? hasErrors || data.indexOf(EMAIL_SHOWN) < 0 : !hasErrors || data.indexOf(EMAIL_HIDDEN) < 0)) s.wrongVisibility++
+    if (
+      options.checkVisibility &&
+      options.selection === 'mixed' &&
+      (owner(s) ? hasErrors || data.indexOf(EMAIL_SHOWN) < 0 : !hasErrors || data.indexOf(EMAIL_HIDDEN) < 0)
+    ) { s.wrongVisibility++ }
     if (delivered < expected && seq < options.messages) latencies[delivered++] = now - sentAt[seq]!
     else extra++
     lastDelivery = now
@@ -254,23 +321,55 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
     const batch = Array.from({ length: Math.min(100, options.subscribers - start) }, (_, k) => {
       const i = start + k
       // Subscriber 0 is the poster (a USER), so the mixed row has one caller who sees the email.
-      const user = options.anonymousHalf && i % 2 === 1 ? null : data.users[(options.anonymousHalf ? i / 2 : i) % data.users.length]!
-      const s: Subscriber = { socket: null, userId: user?.id ?? null, probes: 0, received: 0, lastSeq: -1, duplicatesOrReordered: 0, wrongVisibility: 0, failure: null }
+      const user =
+        options.anonymousHalf && i % 2 === 1
+          ? null
+          : data.users[(options.anonymousHalf ? i / 2 : i) % data.users.length]!
+      const s: Subscriber = {
+        socket: null,
+        userId: user?.id ?? null,
+        probes: 0,
+        received: 0,
+        lastSeq: -1,
+        duplicatesOrReordered: 0,
+        wrongVisibility: 0,
+        failure: null
+      }
       subscribers.push(s)
-      return openSubscriber(url, user?.token ?? null, roomId, options.selection, onNext(s), (reason) => { s.failure ??= reason })
-        .then((socket) => { s.socket = socket }, (err: Error) => { s.failure ??= `could not connect: ${err.message}` })
+      return openSubscriber(url, user?.token ?? null, roomId, options.selection, onNext(s), (reason) => {
+        s.failure ??= reason
+      }).then(
+        (socket) => {
+          s.socket = socket
+        },
+        (err: Error) => {
+          s.failure ??= `could not connect: ${err.message}`
+        }
+      )
     })
     await Promise.all(batch)
   }
   // Closed before the row's server is stopped, so its shutdown does not count them (bounded: a socket may hang).
-  const dispose = () => withTimeout(Promise.all(subscribers.map((s) => s.socket && s.socket.readyState !== WebSocket.CLOSED
-    ? new Promise((resolve) => { s.socket!.once('close', resolve).close(1000) })
-    : null)), 10_000).catch(() => {})
+  const dispose = () =>
+    withTimeout(
+      Promise.all(
+        subscribers.map((s) =>
+          s.socket && s.socket.readyState !== WebSocket.CLOSED
+            ? new Promise((resolve) => {
+              s.socket!.once('close', resolve).close(1000)
+            })
+            : null
+        )
+      ),
+      10_000
+    ).catch(() => {})
   const unconnected = subscribers.filter((s) => !s.socket)
   options.log(`    ${subscribers.length - unconnected.length} of ${subscribers.length} subscribers connected`)
   if (unconnected.length > 0) {
     await dispose()
-    throw new Error(`${unconnected.length} of ${subscribers.length} subscribers could not connect (first: ${unconnected[0]!.failure})`)
+    throw new Error(
+      `${unconnected.length} of ${subscribers.length} subscribers could not connect (first: ${unconnected[0]!.failure})`
+    )
   }
 
   // A subscription is active once it has received something: post a probe, wait for it to reach everyone
@@ -346,12 +445,15 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
   if (postFailures > 0) problems.push(`${postFailures} posts failed (first: ${firstPostFailure})`)
   if (lost > 0) problems.push(`${lost} of ${expected} deliveries lost`)
   if (extra > 0 || reordered > 0) problems.push(`${extra + reordered} duplicated or out-of-order deliveries`)
-  if (wrongVisibility > 0) problems.push(`${wrongVisibility} deliveries showed the author's email to another caller or hid it from its owner`)
+  if (wrongVisibility > 0) {
+    problems.push(`${wrongVisibility} deliveries showed the author's email to another caller or hid it from its owner`)
+  }
   if (failures > 0) problems.push(`${failures} subscriptions failed (${subscribers.find((s) => s.failure)!.failure})`)
   const seconds = Math.max(1e-3, (lastDelivery - firstSend) / 1000)
-  const rssPerSubscriberBytes = rssBefore !== null && rssWith !== null ? (rssWith - rssBefore) / options.subscribers : null
+  const rssPerSubscriberBytes =
+    rssBefore !== null && rssWith !== null ? (rssWith - rssBefore) / options.subscribers : null
   return {
-    status: problems.length > 0 ? 'failed' as const : 'ok' as const,
+    status: problems.length > 0 ? ('failed' as const) : ('ok' as const),
     ...(problems.length > 0 ? { reason: problems.join('; ') } : {}),
     connections: options.subscribers,
     requests: delivered,
@@ -360,9 +462,18 @@ export async function runFanout (url: string, data: BenchData, options: FanoutOp
     non2xx: postFailures,
     errors: lost + extra + reordered + wrongVisibility + failures,
     rssPerSubscriberBytes,
-    cpuMicrosPerRequest: cpuBefore !== null && cpuAfter !== null && delivered > 0 ? (cpuAfter - cpuBefore) / delivered : null,
+    cpuMicrosPerRequest:
+      cpuBefore !== null && cpuAfter !== null && delivered > 0 ? (cpuAfter - cpuBefore) / delivered : null,
     details: {
-      subscribers: options.subscribers, messages: options.messages, expected, delivered, lost, reordered, seconds, rssBeforeBytes: rssBefore, rssWithSubscribersBytes: rssWith,
+      subscribers: options.subscribers,
+      messages: options.messages,
+      expected,
+      delivered,
+      lost,
+      reordered,
+      seconds,
+      rssBeforeBytes: rssBefore,
+      rssWithSubscribersBytes: rssWith,
       clientCpuMicrosPerDelivery: delivered > 0 ? (clientCpuUsed.user + clientCpuUsed.system) / delivered : null
     }
   }

@@ -33,7 +33,7 @@ import healthRoutes from '../routes/health.ts'
 const config = loadConfig()
 const price = (name: string): number => {
   const value = Number(process.env[name])
-  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be the cost the service charges for that request (a positive integer)`)
+  if (!Number.isInteger(value) || value < 1) { throw new Error(`${name} must be the cost the service charges for that request (a positive integer)`) }
   return value
 }
 const userCost = price('GUARDED_COST_USER')
@@ -52,7 +52,8 @@ const app = Fastify({
   connectionTimeout: config.connectionTimeoutMs,
   http: {
     requestTimeout: config.requestTimeoutMs,
-    connectionsCheckingInterval: config.requestTimeoutMs > 0 ? Math.min(30_000, Math.max(100, config.requestTimeoutMs / 4)) : 30_000
+    connectionsCheckingInterval:
+      config.requestTimeoutMs > 0 ? Math.min(30_000, Math.max(100, config.requestTimeoutMs / 4)) : 30_000
   },
   return503OnClosing: false,
   routerOptions: { maxParamLength: 200 }
@@ -65,7 +66,9 @@ app.addHook('onRequest', (request, reply, done) => {
   done()
 })
 let closing = false
-app.addHook('preClose', async () => { closing = true })
+app.addHook('preClose', async () => {
+  closing = true
+})
 app.addHook('onSend', (_request, reply, payload, done) => {
   if (closing) reply.header('connection', 'close')
   done(null, payload)
@@ -84,7 +87,8 @@ await app.register(authPlugin)
 await app.register(rateLimitPlugin)
 await app.register(healthRoutes)
 
-// What routes/graphql.ts's onRequest hooks check before the request budget: a JSON body for a POST, then who is calling.
+// What routes/graphql/http.ts's onRequest hooks check before the request budget: a JSON body for a POST,
+// then who is calling.
 const identify: onRequestHookHandler = (request, _reply, done) => {
   try {
     request.caller = app.authenticate(request.headers.authorization)
@@ -95,7 +99,7 @@ const identify: onRequestHookHandler = (request, _reply, done) => {
 }
 const identifyPost: onRequestHookHandler = (request, reply, done) => {
   const type = request.headers['content-type']
-  if (!type || !JSON_BODY.test(type)) return done(new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json'))
+  if (!type || !JSON_BODY.test(type)) { return done(new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json')) }
   identify.call(app, request, reply, done)
 }
 
@@ -110,22 +114,39 @@ app.get<{ Params: { id: string } }>('/guarded/users/:id', { onRequest: identify 
   return reply.type(JSON_TYPE).send(await userById(request.params.id))
 })
 
-// user-by-id's shape: POST with a USER token and the same JSON body ({ query, variables: { id } }; the query is not read).
-app.post<{ Body: { variables?: { id?: unknown } } }>('/guarded/user', { onRequest: identifyPost }, async (request, reply) => {
-  const id = request.body?.variables?.id
-  if (typeof id !== 'string') throw new AppError('BAD_REQUEST', 'variables.id must be a string')
-  await app.chargeCost(request.caller, request.ip, userCost)
-  return reply.type(JSON_TYPE).send(await userById(id))
-})
+// user-by-id's shape: POST with a USER token and the same JSON body ({ query, variables: { id } }; the query
+// is not read).
+app.post<{ Body: { variables?: { id?: unknown } } }>(
+  '/guarded/user',
+  { onRequest: identifyPost },
+  async (request, reply) => {
+    const id = request.body?.variables?.id
+    if (typeof id !== 'string') throw new AppError('BAD_REQUEST', 'variables.id must be a string')
+    await app.chargeCost(request.caller, request.ip, userCost)
+    return reply.type(JSON_TYPE).send(await userById(id))
+  }
+)
 
 // users-list's shape: an anonymous POST with the same JSON body ({ query }; not read).
 app.post('/guarded/users', { onRequest: identifyPost }, async (request, reply) => {
   await app.chargeCost(request.caller, request.ip, listCost)
   const rows = await app.store.listUsers(20)
-  return reply.type(JSON_TYPE).send({ data: { users: rows.map(({ id, name, createdAt }) => ({ id, name, createdAt })) } })
+  return reply
+    .type(JSON_TYPE)
+    .send({ data: { users: rows.map(({ id, name, createdAt }) => ({ id, name, createdAt })) } })
 })
 
-process.once('SIGTERM', () => { app.close().then(() => process.exit(0), () => process.exit(1)) })
-process.once('SIGINT', () => { app.close().then(() => process.exit(0), () => process.exit(1)) })
+process.once('SIGTERM', () => {
+  app.close().then(
+    () => process.exit(0),
+    () => process.exit(1)
+  )
+})
+process.once('SIGINT', () => {
+  app.close().then(
+    () => process.exit(0),
+    () => process.exit(1)
+  )
+})
 
 await app.listen({ host: config.host, port: config.port })

@@ -14,16 +14,16 @@ export interface ServerProcess {
   readonly pid: number
   readonly url: string
   /** CPU time used so far (user + system), in microseconds; null where /proc is not available. */
-  cpuMicros (): number | null
+  cpuMicros(): number | null
   /** The same, split into user and kernel (system) time; null where /proc is not available. */
-  cpuSplitMicros (): { user: number; system: number } | null
+  cpuSplitMicros(): { user: number; system: number } | null
   /** Peak resident set size so far (VmHWM), in bytes; null where /proc is not available. */
-  peakRssBytes (): number | null
+  peakRssBytes(): number | null
   /** Resident set size now (VmRSS), in bytes; null where /proc is not available or once stopped. */
-  rssBytes (): number | null
+  rssBytes(): number | null
   /** SIGTERM (graceful: close-with-grace, so --cpu-prof profiles are written), SIGKILL after 15 s. */
-  stop (): Promise<void>
-  logTail (lines?: number): string
+  stop(): Promise<void>
+  logTail(lines?: number): string
 }
 
 export interface StartOptions {
@@ -84,7 +84,10 @@ export function readCpuSplitMicros (pid: number): { user: number; system: number
     // Fields after the command name (which may hold spaces, hence the last ')'): utime is the 12th, stime the 13th.
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return { user: (Number(fields[11]) / CLOCK_TICKS_PER_SEC) * 1e6, system: (Number(fields[12]) / CLOCK_TICKS_PER_SEC) * 1e6 }
+    return {
+      user: (Number(fields[11]) / CLOCK_TICKS_PER_SEC) * 1e6,
+      system: (Number(fields[12]) / CLOCK_TICKS_PER_SEC) * 1e6
+    }
   } catch {
     return null
   }
@@ -104,7 +107,9 @@ function tail (path: string, lines: number): string {
   }
 }
 
-/** Starts the server; a port taken between freePort() and the server's listen (other tests use port 0 too) is retried. */
+/**
+ * Starts the server; a port taken between freePort() and the server's listen (other tests use port 0 too) is retried.
+ */
 export async function startServer (options: StartOptions): Promise<ServerProcess> {
   for (let attempt = 1; ; attempt++) {
     try {
@@ -125,7 +130,13 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
   const child: ChildProcess = spawn(pinned[0]!, pinned.slice(1), {
     cwd: REPO_ROOT,
     // Only what we pass: nothing from the shell running the benchmark leaks into a measured process.
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...options.env, HOST: '127.0.0.1', PORT: String(port) },
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '',
+      ...options.env,
+      HOST: '127.0.0.1',
+      PORT: String(port)
+    },
     stdio: ['ignore', logFd, logFd]
   })
   closeSync(logFd)
@@ -142,13 +153,13 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
     name: options.name,
     pid: child.pid!,
     url,
-    cpuMicros: () => exited === null ? readCpuMicros(child.pid!) : null,
-    cpuSplitMicros: () => exited === null ? readCpuSplitMicros(child.pid!) : null,
+    cpuMicros: () => (exited === null ? readCpuMicros(child.pid!) : null),
+    cpuSplitMicros: () => (exited === null ? readCpuSplitMicros(child.pid!) : null),
     peakRssBytes: () => {
       if (exited === null) peak = readPeakRss(child.pid!) ?? peak
       return peak
     },
-    rssBytes: () => exited === null ? readRss(child.pid!) : null,
+    rssBytes: () => (exited === null ? readRss(child.pid!) : null),
     logTail: (lines = 20) => tail(logPath, lines),
     async stop () {
       if (exited !== null) return
@@ -173,7 +184,9 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
     }
     if (Date.now() > deadline) {
       await server.stop()
-      throw new Error(`${options.name} was not ready at ${readyUrl} within ${options.timeoutMs ?? 30_000} ms:\n${tail(logPath, 30)}`)
+      throw new Error(
+        `${options.name} was not ready at ${readyUrl} within ${options.timeoutMs ?? 30_000} ms:\n${tail(logPath, 30)}`
+      )
     }
     await new Promise((resolve) => setTimeout(resolve, 100))
   }

@@ -53,10 +53,14 @@ export function summarize (profile: Profile, top = 25): Summary {
 }
 
 if (import.meta.main) {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { top: { type: 'string', default: '25' } } })
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: { top: { type: 'string', default: '25' } }
+  })
   for (const file of positionals) {
     const summary = summarize(JSON.parse(readFileSync(file, 'utf8')) as Profile, Number(values.top))
-    const line = (r: { name: string; ms: number; share: number }) => `  ${(r.share * 100).toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.name}`
+    const line = (r: { name: string; ms: number; share: number }) =>
+      `  ${(r.share * 100).toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.name}`
     console.log(`${file}: ${summary.totalMs.toFixed(0)} ms sampled\nself time by package:`)
     summary.byPackage.forEach((r) => console.log(line(r)))
     console.log('self time by function:')

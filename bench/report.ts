@@ -31,7 +31,10 @@ export interface Result {
   cpuMicrosPerRequest?: number | null
   restBaseline?: string | null
   ratioToRest?: number | null
-  /** The rest row's server CPU µs/req over this row's (median over rounds): the ratio by cost, whatever paced the round. */
+  /**
+   * The rest row's server CPU µs/req over this row's (median over rounds): the ratio by cost, whatever paced
+   * the round.
+   */
   cpuRatioToRest?: number | null
   /** The guarded row of the same transport shape, and the ratios to it (req/s, and by server CPU per request). */
   guardedBaseline?: string
@@ -39,7 +42,10 @@ export interface Result {
   cpuRatioToGuarded?: number | null
   /** Server CPU seconds per second over the measured rounds (1 = its core saturated). */
   serverBusy?: number | null
-  /** The runner's (autocannon's) CPU seconds per second over the measured rounds: near 1, the load generator set the pace. */
+  /**
+   * The runner's (autocannon's) CPU seconds per second over the measured rounds: near 1, the load generator
+   * set the pace.
+   */
   clientBusy?: number | null
   /** The runner's CPU time per request, in µs. */
   clientCpuMicrosPerRequest?: number | null
@@ -73,8 +79,9 @@ export interface RunReport {
 
 export type Thresholds = Record<string, number>
 
-const fixed = (value: number | null | undefined, digits: number): string => value == null || !Number.isFinite(value) ? '–' : value.toFixed(digits)
-const mb = (bytes: number | null | undefined): string => bytes == null ? '–' : `${Math.round(bytes / 1024 / 1024)}`
+const fixed = (value: number | null | undefined, digits: number): string =>
+  value == null || !Number.isFinite(value) ? '–' : value.toFixed(digits)
+const mb = (bytes: number | null | undefined): string => (bytes == null ? '–' : `${Math.round(bytes / 1024 / 1024)}`)
 
 function rowOf (r: Result): string[] {
   const outcome = r.status === 'ok' ? 'ok' : `${r.status.toUpperCase()}${r.reason ? `: ${r.reason}` : ''}`
@@ -100,20 +107,54 @@ function rowOf (r: Result): string[] {
   ]
 }
 
-const HEADER = ['scenario', 'req/s', '× rest', 'CPU × rest', '× guarded', 'CPU × guarded', '× limit', 'p50 ms', 'p99 ms', 'CPU µs/req', 'sys share', 'server busy', 'client µs/req', 'client busy', 'non2xx/err', 'peak RSS MB', 'result']
+const HEADER = [
+  'scenario',
+  'req/s',
+  '× rest',
+  'CPU × rest',
+  '× guarded',
+  'CPU × guarded',
+  '× limit',
+  'p50 ms',
+  'p99 ms',
+  'CPU µs/req',
+  'sys share',
+  'server busy',
+  'client µs/req',
+  'client busy',
+  'non2xx/err',
+  'peak RSS MB',
+  'result'
+]
 
 export function textTable (report: RunReport): string {
   const rows = [HEADER, ...report.results.map(rowOf)]
   const widths = HEADER.map((_, i) => Math.max(...rows.map((r) => (i === HEADER.length - 1 ? 0 : r[i]!.length))))
-  const line = (cells: string[]) => cells.map((c, i) => i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ').trimEnd()
-  return [line(rows[0]!), widths.map((w) => '-'.repeat(Math.max(w, 6))).join('  '), ...rows.slice(1).map(line)].join('\n')
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
+      .trimEnd()
+  return [line(rows[0]!), widths.map((w) => '-'.repeat(Math.max(w, 6))).join('  '), ...rows.slice(1).map(line)].join(
+    '\n'
+  )
 }
 
 /** The issue's targets for the fan-out against ws-broadcast; shown, not checked by bench:check. */
 export const FANOUT_TARGETS = { deliveriesRatio: 0.5, p99Ratio: 2, rssPerSubscriberBytes: 30 * 1024 }
 
-const FANOUT_HEADER = ['fan-out row', 'subscribers', 'deliveries/s', `× ws-broadcast (≥ ${FANOUT_TARGETS.deliveriesRatio})`, 'p99 ms',
-  `p99 × ws-broadcast (≤ ${FANOUT_TARGETS.p99Ratio})`, 'CPU µs/delivery', 'CPU × ws-broadcast', `RSS/subscriber KB (≤ ${FANOUT_TARGETS.rssPerSubscriberBytes / 1024})`, 'targets']
+const FANOUT_HEADER = [
+  'fan-out row',
+  'subscribers',
+  'deliveries/s',
+  `× ws-broadcast (≥ ${FANOUT_TARGETS.deliveriesRatio})`,
+  'p99 ms',
+  `p99 × ws-broadcast (≤ ${FANOUT_TARGETS.p99Ratio})`,
+  'CPU µs/delivery',
+  'CPU × ws-broadcast',
+  `RSS/subscriber KB (≤ ${FANOUT_TARGETS.rssPerSubscriberBytes / 1024})`,
+  'targets'
+]
 
 /** The fan-out rows (those with an RSS per subscriber) against the issue's targets; null when none ran. */
 function fanoutRows (report: RunReport): string[][] | null {
@@ -122,17 +163,36 @@ function fanoutRows (report: RunReport): string[][] | null {
   return rows.map((r) => {
     // CPU per delivery moves far less with other load than deliveries/s: the steadier view of the same ratio.
     const base = report.results.find((b) => b.name === r.restBaseline && b.status === 'ok')
-    const cpuRatio = r.cpuMicrosPerRequest != null && base?.cpuMicrosPerRequest ? r.cpuMicrosPerRequest / base.cpuMicrosPerRequest : null
+    const cpuRatio =
+      r.cpuMicrosPerRequest != null && base?.cpuMicrosPerRequest
+        ? r.cpuMicrosPerRequest / base.cpuMicrosPerRequest
+        : null
     const missed: string[] = []
     if (r.kind === 'scenario' && r.status === 'ok') {
       if (!(r.ratioToRest! >= FANOUT_TARGETS.deliveriesRatio)) missed.push('deliveries/s')
       if (!(r.p99Ratio! <= FANOUT_TARGETS.p99Ratio)) missed.push('p99')
       if (!(r.rssPerSubscriberBytes! <= FANOUT_TARGETS.rssPerSubscriberBytes)) missed.push('RSS')
     }
-    const targets = r.status !== 'ok' ? r.status : r.kind === 'baseline' ? 'baseline' : missed.length === 0 ? 'met' : `missed: ${missed.join(', ')}`
-    return [r.name, String(r.connections ?? '–'), r.rps === undefined ? '–' : Math.round(r.rps).toString(),
-      r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '', fixed(r.latencyMs?.p99, 1), r.kind === 'scenario' ? fixed(r.p99Ratio, 2) : '', fixed(r.cpuMicrosPerRequest, 1), r.kind === 'scenario' ? fixed(cpuRatio, 2) : '',
-      fixed(r.rssPerSubscriberBytes == null ? null : r.rssPerSubscriberBytes / 1024, 1), targets]
+    const targets =
+      r.status !== 'ok'
+        ? r.status
+        : r.kind === 'baseline'
+          ? 'baseline'
+          : missed.length === 0
+            ? 'met'
+            : `missed: ${missed.join(', ')}`
+    return [
+      r.name,
+      String(r.connections ?? '–'),
+      r.rps === undefined ? '–' : Math.round(r.rps).toString(),
+      r.kind === 'scenario' ? fixed(r.ratioToRest, 2) : '',
+      fixed(r.latencyMs?.p99, 1),
+      r.kind === 'scenario' ? fixed(r.p99Ratio, 2) : '',
+      fixed(r.cpuMicrosPerRequest, 1),
+      r.kind === 'scenario' ? fixed(cpuRatio, 2) : '',
+      fixed(r.rssPerSubscriberBytes == null ? null : r.rssPerSubscriberBytes / 1024, 1),
+      targets
+    ]
   })
 }
 
@@ -141,7 +201,11 @@ export function fanoutTextTable (report: RunReport): string | null {
   if (!body) return null
   const rows = [FANOUT_HEADER, ...body]
   const widths = FANOUT_HEADER.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
-  const line = (cells: string[]) => cells.map((c, i) => i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ').trimEnd()
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
+      .trimEnd()
   return [line(rows[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.slice(1).map(line)].join('\n')
 }
 
@@ -168,14 +232,17 @@ export function markdownTable (report: RunReport): string {
 export function previousReport (dir: string, before: string): RunReport | null {
   let names: string[]
   try {
-    names = readdirSync(dir).filter((n) => /^\d{4}-.*\.json$/.test(n) && n < before).sort().reverse()
+    names = readdirSync(dir)
+      .filter((n) => /^\d{4}-.*\.json$/.test(n) && n < before)
+      .sort()
+      .reverse()
   } catch {
     return null
   }
   for (const name of names) {
     try {
       const report = JSON.parse(readFileSync(join(dir, name), 'utf8')) as RunReport
-      if (!report.smoke && !((report.options.only as string[] | undefined)?.length)) return report
+      if (!report.smoke && !(report.options.only as string[] | undefined)?.length) return report
     } catch {
       // an unreadable file is not a baseline
     }
@@ -211,7 +278,9 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds, guar
     for (const [name, floor] of Object.entries(floors)) {
       const r = report.results.find((x) => x.name === name)
       if (!r || r.status === 'skipped') {
-        lines.push(`skip ${name}: not measured${r?.reason ? ` (${r.reason})` : ''}; floor ${floor.toFixed(2)} not checked`)
+        lines.push(
+          `skip ${name}: not measured${r?.reason ? ` (${r.reason})` : ''}; floor ${floor.toFixed(2)} not checked`
+        )
       } else if (r.status === 'ok') {
         const [measured, baseline] = against(r)
         const ratio = measured ?? 0
@@ -219,7 +288,9 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds, guar
         if (!pass) ok = false
         // Truncated, not rounded, when under: a failing ratio never reads as its floor ("0.45 < 0.45").
         const shown = pass ? ratio.toFixed(3) : (Math.floor(ratio * 1000) / 1000).toFixed(3)
-        lines.push(`${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${baseline} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`)
+        lines.push(
+          `${pass ? 'pass' : 'FAIL'} ${name}: ${shown} × ${baseline} ${pass ? '>=' : '<'} floor ${floor.toFixed(2)}`
+        )
       }
     }
   }
@@ -229,7 +300,8 @@ export function checkThresholds (report: RunReport, thresholds: Thresholds, guar
   return { ok, lines }
 }
 
-const escapeXml = (s: string) => s.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]!)
+const escapeXml = (s: string) =>
+  s.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]!)
 
 /**
  * A horizontal bar chart: for each scenario its ratio to its `rest` route and to `limit`, the floor
@@ -238,7 +310,10 @@ const escapeXml = (s: string) => s.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<
 export function svgChart (report: RunReport, previous: RunReport | null, thresholds: Thresholds): string {
   const rows = report.results.filter((r) => r.kind === 'scenario' && r.ratioToRest != null)
   const prevOf = (name: string) => previous?.results.find((r) => r.name === name && r.status === 'ok')
-  const max = Math.max(1, ...rows.flatMap((r) => [r.ratioToRest ?? 0, r.ratioToLimit ?? 0, prevOf(r.name)?.ratioToRest ?? 0]))
+  const max = Math.max(
+    1,
+    ...rows.flatMap((r) => [r.ratioToRest ?? 0, r.ratioToLimit ?? 0, prevOf(r.name)?.ratioToRest ?? 0])
+  )
   const left = 190
   const width = 860
   const plot = width - left - 150
@@ -250,14 +325,16 @@ export function svgChart (report: RunReport, previous: RunReport | null, thresho
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="${width}" height="${height}" fill="#fff"/>`,
     `<text x="12" y="22" font-size="15" font-weight="bold">Throughput ratios per scenario (${escapeXml(report.startedAt)}, ${escapeXml(report.commit)})</text>`,
-    `<rect x="12" y="34" width="12" height="10" fill="#3b6fd8"/><text x="28" y="43">× rest (same store reads, no GraphQL)</text>`,
-    `<rect x="270" y="34" width="12" height="10" fill="#9ec5a8"/><text x="286" y="43">× limit (prebuilt bytes)</text>`,
-    `<line x1="450" y1="32" x2="450" y2="46" stroke="#d33" stroke-width="3"/><text x="456" y="43">floor</text>`,
+    '<rect x="12" y="34" width="12" height="10" fill="#3b6fd8"/><text x="28" y="43">× rest (same store reads, no GraphQL)</text>',
+    '<rect x="270" y="34" width="12" height="10" fill="#9ec5a8"/><text x="286" y="43">× limit (prebuilt bytes)</text>',
+    '<line x1="450" y1="32" x2="450" y2="46" stroke="#d33" stroke-width="3"/><text x="456" y="43">floor</text>',
     `<line x1="510" y1="32" x2="510" y2="46" stroke="#000" stroke-width="2"/><text x="516" y="43">previous × rest${previous ? ` (${escapeXml(previous.startedAt)})` : ': none'}</text>`
   ]
   for (let v = 0; v <= max + 1e-9; v += max > 2 ? 0.5 : 0.25) {
-    out.push(`<line x1="${x(v)}" y1="${top - 6}" x2="${x(v)}" y2="${height - 34}" stroke="#eee"/>`,
-      `<text x="${x(v)}" y="${height - 20}" text-anchor="middle" fill="#666">${v.toFixed(2)}</text>`)
+    out.push(
+      `<line x1="${x(v)}" y1="${top - 6}" x2="${x(v)}" y2="${height - 34}" stroke="#eee"/>`,
+      `<text x="${x(v)}" y="${height - 20}" text-anchor="middle" fill="#666">${v.toFixed(2)}</text>`
+    )
   }
   rows.forEach((r, i) => {
     const y = top + i * rowHeight
@@ -265,13 +342,17 @@ export function svgChart (report: RunReport, previous: RunReport | null, thresho
     const limit = r.ratioToLimit ?? 0
     const prev = prevOf(r.name)?.ratioToRest
     const floor = thresholds[r.name]
-    out.push(`<text x="${left - 8}" y="${y + 18}" text-anchor="end">${escapeXml(r.name)}${r.status === 'failed' ? ' (FAILED)' : ''}</text>`,
+    out.push(
+      `<text x="${left - 8}" y="${y + 18}" text-anchor="end">${escapeXml(r.name)}${r.status === 'failed' ? ' (FAILED)' : ''}</text>`,
       `<rect x="${left}" y="${y + 4}" width="${x(rest) - left}" height="16" fill="#3b6fd8"/>`,
-      `<rect x="${left}" y="${y + 22}" width="${x(limit) - left}" height="10" fill="#9ec5a8"/>`)
-    if (floor !== undefined) out.push(`<line x1="${x(floor)}" y1="${y}" x2="${x(floor)}" y2="${y + 36}" stroke="#d33" stroke-width="3"/>`)
-    if (prev != null) out.push(`<line x1="${x(prev)}" y1="${y + 2}" x2="${x(prev)}" y2="${y + 22}" stroke="#000" stroke-width="2"/>`)
+      `<rect x="${left}" y="${y + 22}" width="${x(limit) - left}" height="10" fill="#9ec5a8"/>`
+    )
+    if (floor !== undefined) { out.push(`<line x1="${x(floor)}" y1="${y}" x2="${x(floor)}" y2="${y + 36}" stroke="#d33" stroke-width="3"/>`) }
+    if (prev != null) { out.push(`<line x1="${x(prev)}" y1="${y + 2}" x2="${x(prev)}" y2="${y + 22}" stroke="#000" stroke-width="2"/>`) }
     const delta = prev != null ? ` (${rest - prev >= 0 ? '+' : ''}${(rest - prev).toFixed(2)})` : ''
-    out.push(`<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0, floor !== undefined ? x(floor) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${fixed(r.ratioToLimit, 2)}</text>`)
+    out.push(
+      `<text x="${Math.max(x(rest), x(limit), prev != null ? x(prev) : 0, floor !== undefined ? x(floor) : 0) + 6}" y="${y + 17}">${rest.toFixed(2)}${delta} · ${fixed(r.ratioToLimit, 2)}</text>`
+    )
   })
   out.push('</svg>')
   return out.join('\n') + '\n'

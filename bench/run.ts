@@ -1,4 +1,5 @@
-// npm run bench [-- --duration 10 --connections 50 --warmup 3 --warmup-requests 25000 --only users-list --smoke --check --profile]
+// npm run bench [-- --duration 10 --connections 50 --warmup 3 --warmup-requests 25000 --only users-list
+//                   --smoke --check --profile]
 //
 // Starts the real service (production profile, a seeded store) in its own process for each scenario,
 // exactly as `npm start` does, and drives it with autocannon from this process: a warm-up round, then a
@@ -16,9 +17,41 @@ import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
 import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
-import { checkThresholds, type GuardedFloors, fanoutMarkdownTable, fanoutTextTable, markdownTable, previousReport, svgChart, textTable, type Result, type RunReport, type Thresholds } from './report.ts'
-import { baselineScenarios, guardedScenarios, peerScenarios, restBaselineOf, serviceScenarios, USER_BY_ID_QUERY, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample, type StoreKind } from './scenarios.ts'
-import { createBenchPartner, discoverPersisted, PERSISTED_MANIFEST, discoverSoap, SOAP_PUBLIC_URL, soapScenario } from './transports.ts'
+import {
+  checkThresholds,
+  type GuardedFloors,
+  fanoutMarkdownTable,
+  fanoutTextTable,
+  markdownTable,
+  previousReport,
+  svgChart,
+  textTable,
+  type Result,
+  type RunReport,
+  type Thresholds
+} from './report.ts'
+import {
+  baselineScenarios,
+  guardedScenarios,
+  peerScenarios,
+  restBaselineOf,
+  serviceScenarios,
+  USER_BY_ID_QUERY,
+  USERS_LIST_QUERY,
+  type BenchData,
+  type HttpScenario,
+  type RequestSpec,
+  type Sample,
+  type StoreKind
+} from './scenarios.ts'
+import {
+  createBenchPartner,
+  discoverPersisted,
+  PERSISTED_MANIFEST,
+  discoverSoap,
+  SOAP_PUBLIC_URL,
+  soapScenario
+} from './transports.ts'
 
 if (Number(process.versions.node.split('.')[0]) < 24) {
   console.error(`bench: run it with the project's Node 24 (npm run bench), not Node ${process.versions.node}`)
@@ -52,7 +85,7 @@ if (args.help) {
 }
 
 const smoke = args.smoke
-const num = (value: string | undefined, fallback: number) => value === undefined ? fallback : Number(value)
+const num = (value: string | undefined, fallback: number) => (value === undefined ? fallback : Number(value))
 const options = {
   durationSec: num(args.duration, smoke ? 1 : 10),
   warmupSec: num(args.warmup, smoke ? 0 : 2),
@@ -83,7 +116,9 @@ if (options.users < 1000) {
 }
 
 const resultsDir = args['results-dir'] ?? join(REPO_ROOT, 'bench/results')
-const thresholdsFile = JSON.parse(readFileSync(new URL('./thresholds.json', import.meta.url), 'utf8')) as { floors: Thresholds } & GuardedFloors
+const thresholdsFile = JSON.parse(readFileSync(new URL('./thresholds.json', import.meta.url), 'utf8')) as {
+  floors: Thresholds
+} & GuardedFloors
 const thresholds = thresholdsFile.floors
 const work = mkdtempSync(join(tmpdir(), 'bench-'))
 const startedAt = new Date()
@@ -122,21 +157,31 @@ const baseEnv: Record<string, string> = {
 }
 const pgSchema = `bench_${process.pid}_${Date.now()}`
 const pgEnv: Record<string, string> = options.postgres
-  ? { DATABASE_URL: process.env.DATABASE_URL!, DATABASE_SCHEMA: pgSchema, DATABASE_POOL_SIZE: process.env.DATABASE_POOL_SIZE ?? '10' }
+  ? {
+      DATABASE_URL: process.env.DATABASE_URL!,
+      DATABASE_SCHEMA: pgSchema,
+      DATABASE_POOL_SIZE: process.env.DATABASE_POOL_SIZE ?? '10'
+    }
   : {}
-const envFor = (store: StoreKind) => store === 'postgres' ? { ...baseEnv, ...pgEnv } : baseEnv
+const envFor = (store: StoreKind) => (store === 'postgres' ? { ...baseEnv, ...pgEnv } : baseEnv)
 const ROOMS = ['general', 'random', 'support', 'releases', 'design'] // the rooms of app/store/sample-data.ts
 
-async function seedStore (store: StoreKind): Promise<{ ids: string[]; adminId: string; partner: { login: string; password: string } | null }> {
+async function seedStore (
+  store: StoreKind
+): Promise<{ ids: string[]; adminId: string; partner: { login: string; password: string } | null }> {
   const started = Date.now()
   // Explicit settings, not loadConfig: env-schema would merge this shell's environment (a DATABASE_URL there
   // must not turn the sqlite seed into a PostgreSQL one).
-  const db = await openStore(store === 'postgres'
-    ? { databaseUrl: pgEnv.DATABASE_URL!, databaseSchema: pgSchema, databasePoolSize: 4, sqlitePath: '' }
-    : { databaseUrl: null, databaseSchema: null, databasePoolSize: 1, sqlitePath: baseEnv.SQLITE_PATH! })
+  const db = await openStore(
+    store === 'postgres'
+      ? { databaseUrl: pgEnv.DATABASE_URL!, databaseSchema: pgSchema, databasePoolSize: 4, sqlitePath: '' }
+      : { databaseUrl: null, databaseSchema: null, databasePoolSize: 1, sqlitePath: baseEnv.SQLITE_PATH! }
+  )
   try {
     const ids = await seed(db, options.users, options.messages, 20260101)
-    const [admin] = await db.insertUsers([{ name: 'Bench Admin', email: `bench.admin.${process.pid}@example.com`, role: 'ADMIN' }])
+    const [admin] = await db.insertUsers([
+      { name: 'Bench Admin', email: `bench.admin.${process.pid}@example.com`, role: 'ADMIN' }
+    ])
     const partner = store === 'sqlite' ? await createBenchPartner(db, baseEnv.PARTNER_SECRET_KEY!) : null
     log(`seeded ${store}: ${options.users} users, ${options.messages} messages in ${Date.now() - started} ms`)
     return { ids, adminId: admin!.id, partner }
@@ -157,11 +202,19 @@ async function pageCursors (url: string): Promise<string[]> {
     const response: Response = await fetch(`${url}/graphql`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ query: 'query ($after: String) { usersConnection(first: 50, after: $after) { pageInfo { hasNextPage endCursor } } }', variables: { after } }),
+      body: JSON.stringify({
+        query:
+          'query ($after: String) { usersConnection(first: 50, after: $after) { pageInfo { hasNextPage endCursor } } }',
+        variables: { after }
+      }),
       signal: AbortSignal.timeout(10_000)
     })
     type PageInfo = { hasNextPage: boolean; endCursor: string | null }
-    const info: PageInfo | undefined = (await response.json() as { data?: { usersConnection?: { pageInfo: { hasNextPage: boolean; endCursor: string | null } } } }).data?.usersConnection?.pageInfo
+    const info: PageInfo | undefined = (
+      (await response.json()) as {
+        data?: { usersConnection?: { pageInfo: { hasNextPage: boolean; endCursor: string | null } } }
+      }
+    ).data?.usersConnection?.pageInfo
     // The last page has fewer than 50 users after it: stop before it.
     if (!info?.hasNextPage || !info.endCursor) break
     after = info.endCursor
@@ -182,8 +235,17 @@ async function dropPostgresSchema (): Promise<void> {
 }
 
 async function send (url: string, request: RequestSpec): Promise<Sample> {
-  const response = await fetch(url + request.path, { method: request.method, headers: request.headers, body: request.body, signal: AbortSignal.timeout(10_000) })
-  return { status: response.status, contentType: response.headers.get('content-type') ?? '', body: await response.text() }
+  const response = await fetch(url + request.path, {
+    method: request.method,
+    headers: request.headers,
+    body: request.body,
+    signal: AbortSignal.timeout(10_000)
+  })
+  return {
+    status: response.status,
+    contentType: response.headers.get('content-type') ?? '',
+    body: await response.text()
+  }
 }
 
 /** Sends `count` requests of the scenario one by one and checks each response in full. */
@@ -209,7 +271,10 @@ interface Round {
   /** CPU time the server process used during the round (null without /proc), and how much of it in the kernel. */
   cpuMicros: number | null
   systemMicros: number | null
-  /** CPU time this process (the runner: autocannon, its checks) used during the round: how busy the load generator was. */
+  /**
+   * CPU time this process (the runner: autocannon, its checks) used during the round: how busy the load
+   * generator was.
+   */
   clientCpuMicros: number
 }
 
@@ -220,40 +285,47 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
   return new Promise((resolve, reject) => {
     const first = scenario.next()
     let firstBad: string | null = null
-    autocannon({
-      url,
-      connections: options.connections,
-      duration: durationSec,
-      timeout: 10,
-      requests: [{
-        ...first,
-        setupRequest: (request) => ({ ...request, ...scenario.next() }),
-        onResponse: (status, body) => { if (status >= 300 && firstBad === null) firstBad = `HTTP ${status} ${body.slice(0, 200)}` }
-      }],
-      verifyBody: (body) => {
-        if (scenario.quickCheck(body)) return true
-        firstBad ??= body.slice(0, 200)
-        return false
+    autocannon(
+      {
+        url,
+        connections: options.connections,
+        duration: durationSec,
+        timeout: 10,
+        requests: [
+          {
+            ...first,
+            setupRequest: (request) => ({ ...request, ...scenario.next() }),
+            onResponse: (status, body) => {
+              if (status >= 300 && firstBad === null) firstBad = `HTTP ${status} ${body.slice(0, 200)}`
+            }
+          }
+        ],
+        verifyBody: (body) => {
+          if (scenario.quickCheck(body)) return true
+          firstBad ??= body.slice(0, 200)
+          return false
+        }
+      },
+      (err, result) => {
+        if (err) return reject(err)
+        const cpuAfter = server.cpuSplitMicros()
+        const client = process.cpuUsage(clientBefore)
+        const measured = cpuBefore !== null && cpuAfter !== null
+        resolve({
+          clientCpuMicros: client.user + client.system,
+          cpuMicros: measured ? cpuAfter.user + cpuAfter.system - cpuBefore.user - cpuBefore.system : null,
+          systemMicros: measured ? cpuAfter.system - cpuBefore.system : null,
+          requests: result.requests.total,
+          seconds: result.duration || durationSec,
+          p50: result.latency.p50,
+          p99: result.latency.p99,
+          non2xx: result.non2xx,
+          errors: result.errors + result.timeouts,
+          mismatches: result.mismatches,
+          firstBad
+        })
       }
-    }, (err, result) => {
-      if (err) return reject(err)
-      const cpuAfter = server.cpuSplitMicros()
-      const client = process.cpuUsage(clientBefore)
-      const measured = cpuBefore !== null && cpuAfter !== null
-      resolve({
-        clientCpuMicros: client.user + client.system,
-        cpuMicros: measured ? cpuAfter.user + cpuAfter.system - cpuBefore.user - cpuBefore.system : null,
-        systemMicros: measured ? cpuAfter.system - cpuBefore.system : null,
-        requests: result.requests.total,
-        seconds: result.duration || durationSec,
-        p50: result.latency.p50,
-        p99: result.latency.p99,
-        non2xx: result.non2xx,
-        errors: result.errors + result.timeouts,
-        mismatches: result.mismatches,
-        firstBad
-      })
-    })
+    )
   })
 }
 
@@ -263,7 +335,11 @@ const WARMUP_MAX_SEC = 30
 async function warmUp (server: ServerProcess, scenario: HttpScenario): Promise<Round> {
   const started = Date.now()
   let total = await round(server, scenario, options.warmupSec)
-  while (total.requests < options.warmupRequests && Date.now() - started < WARMUP_MAX_SEC * 1000 && total.non2xx + total.errors + total.mismatches === 0) {
+  while (
+    total.requests < options.warmupRequests &&
+    Date.now() - started < WARMUP_MAX_SEC * 1000 &&
+    total.non2xx + total.errors + total.mismatches === 0
+  ) {
     const r = await round(server, scenario, options.warmupSec)
     total = {
       ...total,
@@ -279,9 +355,19 @@ async function warmUp (server: ServerProcess, scenario: HttpScenario): Promise<R
   return total
 }
 
-function startProcess (scenario: { name: string; target: 'service' | 'baseline'; store: StoreKind; env?: Record<string, string>; script?: string }): Promise<ServerProcess> {
+function startProcess (scenario: {
+  name: string
+  target: 'service' | 'baseline'
+  store: StoreKind
+  env?: Record<string, string>
+  script?: string
+}): Promise<ServerProcess> {
   const profileArgs = options.profile
-    ? ['--cpu-prof', `--cpu-prof-dir=${join(REPO_ROOT, 'bench/profiles')}`, `--cpu-prof-name=${scenario.name}-${startedAt.toISOString().replace(/[:.]/g, '-')}.cpuprofile`]
+    ? [
+        '--cpu-prof',
+        `--cpu-prof-dir=${join(REPO_ROOT, 'bench/profiles')}`,
+        `--cpu-prof-name=${scenario.name}-${startedAt.toISOString().replace(/[:.]/g, '-')}.cpuprofile`
+      ]
     : []
   return startServer({
     name: scenario.name,
@@ -308,7 +394,10 @@ interface Group {
   store: StoreKind
   limit: HttpScenario
   rest: HttpScenario
-  /** The rest route's work behind the service's protections (bench/guarded-server.ts), in the shapes of the scenarios. */
+  /**
+   * The rest route's work behind the service's protections (bench/guarded-server.ts), in the shapes of the
+   * scenarios.
+   */
   guarded: HttpScenario[]
   scenarios: HttpScenario[]
 }
@@ -323,7 +412,14 @@ interface Member {
 }
 
 function baseResult (scenario: HttpScenario): Result {
-  return { name: scenario.name, kind: scenario.guardedRow ? 'guarded' : scenario.target === 'service' ? 'scenario' : 'baseline', store: scenario.store, description: scenario.description, status: 'ok', restBaseline: restBaselineOf(scenario) }
+  return {
+    name: scenario.name,
+    kind: scenario.guardedRow ? 'guarded' : scenario.target === 'service' ? 'scenario' : 'baseline',
+    store: scenario.store,
+    description: scenario.description,
+    status: 'ok',
+    restBaseline: restBaselineOf(scenario)
+  }
 }
 
 async function runGroup (group: Group): Promise<Result[]> {
@@ -353,20 +449,30 @@ async function runGroup (group: Group): Promise<Result[]> {
           continue
         }
       } catch (err) {
-        results.push({ ...result, status: 'failed', reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') })
+        results.push({
+          ...result,
+          status: 'failed',
+          reason: (err as Error).message.split('\n').slice(0, 3).join(' | ')
+        })
         continue
       }
       members.push({ scenario, server, rounds: [], warmup: null, result })
     }
     if (options.warmupSec > 0) {
-      log(`    warm-up each: at least ${options.warmupSec} s and ${options.warmupRequests} requests (at most ${WARMUP_MAX_SEC} s): ${members.map((m) => m.scenario.name).join(', ')}`)
+      log(
+        `    warm-up each: at least ${options.warmupSec} s and ${options.warmupRequests} requests (at most ${WARMUP_MAX_SEC} s): ${members.map((m) => m.scenario.name).join(', ')}`
+      )
       for (const m of members) m.warmup = await warmUp(m.server, m.scenario)
     }
     const slice = options.durationSec / options.rounds
-    log(`    measuring ${options.rounds} interleaved rounds of ${slice.toFixed(1)} s × ${options.connections} connections`)
+    log(
+      `    measuring ${options.rounds} interleaved rounds of ${slice.toFixed(1)} s × ${options.connections} connections`
+    )
     for (let i = 0; i < options.rounds; i++) {
       for (const m of members) m.rounds.push(await round(m.server, m.scenario, slice))
-      log(`    round ${i + 1}/${options.rounds} (${elapsed()}): ${members.map((m) => `${m.scenario.name} ${Math.round(m.rounds[i]!.requests / m.rounds[i]!.seconds)}`).join(', ')} req/s`)
+      log(
+        `    round ${i + 1}/${options.rounds} (${elapsed()}): ${members.map((m) => `${m.scenario.name} ${Math.round(m.rounds[i]!.requests / m.rounds[i]!.seconds)}`).join(', ')} req/s`
+      )
     }
     const limit = members.find((m) => m.scenario === group.limit)
     const rest = members.find((m) => m.scenario === group.rest)
@@ -377,12 +483,13 @@ async function runGroup (group: Group): Promise<Result[]> {
       const requests = m.rounds.reduce((n, r) => n + r.requests, 0)
       const seconds = m.rounds.reduce((n, r) => n + r.seconds, 0)
       const rpsOf = (r: Round) => r.requests / r.seconds
-      const ratioTo = (other: Member | undefined) => other && other.rounds.every((r) => r.requests > 0)
-        ? median(m.rounds.map((r, i) => rpsOf(r) / rpsOf(other.rounds[i]!)))
-        : null
+      const ratioTo = (other: Member | undefined) =>
+        other && other.rounds.every((r) => r.requests > 0)
+          ? median(m.rounds.map((r, i) => rpsOf(r) / rpsOf(other.rounds[i]!)))
+          : null
       // The same comparison by the server's CPU time per request (the other's over this row's, so higher
       // is better like a throughput ratio): what a request costs the server, whatever paced the round.
-      const cpuPerRequest = (r: Round) => r.cpuMicros !== null && r.requests > 0 ? r.cpuMicros / r.requests : null
+      const cpuPerRequest = (r: Round) => (r.cpuMicros !== null && r.requests > 0 ? r.cpuMicros / r.requests : null)
       const cpuRatioTo = (other: Member | undefined) => {
         if (!other) return null
         const ratios = m.rounds.map((r, i) => {
@@ -403,22 +510,36 @@ async function runGroup (group: Group): Promise<Result[]> {
         non2xx: sum('non2xx'),
         errors: sum('errors') + sum('mismatches'),
         peakRssBytes: m.server.peakRssBytes(),
-        cpuMicrosPerRequest: m.rounds.every((r) => r.cpuMicros !== null) && requests > 0
-          ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / requests
-          : null,
+        cpuMicrosPerRequest:
+          m.rounds.every((r) => r.cpuMicros !== null) && requests > 0
+            ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / requests
+            : null,
         ratioToLimit: ratioTo(limit),
         ...(m.scenario.target === 'service' ? { ratioToRest: ratioTo(rest), cpuRatioToRest: cpuRatioTo(rest) } : {}),
-        ...(guarded ? { guardedBaseline: guarded.scenario.name, ratioToGuarded: ratioTo(guarded), cpuRatioToGuarded: cpuRatioTo(guarded) } : {}),
+        ...(guarded
+          ? {
+              guardedBaseline: guarded.scenario.name,
+              ratioToGuarded: ratioTo(guarded),
+              cpuRatioToGuarded: cpuRatioTo(guarded)
+            }
+          : {}),
         // How busy each side was over the measured rounds (CPU seconds per second, 1 = one core saturated):
         // a row whose load generator is near 1 while its server is not measured the load generator.
-        serverBusy: m.rounds.every((r) => r.cpuMicros !== null) ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / 1e6 / seconds : null,
+        serverBusy: m.rounds.every((r) => r.cpuMicros !== null)
+          ? m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) / 1e6 / seconds
+          : null,
         clientBusy: clientCpu / 1e6 / seconds,
         clientCpuMicrosPerRequest: requests > 0 ? clientCpu / requests : null,
         // The kernel's share of the server's CPU time (sockets, mostly): a row whose share differs from its
         // baseline's moves against it with what a system call costs on the machine.
-        serverSystemShare: m.rounds.every((r) => r.systemMicros !== null && r.cpuMicros) ? m.rounds.reduce((n, r) => n + r.systemMicros!, 0) / m.rounds.reduce((n, r) => n + r.cpuMicros!, 0) : null,
+        serverSystemShare: m.rounds.every((r) => r.systemMicros !== null && r.cpuMicros)
+          ? m.rounds.reduce((n, r) => n + r.systemMicros!, 0) / m.rounds.reduce((n, r) => n + r.cpuMicros!, 0)
+          : null,
         rounds: m.rounds.map(rpsOf),
-        roundBusy: m.rounds.map((r) => ({ server: r.cpuMicros === null ? null : r.cpuMicros / 1e6 / r.seconds, client: r.clientCpuMicros / 1e6 / r.seconds }))
+        roundBusy: m.rounds.map((r) => ({
+          server: r.cpuMicros === null ? null : r.cpuMicros / 1e6 / r.seconds,
+          client: r.clientCpuMicros / 1e6 / r.seconds
+        }))
       })
       const failures: string[] = []
       if (sum('non2xx') > 0) failures.push(`${sum('non2xx')} non-2xx responses`)
@@ -430,8 +551,16 @@ async function runGroup (group: Group): Promise<Result[]> {
       if (firstBad) failures.push(`first: ${firstBad}`)
       if (failures.length > 0) {
         // The server's own warnings and errors say why (kept in the JSON result, the log file is temporary).
-        const logged = m.server.logTail(2000).split('\n').filter((line) => /"level":[4-6]\d/.test(line)).slice(-5)
-        Object.assign(m.result, { status: 'failed', reason: failures.join('; '), details: { ...m.result.details, serverLog: logged } })
+        const logged = m.server
+          .logTail(2000)
+          .split('\n')
+          .filter((line) => /"level":[4-6]\d/.test(line))
+          .slice(-5)
+        Object.assign(m.result, {
+          status: 'failed',
+          reason: failures.join('; '),
+          details: { ...m.result.details, serverLog: logged }
+        })
       }
       results.push(m.result)
     }
@@ -458,7 +587,9 @@ function mergeLimit (rows: Result[]): Result | null {
     non2xx: ok.reduce((n, r) => n + r.non2xx!, 0),
     errors: ok.reduce((n, r) => n + r.errors!, 0),
     peakRssBytes: Math.max(...ok.map((r) => r.peakRssBytes ?? 0)) || null,
-    cpuMicrosPerRequest: ok.every((r) => r.cpuMicrosPerRequest != null) ? ok.reduce((n, r) => n + r.cpuMicrosPerRequest! * r.requests!, 0) / requests : null,
+    cpuMicrosPerRequest: ok.every((r) => r.cpuMicrosPerRequest != null)
+      ? ok.reduce((n, r) => n + r.cpuMicrosPerRequest! * r.requests!, 0) / requests
+      : null,
     ratioToLimit: 1,
     rounds: ok.flatMap((r) => r.rounds ?? [])
   }
@@ -469,10 +600,24 @@ function selected (name: string): boolean {
 }
 
 async function main (): Promise<number> {
-  log(`bench: ${smoke ? 'SMOKE ' : ''}${options.durationSec} s measured (${options.rounds} interleaved rounds) + warm-up per row (at least ${options.warmupSec} s and ${options.warmupRequests} requests), ${options.connections} connections; ${cpus().length} CPUs (${serverCpu === null ? 'processes not pinned' : `servers on CPU ${serverCpu}, load generator on the others`}), Node ${process.versions.node}, load average ${loadStart.map((n) => n.toFixed(2)).join(' ')}`)
-  if (loadStart[0]! > cpus().length * 0.5) log(`warning: this machine is busy (load average ${loadStart[0]!.toFixed(2)} on ${cpus().length} CPUs); absolute figures will be low and ratios noisier`)
+  log(
+    `bench: ${smoke ? 'SMOKE ' : ''}${options.durationSec} s measured (${options.rounds} interleaved rounds) + warm-up per row (at least ${options.warmupSec} s and ${options.warmupRequests} requests), ${options.connections} connections; ${cpus().length} CPUs (${serverCpu === null ? 'processes not pinned' : `servers on CPU ${serverCpu}, load generator on the others`}), Node ${process.versions.node}, load average ${loadStart.map((n) => n.toFixed(2)).join(' ')}`
+  )
+  if (loadStart[0]! > cpus().length * 0.5) {
+    log(
+      `warning: this machine is busy (load average ${loadStart[0]!.toFixed(2)} on ${cpus().length} CPUs); absolute figures will be low and ratios noisier`
+    )
+  }
   const seeded = await seedStore('sqlite')
-  const jwt = { algorithms: ['HS256'], secret: jwtSecret, publicKey: null, privateKey: null, issuer: null, audience: null, clockToleranceSec: 5 }
+  const jwt = {
+    algorithms: ['HS256'],
+    secret: jwtSecret,
+    publicKey: null,
+    privateKey: null,
+    issuer: null,
+    audience: null,
+    clockToleranceSec: 5
+  }
   const data: BenchData = {
     users: seeded.ids.map((id) => ({ id, token: mintToken(jwt, id, 'USER') })),
     adminToken: mintToken(jwt, seeded.adminId, 'ADMIN'),
@@ -484,18 +629,37 @@ async function main (): Promise<number> {
   // Probe: the users-list response becomes the `limit` route's bytes; the optional transports are discovered.
   const probe = await startProcess({ name: 'probe', target: 'service', store: 'sqlite' })
   try {
-    const sample = await send(probe.url, { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: USERS_LIST_QUERY }) })
-    if (sample.status !== 200 || !sample.body.startsWith('{"data":')) throw new Error(`the service answered the users-list probe with HTTP ${sample.status}: ${sample.body.slice(0, 300)}`)
+    const sample = await send(probe.url, {
+      method: 'POST',
+      path: '/graphql',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: USERS_LIST_QUERY })
+    })
+    if (sample.status !== 200 || !sample.body.startsWith('{"data":')) {
+      throw new Error(
+        `the service answered the users-list probe with HTTP ${sample.status}: ${sample.body.slice(0, 300)}`
+      )
+    }
     data.listBody = sample.body
     writeFileSync(join(work, 'list-body.json'), sample.body)
     // The prices the guarded rows pay: what the service charged these two requests.
     const user = data.users[0]!
-    const userSample = await send(probe.url, { method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', authorization: `Bearer ${user.token}` }, body: JSON.stringify({ query: USER_BY_ID_QUERY, variables: { id: user.id } }) })
-    const priceOf = (body: string) => (JSON.parse(body) as { extensions?: { cost?: { requested?: number } } }).extensions?.cost?.requested
+    const userSample = await send(probe.url, {
+      method: 'POST',
+      path: '/graphql',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${user.token}` },
+      body: JSON.stringify({ query: USER_BY_ID_QUERY, variables: { id: user.id } })
+    })
+    const priceOf = (body: string) =>
+      (JSON.parse(body) as { extensions?: { cost?: { requested?: number } } }).extensions?.cost?.requested
     const [userCost, listCost] = [priceOf(userSample.body), priceOf(sample.body)]
-    if (!userCost || !listCost) throw new Error(`the service's answers carry no extensions.cost.requested (user-by-id: ${userSample.body.slice(0, 200)})`)
+    if (!userCost || !listCost) {
+      throw new Error(
+        `the service's answers carry no extensions.cost.requested (user-by-id: ${userSample.body.slice(0, 200)})`
+      )
+    }
     data.costs = { user: userCost, list: listCost }
-    data.persistedUnavailable = await discoverPersisted(probe.url, data) ?? undefined
+    data.persistedUnavailable = (await discoverPersisted(probe.url, data)) ?? undefined
     data.pageCursors = await pageCursors(probe.url)
     soapUnavailable = await discoverSoap(probe.url, data, seeded.partner)
   } finally {
@@ -507,14 +671,42 @@ async function main (): Promise<number> {
   const peers = peerScenarios(data)
   const [guardedList, guardedUserGet, guardedUser] = guardedScenarios(data)
   const groups: (Group | 'subscription-fanout')[] = [
-    { label: 'list', store: 'sqlite', limit: limit!, rest: restList!, guarded: [guardedList!], scenarios: [usersList!, usersPage!, ...peers.list] },
-    { label: 'user', store: 'sqlite', limit: limit!, rest: restUser!, guarded: [guardedUserGet!, guardedUser!], scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable), ...peers.user] },
-    { label: 'messages', store: 'sqlite', limit: limit!, rest: restMessages!, guarded: [], scenarios: [messagesAuthors!] },
+    {
+      label: 'list',
+      store: 'sqlite',
+      limit: limit!,
+      rest: restList!,
+      guarded: [guardedList!],
+      scenarios: [usersList!, usersPage!, ...peers.list]
+    },
+    {
+      label: 'user',
+      store: 'sqlite',
+      limit: limit!,
+      rest: restUser!,
+      guarded: [guardedUserGet!, guardedUser!],
+      scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable), ...peers.user]
+    },
+    {
+      label: 'messages',
+      store: 'sqlite',
+      limit: limit!,
+      rest: restMessages!,
+      guarded: [],
+      scenarios: [messagesAuthors!]
+    },
     { label: 'create', store: 'sqlite', limit: limit!, rest: restCreate!, guarded: [], scenarios: [createUser!] },
     'subscription-fanout'
   ]
   if (options.postgres) {
-    groups.push({ label: 'postgres', store: 'postgres', limit: limit!, rest: baselineScenarios(data, 'postgres')[0]!, guarded: [], scenarios: serviceScenarios(data, 'postgres') })
+    groups.push({
+      label: 'postgres',
+      store: 'postgres',
+      limit: limit!,
+      rest: baselineScenarios(data, 'postgres')[0]!,
+      guarded: [],
+      scenarios: serviceScenarios(data, 'postgres')
+    })
   }
   const plan = groups.flatMap((g): (Group | 'subscription-fanout')[] => {
     if (g === 'subscription-fanout') return FANOUT_ROWS.some((row) => selected(row.name)) ? [g] : []
@@ -532,39 +724,72 @@ async function main (): Promise<number> {
   const limits: Result[] = []
   for (const [i, step] of plan.entries()) {
     if (step === 'subscription-fanout') {
-      log(`[${i + 1}/${plan.length}] ${FANOUT_ROWS.filter((row) => selected(row.name)).map((row) => `${row.name}, ${row.baseline}`).join(', ')} (${elapsed()})`)
-      results.push(...await fanoutStep(data))
+      log(
+        `[${i + 1}/${plan.length}] ${FANOUT_ROWS.filter((row) => selected(row.name))
+          .map((row) => `${row.name}, ${row.baseline}`)
+          .join(', ')} (${elapsed()})`
+      )
+      results.push(...(await fanoutStep(data)))
     } else {
-      log(`[${i + 1}/${plan.length}] ${[step.rest, ...step.guarded, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`)
+      log(
+        `[${i + 1}/${plan.length}] ${[step.rest, ...step.guarded, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`
+      )
       if (step.store === 'postgres') await seedStore('postgres')
       let rows: Result[]
       try {
         rows = await runGroup(step)
       } catch (err) {
-        rows = [step.rest, ...step.guarded, ...step.scenarios].map((s) => ({ ...baseResult(s), status: 'failed' as const, reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }))
+        rows = [step.rest, ...step.guarded, ...step.scenarios].map((s) => ({
+          ...baseResult(s),
+          status: 'failed' as const,
+          reason: (err as Error).message.split('\n').slice(0, 3).join(' | ')
+        }))
       }
       for (const row of rows) (row.name === 'limit' ? limits : results).push(row)
     }
     for (const r of results) {
       if (r.logged) continue
       r.logged = true
-      log(`    → ${r.name}: ${r.status}${r.rps !== undefined ? `, ${Math.round(r.rps)} ${r.rssPerSubscriberBytes !== undefined ? 'deliveries' : 'req'}/s` : ''}${r.ratioToRest != null ? `, ${r.ratioToRest.toFixed(2)} × rest` : ''}${r.reason ? ` (${r.reason})` : ''}`)
+      log(
+        `    → ${r.name}: ${r.status}${r.rps !== undefined ? `, ${Math.round(r.rps)} ${r.rssPerSubscriberBytes !== undefined ? 'deliveries' : 'req'}/s` : ''}${r.ratioToRest != null ? `, ${r.ratioToRest.toFixed(2)} × rest` : ''}${r.reason ? ` (${r.reason})` : ''}`
+      )
     }
   }
   const mergedLimit = mergeLimit(limits)
   if (mergedLimit) results.unshift(mergedLimit)
   for (const r of results) delete r.logged
   if (!options.postgres && selected('users-list-postgres')) {
-    results.push({ name: 'users-list-postgres', kind: 'scenario', store: 'postgres', description: 'users-list against PostgreSQL', status: 'skipped', reason: 'DATABASE_URL is not set' })
+    results.push({
+      name: 'users-list-postgres',
+      kind: 'scenario',
+      store: 'postgres',
+      description: 'users-list against PostgreSQL',
+      status: 'skipped',
+      reason: 'DATABASE_URL is not set'
+    })
   }
 
   const report: RunReport = {
     startedAt: startedAt.toISOString(),
     finishedAt: new Date().toISOString(),
-    command: `npm run ${args.check ? 'bench:check' : 'bench'}${process.argv.length > 2 ? ` -- ${process.argv.slice(2).filter((a) => a !== '--check').join(' ')}` : ''}`.trim().replace(/ --$/, ''),
+    command: `npm run ${args.check ? 'bench:check' : 'bench'}${
+      process.argv.length > 2
+        ? ` -- ${process.argv
+            .slice(2)
+            .filter((a) => a !== '--check')
+            .join(' ')}`
+        : ''
+    }`
+      .trim()
+      .replace(/ --$/, ''),
     commit: gitCommit(),
     smoke,
-    machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', node: process.versions.node, platform: `${process.platform}-${process.arch}` },
+    machine: {
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model ?? 'unknown',
+      node: process.versions.node,
+      platform: `${process.platform}-${process.arch}`
+    },
     options: { ...options },
     notes: [
       'Production profile (NODE_ENV=production) with PERSISTED_ONLY=false for the ad-hoc POST scenarios.',
@@ -572,12 +797,16 @@ async function main (): Promise<number> {
       'Service and baselines log at the same level (the production default unless --log-level), to a file.',
       'Ratios: req/s of the scenario over req/s of its `rest` route (same store reads, no GraphQL) and of `limit` (prebuilt bytes), each the median over rounds measured back to back (limit, rest, scenario…, repeated), so drift on a shared machine moves them alike.',
       'req/s: all measured rounds of a row; p50/p99: the median over its rounds. `limit` is measured with every group; its row sums them.',
-      serverCpu === null ? 'Processes were not pinned to CPUs (no taskset, or one CPU).' : `Every server ran on CPU ${serverCpu} and the load generator on the others (taskset), so rounds compare like with like.`,
+      serverCpu === null
+        ? 'Processes were not pinned to CPUs (no taskset, or one CPU).'
+        : `Every server ran on CPU ${serverCpu} and the load generator on the others (taskset), so rounds compare like with like.`,
       'CPU µs/req: user + system CPU time of the server process over its measured rounds, per request (what a request costs; other load on the machine moves it far less than req/s).',
-      'Guarded rows (bench/guarded-server.ts): the rest routes\' work behind the service\'s own plugins (JWT, request and cost budgets, metrics, access log, request id, load shedding, CORS) and one chargeCost at the price the service charged the same request; × guarded compares a scenario with the guarded row of its transport shape. CPU × rest / CPU × guarded: the other row\'s server CPU µs/req over this row\'s, median over rounds.',
+      "Guarded rows (bench/guarded-server.ts): the rest routes' work behind the service's own plugins (JWT, request and cost budgets, metrics, access log, request id, load shedding, CORS) and one chargeCost at the price the service charged the same request; × guarded compares a scenario with the guarded row of its transport shape. CPU × rest / CPU × guarded: the other row's server CPU µs/req over this row's, median over rounds.",
       'server busy / client busy: CPU seconds per second of the server process and of this runner (autocannon) over the measured rounds; a row whose client is near 1 while its server is not was paced by the load generator.',
-      'Fan-out: deliveries/s and p99 delivery latency of each fan-out row over those of its ws-broadcast row (a bare `ws` process writing prebuilt bytes the size of that row\'s `next` messages to the same graphql-ws clients), measured right after it in the same run; RSS/subscriber: the server\'s VmRSS once every subscriber is active minus before they connected, over the subscribers. Targets shown, not checked.',
-      `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg().map((n) => n.toFixed(2)).join(', ')}.`
+      "Fan-out: deliveries/s and p99 delivery latency of each fan-out row over those of its ws-broadcast row (a bare `ws` process writing prebuilt bytes the size of that row's `next` messages to the same graphql-ws clients), measured right after it in the same run; RSS/subscriber: the server's VmRSS once every subscriber is active minus before they connected, over the subscribers. Targets shown, not checked.",
+      `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg()
+        .map((n) => n.toFixed(2))
+        .join(', ')}.`
     ],
     results
   }
@@ -598,9 +827,14 @@ async function main (): Promise<number> {
     // latest.* (shown in the README) follow full runs only, not --only subsets.
     if (options.only.length === 0) {
       copyFileSync(join(resultsDir, `${stamp}.svg`), join(resultsDir, 'latest.svg'))
-      writeFileSync(join(resultsDir, 'latest.md'), `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${markdownTable(report)}\n${fanoutMarkdownTable(report) ? `\n${fanoutMarkdownTable(report)}\n` : ''}`)
+      writeFileSync(
+        join(resultsDir, 'latest.md'),
+        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${markdownTable(report)}\n${fanoutMarkdownTable(report) ? `\n${fanoutMarkdownTable(report)}\n` : ''}`
+      )
     }
-    log(`written: ${join(resultsDir, `${stamp}.json`)}, .svg (compared with ${previous ? previous.startedAt : 'no previous result'})`)
+    log(
+      `written: ${join(resultsDir, `${stamp}.json`)}, .svg (compared with ${previous ? previous.startedAt : 'no previous result'})`
+    )
   }
 
   let exitCode = results.some((r) => r.status === 'failed') ? 1 : 0
@@ -625,8 +859,21 @@ interface FanoutRow {
 }
 
 const FANOUT_ROWS: FanoutRow[] = [
-  { name: 'subscription-fanout', baseline: 'ws-broadcast', selection: 'plain', anonymousHalf: false, description: 'USER subscribers (one token each), `id content author { name }`' },
-  { name: 'subscription-fanout-mixed', baseline: 'ws-broadcast-mixed', selection: 'mixed', anonymousHalf: true, description: 'half USER (one token each), half anonymous, `id content author { name email }` (email visible to its owner only)' }
+  {
+    name: 'subscription-fanout',
+    baseline: 'ws-broadcast',
+    selection: 'plain',
+    anonymousHalf: false,
+    description: 'USER subscribers (one token each), `id content author { name }`'
+  },
+  {
+    name: 'subscription-fanout-mixed',
+    baseline: 'ws-broadcast-mixed',
+    selection: 'mixed',
+    anonymousHalf: true,
+    description:
+      'half USER (one token each), half anonymous, `id content author { name email }` (email visible to its owner only)'
+  }
 ]
 
 /**
@@ -636,23 +883,52 @@ const FANOUT_ROWS: FanoutRow[] = [
  */
 async function fanoutStep (data: BenchData): Promise<Result[]> {
   const counts = `${options.subscribers} subscribers of one room, ${options.fanoutMessages} messages posted`
-  const fail = (result: Result, err: Error): Result => ({ ...result, status: 'failed', reason: err.message.split('\n')[0]! })
+  const fail = (result: Result, err: Error): Result => ({
+    ...result,
+    status: 'failed',
+    reason: err.message.split('\n')[0]!
+  })
   const results: Result[] = []
   const measure = async (server: ServerProcess, row: FanoutRow, checkVisibility: boolean) => {
-    const outcome = await runFanout(server.url, data, { subscribers: options.subscribers, messages: options.fanoutMessages, selection: row.selection, anonymousHalf: row.anonymousHalf, checkVisibility, rssBytes: () => server.rssBytes(), cpuMicros: () => server.cpuMicros(), log })
+    const outcome = await runFanout(server.url, data, {
+      subscribers: options.subscribers,
+      messages: options.fanoutMessages,
+      selection: row.selection,
+      anonymousHalf: row.anonymousHalf,
+      checkVisibility,
+      rssBytes: () => server.rssBytes(),
+      cpuMicros: () => server.cpuMicros(),
+      log
+    })
     return { ...outcome, peakRssBytes: server.peakRssBytes() }
   }
 
   for (const row of FANOUT_ROWS.filter((r) => selected(r.name))) {
-    const result: Result = { name: row.name, kind: 'scenario', store: 'sqlite', description: `${counts}: ${row.description}`, status: 'ok', restBaseline: row.baseline }
-    const baseline: Result = { name: row.baseline, kind: 'baseline', store: 'sqlite', description: `${counts}: a bare ws process writing prebuilt bytes the size of ${row.name}'s messages`, status: 'ok' }
+    const result: Result = {
+      name: row.name,
+      kind: 'scenario',
+      store: 'sqlite',
+      description: `${counts}: ${row.description}`,
+      status: 'ok',
+      restBaseline: row.baseline
+    }
+    const baseline: Result = {
+      name: row.baseline,
+      kind: 'baseline',
+      store: 'sqlite',
+      description: `${counts}: a bare ws process writing prebuilt bytes the size of ${row.name}'s messages`,
+      status: 'ok'
+    }
     let sample: string | null = null
     try {
       const server = await startProcess({ name: row.name, target: 'service', store: 'sqlite' })
       try {
         const probe = await probeFanout(server.url, data, row.selection)
         if (probe.unavailable) {
-          results.push({ ...baseline, status: 'skipped', reason: probe.unavailable }, { ...result, status: 'skipped', reason: probe.unavailable })
+          results.push(
+            { ...baseline, status: 'skipped', reason: probe.unavailable },
+            { ...result, status: 'skipped', reason: probe.unavailable }
+          )
           continue
         }
         sample = probe.sample
@@ -668,7 +944,13 @@ async function fanoutStep (data: BenchData): Promise<Result[]> {
       continue
     }
     try {
-      const server = await startProcess({ name: row.baseline, target: 'baseline', store: 'sqlite', script: 'bench/fanout-baseline-server.ts', env: { FANOUT_SAMPLE: sample } })
+      const server = await startProcess({
+        name: row.baseline,
+        target: 'baseline',
+        store: 'sqlite',
+        script: 'bench/fanout-baseline-server.ts',
+        env: { FANOUT_SAMPLE: sample }
+      })
       try {
         Object.assign(baseline, await measure(server, row, false))
       } finally {
@@ -689,7 +971,11 @@ async function fanoutStep (data: BenchData): Promise<Result[]> {
 function gitCommit (): string {
   try {
     const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim()
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no', '--', 'app', 'plugins', 'routes'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim()
+    const dirty = execFileSync(
+      'git',
+      ['status', '--porcelain', '--untracked-files=no', '--', 'app', 'plugins', 'routes'],
+      { cwd: REPO_ROOT, encoding: 'utf8' }
+    ).trim()
     return dirty ? `${commit}+changes` : commit
   } catch {
     return 'unknown'
@@ -702,7 +988,7 @@ try {
 } catch (err) {
   console.error(`bench: ${(err as Error).stack ?? err}`)
 } finally {
-  if (options.postgres) await dropPostgresSchema().catch((err) => console.error(`bench: could not drop schema ${pgSchema}: ${err.message}`))
+  if (options.postgres) { await dropPostgresSchema().catch((err) => console.error(`bench: could not drop schema ${pgSchema}: ${err.message}`)) }
   rmSync(work, { recursive: true, force: true })
 }
 process.exit(code)

@@ -21,7 +21,10 @@ export interface BenchData {
   persistedUnavailable?: string
   /** Signed cursors at positions spread over the users (the page-50 scenario starts after each in turn). */
   pageCursors?: string[]
-  /** What the service charged (cost units) for a user-by-id and a users-list request in the probe: the guarded rows spend the same. */
+  /**
+   * What the service charged (cost units) for a user-by-id and a users-list request in the probe: the guarded
+   * rows spend the same.
+   */
   costs?: { user: number; list: number }
   /** A partner login for the SOAP scenario, when the SOAP transport exists. */
   soap?: { path: string; login: string; password: string }
@@ -47,28 +50,37 @@ export interface HttpScenario {
   shape: Shape | 'limit'
   description: string
   /** The next request; called once per request sent, so ids, tokens and e-mails rotate. */
-  next (): RequestSpec
+  next(): RequestSpec
   /** Full check of one response to `request`: null when correct, otherwise what is wrong. */
-  verify (request: RequestSpec, response: Sample): string | null
+  verify(request: RequestSpec, response: Sample): string | null
   /** Checked on every response during the measured rounds. */
-  quickCheck (body: string): boolean
+  quickCheck(body: string): boolean
   /** Extra environment for the service process. */
   env?: Record<string, string>
   /** The server to start for a `service` row when it is not the service itself (the peers: bench/peer-server.ts). */
   script?: string
   /** Null when the transport answers as expected; otherwise why the scenario is skipped. */
-  unavailable? (): string | null
-  /** A guarded baseline (bench/guarded-server.ts): the rest route's work behind the service's per-request protections. */
+  unavailable?(): string | null
+  /**
+   * A guarded baseline (bench/guarded-server.ts): the rest route's work behind the service's per-request
+   * protections.
+   */
   guardedRow?: true
-  /** The guarded row this scenario is also compared with (the same transport shape: GET, POST with a token, anonymous POST). */
+  /**
+   * The guarded row this scenario is also compared with (the same transport shape: GET, POST with a token,
+   * anonymous POST).
+   */
   guarded?: string
 }
 
 export const USERS_LIST_QUERY = '{ users { id name createdAt } }'
 export const USER_BY_ID_QUERY = 'query UserById($id: ID!) { user(id: $id) { id name email } }'
-export const MESSAGES_QUERY = 'query RoomMessages($roomId: String!) { messages(roomId: $roomId, limit: 50) { content author { name } } }'
-export const USERS_PAGE_QUERY = 'query UsersPage($after: String) { usersConnection(first: 50, after: $after) { edges { node { id name createdAt } } pageInfo { hasNextPage endCursor } } }'
-export const CREATE_USER_MUTATION = 'mutation CreateUser($input: CreateUserInput!) { createUser(input: $input) { id name email createdAt } }'
+export const MESSAGES_QUERY =
+  'query RoomMessages($roomId: String!) { messages(roomId: $roomId, limit: 50) { content author { name } } }'
+export const USERS_PAGE_QUERY =
+  'query UsersPage($after: String) { usersConnection(first: 50, after: $after) { edges { node { id name createdAt } } pageInfo { hasNextPage endCursor } } }'
+export const CREATE_USER_MUTATION =
+  'mutation CreateUser($input: CreateUserInput!) { createUser(input: $input) { id name email createdAt } }'
 
 // A new object per request: autocannon writes Content-Length into the headers it is given.
 const jsonHeaders = (): Record<string, string> => ({ 'content-type': 'application/json' })
@@ -96,32 +108,44 @@ function exactKeys (value: unknown, keys: string[]): boolean {
 const verifyShape: Record<Shape, (request: RequestSpec, data: any) => string | null> = {
   list (_request, data) {
     const users = data.users
-    if (!Array.isArray(users) || users.length !== 20) return `expected 20 users, got ${JSON.stringify(users)?.slice(0, 200)}`
-    return users.every((u) => exactKeys(u, ['id', 'name', 'createdAt']) && typeof u.name === 'string') ? null : 'users lack id, name or createdAt'
+    if (!Array.isArray(users) || users.length !== 20) {
+      return `expected 20 users, got ${JSON.stringify(users)?.slice(0, 200)}`
+    }
+    return users.every((u) => exactKeys(u, ['id', 'name', 'createdAt']) && typeof u.name === 'string')
+      ? null
+      : 'users lack id, name or createdAt'
   },
   user (request, data) {
     const id = requestedUserId(request)
     const user = data.user
     if (!exactKeys(user, ['id', 'name', 'email'])) return `expected { id name email }, got ${JSON.stringify(user)}`
     if (user.id !== id) return `asked for user ${id}, got ${user.id}`
-    return typeof user.email === 'string' && user.email.includes('@') ? null : `email not visible to the user themself: ${user.email}`
+    return typeof user.email === 'string' && user.email.includes('@')
+      ? null
+      : `email not visible to the user themself: ${user.email}`
   },
   messages (_request, data) {
     const messages = data.messages
-    if (!Array.isArray(messages) || messages.length !== 50) return `expected 50 messages, got ${Array.isArray(messages) ? messages.length : typeof messages}`
-    return messages.every((m) => typeof m.content === 'string' && typeof m.author?.name === 'string') ? null : 'a message lacks content or author.name'
+    if (!Array.isArray(messages) || messages.length !== 50) {
+      return `expected 50 messages, got ${Array.isArray(messages) ? messages.length : typeof messages}`
+    }
+    return messages.every((m) => typeof m.content === 'string' && typeof m.author?.name === 'string')
+      ? null
+      : 'a message lacks content or author.name'
   },
   create (request, data) {
     const email = requestedEmail(request)
     const created = data.createUser
-    if (!exactKeys(created, ['id', 'name', 'email', 'createdAt'])) return `expected { id name email createdAt }, got ${JSON.stringify(created)}`
+    if (!exactKeys(created, ['id', 'name', 'email', 'createdAt'])) {
+      return `expected { id name email createdAt }, got ${JSON.stringify(created)}`
+    }
     return created.email === email ? null : `created ${created.email}, asked for ${email}`
   }
 }
 
 function requestedUserId (request: RequestSpec): string {
   if (request.path.startsWith('/rest/users/')) return decodeURIComponent(request.path.slice('/rest/users/'.length))
-  if (request.path.startsWith('/guarded/users/')) return decodeURIComponent(request.path.slice('/guarded/users/'.length))
+  if (request.path.startsWith('/guarded/users/')) { return decodeURIComponent(request.path.slice('/guarded/users/'.length)) }
   if (request.method === 'GET') {
     return JSON.parse(new URL(request.path, 'http://x').searchParams.get('variables') ?? '{}').id
   }
@@ -218,7 +242,12 @@ export function baselineScenarios (data: BenchData, store: StoreKind): HttpScena
       store,
       shape: 'create',
       description: 'plain route: store.createUser → JSON',
-      next: () => ({ method: 'POST', path: '/rest/users', headers: jsonHeaders(), body: JSON.stringify(newUserInput(data)) }),
+      next: () => ({
+        method: 'POST',
+        path: '/rest/users',
+        headers: jsonHeaders(),
+        body: JSON.stringify(newUserInput(data))
+      }),
       verify: checked('create'),
       quickCheck: jsonOk
     }
@@ -250,17 +279,22 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       target: 'service',
       store,
       shape: 'list',
-      description: 'POST usersConnection(first: 50, after: $cursor) { edges { node { id name createdAt } } pageInfo }, anonymous, cursors spread over all users (keyset: the same cost wherever the page starts)',
+      description:
+        'POST usersConnection(first: 50, after: $cursor) { edges { node { id name createdAt } } pageInfo }, anonymous, cursors spread over all users (keyset: the same cost wherever the page starts)',
       guarded: 'guarded-list',
       next: () => gqlPost(USERS_PAGE_QUERY, { after: cursor() }),
       verify: (_request, response) => {
         const body = parse(response)
         if (typeof body === 'string') return body
         const edges = body.data.usersConnection?.edges
-        return Array.isArray(edges) && edges.length === 50 && edges.every((e: any) => exactKeys(e.node, ['id', 'name', 'createdAt'])) ? null : `expected 50 edges, got ${JSON.stringify(edges)?.slice(0, 200)}`
+        return Array.isArray(edges) &&
+          edges.length === 50 &&
+          edges.every((e: any) => exactKeys(e.node, ['id', 'name', 'createdAt']))
+          ? null
+          : `expected 50 edges, got ${JSON.stringify(edges)?.slice(0, 200)}`
       },
       quickCheck: jsonOk,
-      unavailable: () => data.pageCursors?.length ? null : 'no cursors (the probe could not page through users)'
+      unavailable: () => (data.pageCursors?.length ? null : 'no cursors (the probe could not page through users)')
     },
     {
       name: 'user-by-id',
@@ -281,22 +315,36 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       target: 'service',
       store,
       shape: 'user',
-      description: 'GET /graphql?queryId=…&variables={"id":…} (the persisted UserById query) with a USER token, as a mobile app sends it',
+      description:
+        'GET /graphql?queryId=…&variables={"id":…} (the persisted UserById query) with a USER token, as a mobile app sends it',
       guarded: 'guarded-user-get',
       next: () => {
         const { id, token } = persistedUser()
-        const query = new URLSearchParams({ queryId: data.persistedUserQueryId ?? 'sha256:unavailable', variables: JSON.stringify({ id }) })
+        const query = new URLSearchParams({
+          queryId: data.persistedUserQueryId ?? 'sha256:unavailable',
+          variables: JSON.stringify({ id })
+        })
         // apollo-require-preflight, as Apollo's clients send it (not required: see routes/graphql/http.ts).
-        return { method: 'GET', path: `/graphql?${query}`, headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' } }
+        return {
+          method: 'GET',
+          path: `/graphql?${query}`,
+          headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' }
+        }
       },
       verify: (request, response) => {
         const body = parse(response)
         if (typeof body === 'string') return body
         const id = requestedUserId(request)
-        return body.data.user?.id === id && typeof body.data.user.name === 'string' ? null : `asked for user ${id}, got ${JSON.stringify(body.data.user)}`
+        return body.data.user?.id === id && typeof body.data.user.name === 'string'
+          ? null
+          : `asked for user ${id}, got ${JSON.stringify(body.data.user)}`
       },
       quickCheck: jsonOk,
-      unavailable: () => data.persistedUserQueryId ? null : data.persistedUnavailable ?? 'transport not available yet (no persisted user(id) operation in the registry)'
+      unavailable: () =>
+        data.persistedUserQueryId
+          ? null
+          : (data.persistedUnavailable ??
+            'transport not available yet (no persisted user(id) operation in the registry)')
     },
     {
       name: 'messages-authors',
@@ -327,7 +375,10 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
  * ratios to `rest` (and so to the service) come from the same run.
  */
 export function peerScenarios (data: BenchData): { list: HttpScenario[]; user: HttpScenario[] } {
-  const peers = [['apollo', 'Apollo Server 5'], ['yoga', 'graphql-yoga 5']] as const
+  const peers = [
+    ['apollo', 'Apollo Server 5'],
+    ['yoga', 'graphql-yoga 5']
+  ] as const
   const user = rotate(data.users)
   const row = (peer: string, shape: 'list' | 'user', description: string, next: () => RequestSpec): HttpScenario => ({
     name: `${peer}-${shape === 'list' ? 'users-list' : 'user-by-id'}`,
@@ -343,11 +394,15 @@ export function peerScenarios (data: BenchData): { list: HttpScenario[]; user: H
     quickCheck: jsonOk
   })
   return {
-    list: peers.map(([peer, title]) => row(peer, 'list', `${title}, stock setup: POST ${USERS_LIST_QUERY}`, () => gqlPost(USERS_LIST_QUERY, undefined))),
-    user: peers.map(([peer, title]) => row(peer, 'user', `${title}, stock setup (no auth, no limits): POST user(id: $id) { id name email }`, () => {
-      const { id, token } = user()
-      return gqlPost(USER_BY_ID_QUERY, { id }, token)
-    }))
+    list: peers.map(([peer, title]) =>
+      row(peer, 'list', `${title}, stock setup: POST ${USERS_LIST_QUERY}`, () => gqlPost(USERS_LIST_QUERY, undefined))
+    ),
+    user: peers.map(([peer, title]) =>
+      row(peer, 'user', `${title}, stock setup (no auth, no limits): POST user(id: $id) { id name email }`, () => {
+        const { id, token } = user()
+        return gqlPost(USER_BY_ID_QUERY, { id }, token)
+      })
+    )
   }
 }
 
@@ -385,7 +440,11 @@ export function guardedScenarios (data: BenchData): HttpScenario[] {
       description: `GET with a USER token (persisted-get's shape) to a plain route behind the service's protections: chargeCost(${costs.user}) + store.usersByIds([id]) → JSON`,
       next: () => {
         const { id, token } = getUser()
-        return { method: 'GET', path: `/guarded/users/${encodeURIComponent(id)}`, headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' } }
+        return {
+          method: 'GET',
+          path: `/guarded/users/${encodeURIComponent(id)}`,
+          headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' }
+        }
       },
       verify: checked('user')
     },

@@ -9,7 +9,9 @@ import type { Store } from '../app/store/types.ts'
 import { REPO_ROOT } from './processes.ts'
 import { serviceScenarios, type BenchData, type HttpScenario, type RequestSpec, type Sample } from './scenarios.ts'
 
-/** The benchmark's SOAP public URL, also used as its namespace base (SOAP_NAMESPACE_BASE), so the envelopes are fixed. */
+/**
+ * The benchmark's SOAP public URL, also used as its namespace base (SOAP_NAMESPACE_BASE), so the envelopes are fixed.
+ */
 export const SOAP_PUBLIC_URL = 'https://api.example.com'
 const SOAP_PATH = '/v1/UserService'
 const SOAP_NS = `${SOAP_PUBLIC_URL}${SOAP_PATH}`
@@ -19,7 +21,10 @@ const TOKEN_PROFILE = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-u
 const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'
 
 /** Creates the partner account the SOAP scenario logs in with, when the SOAP transport's command exists. */
-export async function createBenchPartner (store: Store, partnerSecretKey: string): Promise<{ login: string; password: string } | null> {
+export async function createBenchPartner (
+  store: Store,
+  partnerSecretKey: string
+): Promise<{ login: string; password: string } | null> {
   let module: typeof import('../cli/create-partner.ts')
   try {
     module = await import('../cli/create-partner.ts')
@@ -27,7 +32,11 @@ export async function createBenchPartner (store: Store, partnerSecretKey: string
     return null
   }
   const partner = { login: 'bench-partner', password: randomBytes(12).toString('hex') }
-  await module.createPartnerAccount(store, partnerSecretKey, { ...partner, name: 'Bench Partner', email: 'bench.partner@example.com' })
+  await module.createPartnerAccount(store, partnerSecretKey, {
+    ...partner,
+    name: 'Bench Partner',
+    email: 'bench.partner@example.com'
+  })
   return partner
 }
 
@@ -40,14 +49,20 @@ export const PERSISTED_MANIFEST = join(REPO_ROOT, 'persisted/manifest.json')
  */
 export async function discoverPersisted (url: string, data: BenchData): Promise<string | null> {
   if (!existsSync(PERSISTED_MANIFEST)) return 'transport not available yet (no persisted/manifest.json)'
-  const manifest = JSON.parse(readFileSync(PERSISTED_MANIFEST, 'utf8')) as { operations?: { id: string; type?: string; body: string }[] }
+  const manifest = JSON.parse(readFileSync(PERSISTED_MANIFEST, 'utf8')) as {
+    operations?: { id: string; type?: string; body: string }[]
+  }
   const operation = manifest.operations?.find((o) => o.type !== 'mutation' && /\buser\(id: \$id\)/.test(o.body))
   if (!operation) return 'transport not available yet (no user(id) query in persisted/manifest.json)'
   data.persistedUserQueryId = operation.id.startsWith('sha256:') ? operation.id : `sha256:${operation.id}`
   const scenario = serviceScenarios(data, 'sqlite').find((s) => s.name === 'persisted-get')!
   const request = scenario.next()
   const response = await fetch(url + request.path, { headers: request.headers, signal: AbortSignal.timeout(10_000) })
-  const problem = scenario.verify(request, { status: response.status, contentType: response.headers.get('content-type') ?? '', body: await response.text() })
+  const problem = scenario.verify(request, {
+    status: response.status,
+    contentType: response.headers.get('content-type') ?? '',
+    body: await response.text()
+  })
   if (problem) {
     delete data.persistedUserQueryId
     return `transport not available yet (GET ${request.path.slice(0, 60)}…: ${problem})`
@@ -87,17 +102,32 @@ function verifySoap (request: RequestSpec, response: Sample): string | null {
   if (response.body.includes('Fault>')) return `fault: ${response.body.slice(0, 300)}`
   const id = /<id>([^<]*)<\/id>/.exec(request.body!)![1]!
   if (!/GetUserResponse[\s>]/.test(response.body)) return `no GetUserResponse: ${response.body.slice(0, 300)}`
-  if (!response.body.includes(`<id>${id}</id>`) && !response.body.includes(`:id>${id}</`)) return `asked for user ${id}: ${response.body.slice(0, 300)}`
+  if (!response.body.includes(`<id>${id}</id>`) && !response.body.includes(`:id>${id}</`)) {
+    return `asked for user ${id}: ${response.body.slice(0, 300)}`
+  }
   return /name>[^<]+</.test(response.body) ? null : `no name: ${response.body.slice(0, 300)}`
 }
 
 /** Whether the running service answers a GetUser envelope as expected; sets data.soap when it does. */
-export async function discoverSoap (url: string, data: BenchData, partner: { login: string; password: string } | null): Promise<string | null> {
+export async function discoverSoap (
+  url: string,
+  data: BenchData,
+  partner: { login: string; password: string } | null
+): Promise<string | null> {
   if (!partner) return 'transport not available yet (no partner-account command, cli/create-partner.ts)'
   data.soap = { path: SOAP_PATH, ...partner }
   const request = soapRequest(data, data.users[0]!.id)
-  const response = await fetch(url + request.path, { method: 'POST', headers: request.headers, body: request.body, signal: AbortSignal.timeout(10_000) })
-  const sample = { status: response.status, contentType: response.headers.get('content-type') ?? '', body: await response.text() }
+  const response = await fetch(url + request.path, {
+    method: 'POST',
+    headers: request.headers,
+    body: request.body,
+    signal: AbortSignal.timeout(10_000)
+  })
+  const sample = {
+    status: response.status,
+    contentType: response.headers.get('content-type') ?? '',
+    body: await response.text()
+  }
   if (sample.status === 404) {
     delete data.soap
     return `transport not available yet (POST ${SOAP_PATH} answers 404)`
@@ -117,6 +147,7 @@ export function soapScenario (data: BenchData, unavailable: string | null): Http
     next: () => soapRequest(data, data.users[i++ % data.users.length]!.id),
     verify: verifySoap,
     quickCheck: (body) => body.includes('GetUserResponse') && !body.includes('Fault>'),
-    unavailable: () => data.soap ? null : unavailable ?? 'transport not available yet (no SOAP endpoint answering GetUser)'
+    unavailable: () =>
+      data.soap ? null : (unavailable ?? 'transport not available yet (no SOAP endpoint answering GetUser)')
   }
 }

@@ -50,7 +50,10 @@ const fxp = new XMLParser({ ignoreAttributes: false, parseTagValue: false, proce
 const parsers: Record<string, (xml: string) => unknown> = {
   'routes/soap/xml.ts': (xml) => parseXml(xml),
   saxes: saxesTree,
-  'fast-xml-parser (validate + parse)': (xml) => { if (XMLValidator.validate(xml) !== true) throw new Error('invalid'); return fxp.parse(xml) }
+  'fast-xml-parser (validate + parse)': (xml) => {
+    if (XMLValidator.validate(xml) !== true) throw new Error('invalid')
+    return fxp.parse(xml)
+  }
 }
 
 const bodies = Array.from({ length: 1000 }, digestEnvelope)

@@ -1,4 +1,5 @@
-// npm run partner:create -- --login partner --password s3cret [--user-id 5] [--name "Acme"] [--email ops@acme.example] [--text-only]
+// npm run partner:create -- --login partner --password s3cret [--user-id
+// 5] [--name "Acme"] [--email ops@acme.example] [--text-only]
 // Creates (or re-keys) a partner account for the SOAP binding in the configured store. Without --user-id
 // a new user with role SERVICE is created for the partner; with it, the login is bound to that user and
 // the partner acts with that user's role. The password is stored twice: a scrypt hash (PasswordText)
@@ -19,7 +20,11 @@ export interface PartnerAccountInput {
   textOnly?: boolean
 }
 
-export async function createPartnerAccount (store: Store, partnerSecretKey: string, input: PartnerAccountInput): Promise<UserRow> {
+export async function createPartnerAccount (
+  store: Store,
+  partnerSecretKey: string,
+  input: PartnerAccountInput
+): Promise<UserRow> {
   if (!/^[A-Za-z0-9_.@-]{1,100}$/.test(input.login)) throw new Error('login: 1 to 100 letters, digits or _ . @ -')
   if (input.password.length < 6) throw new Error('password: at least 6 characters')
   let user: UserRow | undefined
@@ -27,7 +32,11 @@ export async function createPartnerAccount (store: Store, partnerSecretKey: stri
     user = (await store.usersByIds([input.userId]))[0]
     if (!user) throw new Error(`user ${input.userId} not found`)
   } else {
-    user = await store.createUser({ name: input.name ?? input.login, email: input.email ?? `${input.login.toLowerCase()}@partners.invalid`, role: 'SERVICE' })
+    user = await store.createUser({
+      name: input.name ?? input.login,
+      email: input.email ?? `${input.login.toLowerCase()}@partners.invalid`,
+      role: 'SERVICE'
+    })
   }
   const hash = await hashPassword(input.password)
   const sealed = input.textOnly ? null : sealPassword(input.password, input.login, partnerSecretKey)
@@ -47,7 +56,9 @@ if (import.meta.main) {
     }
   })
   if (!values.login || !values.password) {
-    console.error('usage: npm run partner:create -- --login <login> --password <password> [--user-id <id>] [--name <name>] [--email <email>] [--text-only]')
+    console.error(
+      'usage: npm run partner:create -- --login <login> --password <password> [--user-id <id>] [--name <name>] [--email <email>] [--text-only]'
+    )
     process.exit(2)
   }
   const config = loadConfigOrExit()
@@ -61,7 +72,9 @@ if (import.meta.main) {
       email: values.email,
       textOnly: values['text-only']
     })
-    console.log(`partner "${values.login}" → user ${user.id} (${user.role}) in ${store.kind}${values['text-only'] ? ', PasswordText only' : ''}`)
+    console.log(
+      `partner "${values.login}" → user ${user.id} (${user.role}) in ${store.kind}${values['text-only'] ? ', PasswordText only' : ''}`
+    )
   } catch (err) {
     console.error((err as Error).message)
     process.exitCode = 1

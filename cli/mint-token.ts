@@ -22,7 +22,9 @@ export function mintToken (jwt: SigningConfig, sub: string, role: Role, expiresI
 /** Which configured key mintToken signs with, in words. */
 export function signingKey (jwt: SigningConfig): string {
   if (jwt.privateKey) return `JWT_PRIVATE_KEY (${jwt.algorithms[0]})`
-  if (jwt.secret === DEV_JWT_SECRET) return 'the development key (JWT_SECRET is not set): only a service in the development profile without JWT_SECRET accepts it'
+  if (jwt.secret === DEV_JWT_SECRET) {
+    return 'the development key (JWT_SECRET is not set): only a service in the development profile without JWT_SECRET accepts it'
+  }
   return `JWT_SECRET (${jwt.algorithms[0]})`
 }
 
@@ -40,7 +42,13 @@ if (import.meta.main) {
   const usage = `usage: npm run token -- --sub <user id> [--role ${ROLES.join('|')}] [--expires-in 3600|90s|15m|1h|7d]`
   let values
   try {
-    values = parseArgs({ options: { sub: { type: 'string' }, role: { type: 'string', default: 'USER' }, 'expires-in': { type: 'string', default: '3600' } } }).values
+    values = parseArgs({
+      options: {
+        sub: { type: 'string' },
+        role: { type: 'string', default: 'USER' },
+        'expires-in': { type: 'string', default: '3600' }
+      }
+    }).values
   } catch (err) {
     console.error(`${(err as Error).message}\n${usage}`)
     process.exit(2)

@@ -18,7 +18,12 @@ export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_F
   const schema = buildSchema(schemaSDL)
   // The limits the service validates with (MAX_DEPTH etc. from the environment), so a document the
   // service would refuse at start is refused here first.
-  const { limits } = loadConfig({ ...process.env, NODE_ENV: 'development', JWT_SECRET: undefined, JWT_PUBLIC_KEY: undefined })
+  const { limits } = loadConfig({
+    ...process.env,
+    NODE_ENV: 'development',
+    JWT_SECRET: undefined,
+    JWT_PUBLIC_KEY: undefined
+  })
 
   const files = (readdirSync(folder, { recursive: true }) as string[])
     .filter((f) => /\.(graphql|gql)$/.test(f))
@@ -40,7 +45,9 @@ export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_F
       continue
     }
     if (plan.operations.length !== 1) {
-      problems.push(`${where}: ${plan.operations.length === 0 ? 'it contains no operation' : `it contains ${plan.operations.length} operations; register one operation per document`}`)
+      problems.push(
+        `${where}: ${plan.operations.length === 0 ? 'it contains no operation' : `it contains ${plan.operations.length} operations; register one operation per document`}`
+      )
       continue
     }
     const single = plan.operations[0]!
@@ -63,7 +70,9 @@ function main (args: string[]): void {
   if (outIndex >= 0) out = rest.splice(outIndex, 2)[1]
   const folder = rest[0]
   if (!folder || !out || rest.length > 1) {
-    console.error('Usage: npm run persisted:build -- <folder of .graphql operation files> [--out persisted/manifest.json]')
+    console.error(
+      'Usage: npm run persisted:build -- <folder of .graphql operation files> [--out persisted/manifest.json]'
+    )
     process.exit(2)
   }
   try {

@@ -1,4 +1,5 @@
-// npm run schema:export  — writes the live SDL to the committed schema.graphql at the repository root (the contract clients read).
+// npm run schema:export  — writes the live SDL to the committed
+// schema.graphql at the repository root (the contract clients read).
 // npm run schema:check   — compares the live schema with the committed one using graphql-js's
 //                          breaking-change detection; exits 1 on a breaking change or when they drifted.
 import { readFileSync, writeFileSync } from 'node:fs'
@@ -19,7 +20,10 @@ export interface SchemaComparison {
   drifted: boolean
 }
 
-export function compareWithCommitted (committedText = readFileSync(EXPORTED, 'utf8'), liveText = exportedSDL()): SchemaComparison {
+export function compareWithCommitted (
+  committedText = readFileSync(EXPORTED, 'utf8'),
+  liveText = exportedSDL()
+): SchemaComparison {
   const committed = buildSchema(committedText)
   const live = buildSchema(liveText)
   return {
@@ -39,7 +43,9 @@ if (import.meta.main) {
     for (const line of dangerous) console.log(`dangerous  ${line}`)
     for (const line of breaking) console.log(`BREAKING   ${line}`)
     if (breaking.length > 0) {
-      console.error(`${breaking.length} breaking change(s) against the committed schema.graphql: make the change additive, or version it deliberately`)
+      console.error(
+        `${breaking.length} breaking change(s) against the committed schema.graphql: make the change additive, or version it deliberately`
+      )
       process.exit(1)
     }
     if (drifted) {

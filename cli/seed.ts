@@ -22,5 +22,7 @@ const config = loadConfigOrExit()
 const store = await openStore(config)
 const started = performance.now()
 await seed(store, users, messages)
-console.log(`seeded ${users} users and ${messages} messages into ${store.kind} in ${Math.round(performance.now() - started)} ms`)
+console.log(
+  `seeded ${users} users and ${messages} messages into ${store.kind} in ${Math.round(performance.now() - started)} ms`
+)
 await store.close()

@@ -12,7 +12,10 @@ import { ROLES, type Role } from '../app/store/types.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** Resolves an `Authorization` value ("Bearer <token>") to a caller; null when absent; throws UNAUTHENTICATED when invalid. */
+    /**
+     * Resolves an `Authorization` value ("Bearer <token>") to a
+     * caller; null when absent; throws UNAUTHENTICATED when invalid.
+     */
     authenticate (authorization: string | undefined): Caller | null
   }
   interface FastifyRequest {
@@ -24,7 +27,10 @@ declare module 'fastify' {
 const VERIFIED_TOKENS_MAX = 10_000
 /** And their estimated bytes: a header may be as long as Node's 16 KB header limit allows. */
 const VERIFIED_TOKENS_MAX_BYTES = 16 * 1024 * 1024
-/** What an entry keeps alive: its header at two bytes a character (the worst case of V8's strings), and the frozen caller. */
+/**
+ * What an entry keeps alive: its header at two bytes a character
+ * (the worst case of V8's strings), and the frozen caller.
+ */
 const verifiedEntryBytes = (header: string) => header.length * 2 + 512
 
 export default fp(async function auth (app: FastifyInstance) {
@@ -36,7 +42,10 @@ export default fp(async function auth (app: FastifyInstance) {
   // itself costs a lookup.) Only tokens that passed every check are kept, and a kept caller is frozen,
   // so no request can alter another's.
   // Looked up with peek (no reordering on the hot path): the oldest entry is forgotten first.
-  const verified = new LruMap<string, { caller: Caller; expiresAt: number }>(VERIFIED_TOKENS_MAX, VERIFIED_TOKENS_MAX_BYTES)
+  const verified = new LruMap<string, { caller: Caller; expiresAt: number }>(
+    VERIFIED_TOKENS_MAX,
+    VERIFIED_TOKENS_MAX_BYTES
+  )
 
   /** Checks a token; a token that passes is remembered under the header that carried it, until its `exp`. */
   function verify (token: string, header: string): Caller {
@@ -52,7 +61,11 @@ export default fp(async function auth (app: FastifyInstance) {
       throw new AppError('UNAUTHENTICATED', 'Invalid token claims')
     }
     const expiresAt = typeof claims.exp === 'number' ? claims.exp * 1000 : undefined
-    const caller: Caller = Object.freeze({ id: claims.sub, role: role as Role, ...(expiresAt !== undefined ? { expiresAt } : {}) })
+    const caller: Caller = Object.freeze({
+      id: claims.sub,
+      role: role as Role,
+      ...(expiresAt !== undefined ? { expiresAt } : {})
+    })
     if (expiresAt !== undefined) verified.set(header, { caller, expiresAt }, verifiedEntryBytes(header))
     return caller
   }

@@ -16,9 +16,21 @@ declare module 'fastify' {
   }
 }
 
+interface Connection { status: string; disconnect (): void; quit (): Promise<unknown> }
+/**
+ * What mqemitter-redis sets on its emitter besides what its typings declare (mqemitter-redis.d.ts leaves
+ * out the connections it opens and the `state` emitter it reports their errors on).
+ */
+type RedisEmitter = ReturnType<typeof mqemitterRedis> & {
+  pubConn: Connection
+  subConn: Connection
+  state: NodeJS.EventEmitter
+}
+
 export default fp(async function events (app: FastifyInstance) {
   const { redisUrl, redisPrefix } = app.config
-  const emitter: MQEmitter = redisUrl ? mqemitterRedis({ connectionString: redisUrl }) : mqemitter()
+  const redisEmitter = redisUrl ? (mqemitterRedis({ connectionString: redisUrl }) as RedisEmitter) : null
+  const emitter: MQEmitter = redisEmitter ?? mqemitter()
   // One warning per 10 s at most: an outage must not flood the logs.
   let lastWarning = 0
   const warn = (err: unknown, msg: string) => {
@@ -27,14 +39,11 @@ export default fp(async function events (app: FastifyInstance) {
     app.log.warn({ err: (err as Error)?.message ?? String(err) }, msg)
   }
   // mqemitter-redis's own ioredis connections: events are published on the first.
-  interface Connection { status: string; disconnect (): void; quit (): Promise<unknown> }
-  const connections = redisUrl ? [(emitter as unknown as { pubConn: Connection }).pubConn, (emitter as unknown as { subConn: Connection }).subConn] : []
+  const connections = redisEmitter ? [redisEmitter.pubConn, redisEmitter.subConn] : []
   const publisher = connections[0] ?? null
-  if (redisUrl) {
-    // mqemitter-redis re-emits its connections' errors on `state`; unheard, one Redis outage would crash
-    // the process. The connections reconnect (and re-subscribe) by themselves; readiness reports the outage.
-    ;(emitter as unknown as { state: NodeJS.EventEmitter }).state.on('error', (err: Error) => warn(err, 'redis pub/sub connection error'))
-  }
+  // mqemitter-redis re-emits its connections' errors on `state`; unheard, one Redis outage would crash
+  // the process. The connections reconnect (and re-subscribe) by themselves; readiness reports the outage.
+  redisEmitter?.state.on('error', (err: Error) => warn(err, 'redis pub/sub connection error'))
   const roomTopic = (roomId: string) => `${redisPrefix}room/${roomId}`
   app.decorate('emitter', emitter)
   app.decorate('roomTopic', roomTopic)

@@ -17,7 +17,10 @@ declare module 'fastify' {
     metricsRegistry: Registry
   }
   interface FastifyRequest {
-    /** The GraphQL answer (or batch of answers) sent, as an object: its outcome and error codes are counted once the response is sent. */
+    /**
+     * The GraphQL answer (or batch of answers) sent, as an object: its
+     * outcome and error codes are counted once the response is sent.
+     */
     graphqlAnswer: unknown
   }
 }
@@ -84,6 +87,7 @@ class Tally {
   }
 }
 
+/* eslint-disable no-new -- a prom-client metric registers itself in `registers` when constructed */
 export default fp(async function metrics (app: FastifyInstance) {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
@@ -181,7 +185,10 @@ export default fp(async function metrics (app: FastifyInstance) {
     if (executed) {
       operations.of(nameLabel(executed.name), executed.type, outcome).count++
     } else {
-      const params = (request.method === 'GET' ? request.query : request.body) as { operationName?: unknown; query?: unknown } | null
+      const params = (request.method === 'GET' ? request.query : request.body) as {
+        operationName?: unknown
+        query?: unknown
+      } | null
       const operation = leadingOperation(params?.query)
       const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
       operations.of(nameLabel(operation?.name ?? requestedName), operation?.type ?? 'unknown', outcome).count++
@@ -193,11 +200,16 @@ export default fp(async function metrics (app: FastifyInstance) {
   }
 
   /** Counts one answered request of `route` (a route pattern, or '(unmatched)'). */
-  const answered = (route: string, durations: Map<string, { observe (seconds: number): void }>, request: FastifyRequest, reply: FastifyReply) => {
+  const answered = (
+    route: string,
+    durations: Map<string, { observe(seconds: number): void }>,
+    request: FastifyRequest,
+    reply: FastifyReply
+  ) => {
     const status = reply.statusCode
     requests.of(request.method, route, status).count++
     let duration = durations.get(request.method)
-    if (!duration) durations.set(request.method, duration = httpDuration.labels(request.method, route))
+    if (!duration) durations.set(request.method, (duration = httpDuration.labels(request.method, route)))
     duration.observe(reply.elapsedTime / 1000)
     if (status === 429) rejections.of(route).count++
     if (status >= 400 && SOAP_ROUTE.test(route)) faults.of(route, status).count++
@@ -206,11 +218,14 @@ export default fp(async function metrics (app: FastifyInstance) {
   app.addHook('onRoute', (route) => {
     const durations = new Map<string, { observe (seconds: number): void }>()
     const graphql = route.url === GRAPHQL_ROUTE
-    route.onResponse = appendRouteHook(route.onResponse, (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
-      answered(route.url, durations, request, reply)
-      if (graphql) countGraphQLAnswer(request)
-      done()
-    })
+    route.onResponse = appendRouteHook(
+      route.onResponse,
+      (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+        answered(route.url, durations, request, reply)
+        if (graphql) countGraphQLAnswer(request)
+        done()
+      }
+    )
   })
   // Unmatched URLs (no route, so none of the hooks above) share one label: raw URLs would make the label set unbounded.
   const unmatchedDurations = new Map<string, { observe (seconds: number): void }>()

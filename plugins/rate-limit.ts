@@ -14,7 +14,13 @@ import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
 import type { CostReport } from '../app/limits/cost-report.ts'
 import { appendRouteHook } from '../app/route-hooks.ts'
-import { localCounters, redisCounters, sharedCounters, type WindowCount, type WindowCounters } from '../app/limits/window-counters.ts'
+import {
+  localCounters,
+  redisCounters,
+  sharedCounters,
+  type WindowCount,
+  type WindowCounters
+} from '../app/limits/window-counters.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -63,7 +69,10 @@ export default fp(async function rateLimits (app: FastifyInstance) {
       // One line per window at most: an outage must not flood the logs.
       if (Date.now() - lastWarning > limits.rateWindowMs) {
         lastWarning = Date.now()
-        app.log.warn({ err: (err as Error).message }, 'rate-limit counters unavailable in Redis; enforcing per instance')
+        app.log.warn(
+          { err: (err as Error).message },
+          'rate-limit counters unavailable in Redis; enforcing per instance'
+        )
       }
     })
     : localCounters()
@@ -74,12 +83,18 @@ export default fp(async function rateLimits (app: FastifyInstance) {
   /** Counts one request of the caller: at once from in-process counters, after a round trip from Redis. */
   const countRequest = (caller: Caller | null, ip: string, amount = 1): WindowCount | Promise<WindowCount> => {
     const key = counterKey('req', caller, ip)
-    return counters.incrNow ? counters.incrNow(key, amount, limits.rateWindowMs) : counters.incr(key, amount, limits.rateWindowMs)
+    return counters.incrNow
+      ? counters.incrNow(key, amount, limits.rateWindowMs)
+      : counters.incr(key, amount, limits.rateWindowMs)
   }
   const overBudget = ({ total, resetMs }: WindowCount): AppError | undefined => {
     if (total <= max) return undefined
     const resetSec = Math.ceil(resetMs / 1000)
-    return new AppError('RATE_LIMITED', `Rate limit exceeded: at most ${max} requests per ${windowSec} s; retry in ${resetSec} s`, { retryAfter: resetSec })
+    return new AppError(
+      'RATE_LIMITED',
+      `Rate limit exceeded: at most ${max} requests per ${windowSec} s; retry in ${resetSec} s`,
+      { retryAfter: resetSec }
+    )
   }
   /** Sets the budget headers; the error to answer with when the request is over the budget. */
   const judge = (reply: FastifyReply, count: WindowCount): AppError | undefined => {
@@ -116,20 +131,30 @@ export default fp(async function rateLimits (app: FastifyInstance) {
 
   app.decorate('spendCostUnits', async (caller: Caller | null, ip: string, cost: number) => {
     const key = counterKey('cost', caller, ip)
-    const { total, resetMs } = counters.incrNow ? counters.incrNow(key, cost, limits.rateWindowMs) : await counters.incr(key, cost, limits.rateWindowMs)
+    const { total, resetMs } = counters.incrNow
+      ? counters.incrNow(key, cost, limits.rateWindowMs)
+      : await counters.incr(key, cost, limits.rateWindowMs)
     return { remaining: limits.rateCostUnits - total, resetMs }
   })
 
   app.decorate('chargeCost', async (caller: Caller | null, ip: string, requested: number): Promise<CostReport> => {
     const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
     if (requested > budget) {
-      throw new AppError('COST_LIMIT_EXCEEDED', `Query cost ${requested} exceeds the budget of ${budget} for this caller`, { cost: requested, budget })
+      throw new AppError(
+        'COST_LIMIT_EXCEEDED',
+        `Query cost ${requested} exceeds the budget of ${budget} for this caller`,
+        { cost: requested, budget }
+      )
     }
     // Looked up on the app at each call, so a test can slow the spending down.
     const { remaining, resetMs } = await app.spendCostUnits(caller, ip, requested)
     if (remaining < 0) {
       const retryAfter = Math.ceil(resetMs / 1000)
-      throw new AppError('RATE_LIMITED', `Cost rate limit exceeded: at most ${limits.rateCostUnits} cost units per ${windowSec} s; retry in ${retryAfter} s`, { cost: requested, retryAfter })
+      throw new AppError(
+        'RATE_LIMITED',
+        `Cost rate limit exceeded: at most ${limits.rateCostUnits} cost units per ${windowSec} s; retry in ${retryAfter} s`,
+        { cost: requested, retryAfter }
+      )
     }
     return { requested, budget, remaining }
   })

@@ -55,7 +55,10 @@ export default fp(async function redis (app: FastifyInstance) {
   })
   // QUIT lets pending replies arrive; bounded, so a Redis that vanishes mid-shutdown cannot hold it up.
   app.addHook('onClose', async () => {
-    await Promise.race([client.quit().catch(() => {}), new Promise((resolve) => setTimeout(resolve, CLOSE_WAIT_MS).unref())])
+    await Promise.race([
+      client.quit().catch(() => {}),
+      new Promise((resolve) => setTimeout(resolve, CLOSE_WAIT_MS).unref())
+    ])
     client.disconnect()
   })
 }, { name: 'redis', dependencies: ['config'] })

@@ -90,5 +90,8 @@ export default fp(async function tracing (app: FastifyInstance) {
       return active ? context.with(active, handler, this, request, reply) : handler.call(this, request, reply)
     } as typeof route.handler
   })
-  app.log.info({ tracesUrl: settings.tracesUrl, protocol: settings.protocol, serviceName: settings.serviceName }, 'tracing on (OTLP)')
+  app.log.info(
+    { tracesUrl: settings.tracesUrl, protocol: settings.protocol, serviceName: settings.serviceName },
+    'tracing on (OTLP)'
+  )
 }, { name: 'tracing', dependencies: ['config'] })

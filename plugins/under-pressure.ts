@@ -30,7 +30,9 @@ export default fp(async function pressure (app: FastifyInstance) {
   if (limits.maxEventLoopDelayMs > 0) checks.push(['eventLoopDelay', limits.maxEventLoopDelayMs, () => eventLoopDelay])
   if (limits.maxHeapUsedBytes > 0) checks.push(['heapUsedBytes', limits.maxHeapUsedBytes, () => heapUsed])
   if (limits.maxRssBytes > 0) checks.push(['rssBytes', limits.maxRssBytes, () => rss])
-  if (limits.maxEventLoopUtilization > 0) checks.push(['eventLoopUtilization', limits.maxEventLoopUtilization, () => utilization])
+  if (limits.maxEventLoopUtilization > 0) {
+    checks.push(['eventLoopUtilization', limits.maxEventLoopUtilization, () => utilization])
+  }
   if (checks.length === 0) return
 
   const histogram = monitorEventLoopDelay({ resolution: RESOLUTION_MS })
@@ -65,6 +67,10 @@ export default fp(async function pressure (app: FastifyInstance) {
     if (/xml/i.test(request.headers['content-type'] ?? '')) {
       return done(new AppError('SERVICE_UNAVAILABLE', PRESSURE_MESSAGE, { retryAfterSec: limits.retryAfterSec }))
     }
-    reply.send({ errors: [{ message: PRESSURE_MESSAGE, extensions: { code: 'SERVICE_UNAVAILABLE', retryAfterSec: limits.retryAfterSec } }] })
+    reply.send({
+      errors: [
+        { message: PRESSURE_MESSAGE, extensions: { code: 'SERVICE_UNAVAILABLE', retryAfterSec: limits.retryAfterSec } }
+      ]
+    })
   })
 }, { name: 'under-pressure', dependencies: ['config'] })

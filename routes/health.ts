@@ -53,6 +53,8 @@ export default fp(async function health (app: FastifyInstance) {
   app.get('/health/ready', async (_request, reply) => {
     const checks = await sharedChecks()
     const ready = !closing && Object.values(checks).every((v) => v === 'ok')
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : (closing ? 'shutting down' : 'not ready'), checks })
+    return reply
+      .code(ready ? 200 : 503)
+      .send({ status: ready ? 'ready' : closing ? 'shutting down' : 'not ready', checks })
   })
 }, { name: 'health', dependencies: ['config', 'store'] })

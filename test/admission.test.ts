@@ -24,7 +24,10 @@ test('fragments that spread each other are analysed once: a 2^40-field document 
 
   const ws = wsClient(url)
   t.teardown(() => ws.dispose())
-  const subscription = document.replace('{ users(limit: 1) { ...F0 } }', 'subscription { messageAdded(roomId: "r") { author { ...F0 } } }')
+  const subscription = document.replace(
+    '{ users(limit: 1) { ...F0 } }',
+    'subscription { messageAdded(roomId: "r") { author { ...F0 } } }'
+  )
   const overWs = await collect(ws, subscription).done
   t.match(overWs.error, [refusal], 'WebSocket (graphql-transport-ws)')
 
@@ -38,21 +41,41 @@ test('__typename and every leaf are priced: 2000 aliases of __typename are over 
   const { url } = await listenTestApp(t, { MAX_ALIASES: '2000' })
   const aliases = Array.from({ length: 2000 }, (_, i) => `t${i}: __typename`).join(' ')
   const { body } = await gql(url, `{ ${aliases} }`)
-  t.match(body.errors, [{ message: 'Query cost 2000 exceeds the budget of 1000 for this caller', extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 2000 } }])
-  t.equal((await gql(url, '{ __typename users(limit: 2) { __typename id } }')).body.extensions.cost.requested, 1 + 2 * 2)
+  t.match(body.errors, [
+    {
+      message: 'Query cost 2000 exceeds the budget of 1000 for this caller',
+      extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 2000 }
+    }
+  ])
+  t.equal(
+    (await gql(url, '{ __typename users(limit: 2) { __typename id } }')).body.extensions.cost.requested,
+    1 + 2 * 2
+  )
 })
 
 test('document text is capped before parsing: by length and by tokens, with a clear code', async (t) => {
   const { url } = await listenTestApp(t, { MAX_QUERY_LENGTH: '5000', MAX_QUERY_TOKENS: '200' })
   const long = await gql(url, `{ users(limit: 1) { id } } ${'#'.repeat(5000)}`)
-  t.match(long.body.errors, [{ message: 'The document is longer than 5000 characters', extensions: { code: 'QUERY_TOO_LARGE' } }])
+  t.match(long.body.errors, [
+    { message: 'The document is longer than 5000 characters', extensions: { code: 'QUERY_TOO_LARGE' } }
+  ])
   const many = await gql(url, `{ ${'__typename '.repeat(300)} }`)
-  t.match(many.body.errors, [{ message: 'The document has more than 200 tokens', extensions: { code: 'QUERY_TOO_LARGE', maxTokens: 200 } }])
+  t.match(many.body.errors, [
+    { message: 'The document has more than 200 tokens', extensions: { code: 'QUERY_TOO_LARGE', maxTokens: 200 } }
+  ])
 })
 
 test('100 distinct maximum-size documents leave the plan cache within its byte bound and the heap under 150 MB more', async (t) => {
   const PLAN_CACHE_BYTES = 16 * 1024 * 1024
-  const { app, url } = await listenTestApp(t, { PLAN_CACHE_BYTES: String(PLAN_CACHE_BYTES), MAX_QUERY_LENGTH: '65536', MAX_QUERY_TOKENS: '20000', COST_BUDGET_ANONYMOUS: '100000', RATE_LIMIT_REQUESTS: '1000', RATE_LIMIT_COST: '100000000', MAX_ALIASES: '20000' })
+  const { app, url } = await listenTestApp(t, {
+    PLAN_CACHE_BYTES: String(PLAN_CACHE_BYTES),
+    MAX_QUERY_LENGTH: '65536',
+    MAX_QUERY_TOKENS: '20000',
+    COST_BUDGET_ANONYMOUS: '100000',
+    RATE_LIMIT_REQUESTS: '1000',
+    RATE_LIMIT_COST: '100000000',
+    MAX_ALIASES: '20000'
+  })
   collectGarbage()
   const before = process.memoryUsage().heapUsed
   for (let n = 0; n < 100; n++) {
@@ -73,7 +96,9 @@ test('100 distinct maximum-size documents leave the plan cache within its byte b
 
 test('the answer is capped in bytes: a larger one is replaced by RESPONSE_TOO_LARGE', async (t) => {
   const { url, store } = await listenTestApp(t, { MAX_RESPONSE_BYTES: '2048' }, { demo: false })
-  await store.insertUsers(Array.from({ length: 60 }, (_, i) => ({ name: `User number ${i}`, email: `u${i}@example.com` })))
+  await store.insertUsers(
+    Array.from({ length: 60 }, (_, i) => ({ name: `User number ${i}`, email: `u${i}@example.com` }))
+  )
   const small = await gql(url, '{ users(limit: 2) { id } }')
   t.equal(small.body.data.users.length, 2)
   const large = await gql(url, '{ users(limit: 60) { id name createdAt } }')
@@ -85,7 +110,9 @@ test('the answer is capped in bytes: a larger one is replaced by RESPONSE_TOO_LA
 test('the answer cap counts UTF-8 bytes, not characters', async (t) => {
   const { url, store } = await listenTestApp(t, { MAX_RESPONSE_BYTES: '2048' }, { demo: false })
   // 12 names of 60 three-byte characters: about 900 characters of JSON, but over 2300 bytes.
-  await store.insertUsers(Array.from({ length: 12 }, (_, i) => ({ name: '漢'.repeat(60), email: `kanji${i}@example.com` })))
+  await store.insertUsers(
+    Array.from({ length: 12 }, (_, i) => ({ name: '漢'.repeat(60), email: `kanji${i}@example.com` }))
+  )
   const answer = await gql(url, '{ users(limit: 12) { name } }')
   t.match(answer.body, { errors: [{ extensions: { code: 'RESPONSE_TOO_LARGE', maxResponseBytes: 2048 } }] })
   const fits = await gql(url, '{ users(limit: 5) { name } }')
@@ -98,12 +125,15 @@ test('malformed operations get clear codes, never INTERNAL_SERVER_ERROR', async 
   t.match(subscriptionByPost.body.errors, [{ message: /Subscriptions are served over WebSocket .* or server-sent events/, extensions: { code: 'BAD_REQUEST' } }])
 
   const unused = await gql(url, 'query ($x: Int) { users(limit: 1) { id } }')
-  t.match(unused.body.errors, [{ message: 'Variable "$x" is never used.', extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } }])
+  t.match(unused.body.errors, [
+    { message: 'Variable "$x" is never used.', extensions: { code: 'GRAPHQL_VALIDATION_FAILED' } }
+  ])
 
   const wrongType = await gql(url, 'query ($n: Int) { users(limit: $n) { id } }', { n: 'ten' })
   t.match(wrongType.body.errors, [{ message: /^Variable "\$n" got invalid value "ten"/, extensions: { code: 'BAD_USER_INPUT' } }])
 
-  // Variables nested far deeper than any input type of the schema (written as text: JSON.stringify would overflow here).
+  // Variables nested far deeper than any input type of the schema
+  // (written as text: JSON.stringify would overflow here).
   const deep = `${'{"a":'.repeat(50_000)}"bottom"${'}'.repeat(50_000)}`
   const query = JSON.stringify('mutation ($input: CreateUserInput!) { createUser(input: $input) { id } }')
   const response = await fetch(`${url}/graphql`, {
@@ -117,8 +147,16 @@ test('malformed operations get clear codes, never INTERNAL_SERVER_ERROR', async 
 
 test('a multi-operation document runs the operation named, each compiled on its own', async (t) => {
   const { url } = await listenTestApp(t, {}, {})
-  const document = 'query Admin { user(id: "1") { name } } query Ada { user(id: "2") { name } } mutation Nope { deleteUser(id: "2") }'
-  const run = async (operationName: string) => (await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: document, operationName }) })).json() as Promise<any>
+  const document =
+    'query Admin { user(id: "1") { name } } query Ada { user(id: "2") { name } } mutation Nope { deleteUser(id: "2") }'
+  const run = async (operationName: string) =>
+    (
+      await fetch(`${url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ query: document, operationName })
+      })
+    ).json() as Promise<any>
   for (let i = 0; i < 3; i++) {
     t.equal((await run('Ada')).data.user.name, 'Ada Lovelace')
     t.equal((await run('Admin')).data.user.name, 'Admin')

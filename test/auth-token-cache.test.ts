@@ -11,14 +11,20 @@ test('1100 verified 8 KB tokens overflow the 16 MiB bound: the first is verified
   app.jwt.verify = ((token: string) => { verifications++; return verify(token) }) as typeof app.jwt.verify
   const sign = createSigner({ key: TEST_JWT_SECRET, expiresIn: 600_000 })
   const send = async (token: string) => {
-    const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify({ query: '{ __typename }' }) })
+    const response = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify({ query: '{ __typename }' })
+    })
     await response.arrayBuffer()
     return response.status
   }
 
   const short = sign({ sub: '2', role: 'USER' })
   // Signed once each (a token signed again gets a new iat, so a new text).
-  const longTokens = Array.from({ length: 1101 }, (_, n) => sign({ sub: '2', role: 'USER', padding: `${n}${'x'.repeat(6000)}` }))
+  const longTokens = Array.from({ length: 1101 }, (_, n) =>
+    sign({ sub: '2', role: 'USER', padding: `${n}${'x'.repeat(6000)}` })
+  )
   const long = (n: number) => longTokens[n]!
   t.equal(await send(short), 200)
   t.equal(await send(long(0)), 200)

@@ -12,7 +12,11 @@ const now = () => Math.floor(Date.now() / 1000)
 
 /** Runs `npm run token -- <args>` as a process (node cli/mint-token.ts) with only `env` set. */
 function mint (args: string[], env: Record<string, string> = {}) {
-  return spawnSync(process.execPath, ['cli/mint-token.ts', ...args], { cwd: REPO, env: processEnv(env), encoding: 'utf8' })
+  return spawnSync(process.execPath, ['cli/mint-token.ts', ...args], {
+    cwd: REPO,
+    env: processEnv(env),
+    encoding: 'utf8'
+  })
 }
 
 function hs256 (payload: object, header: object = { alg: 'HS256', typ: 'JWT' }, secret = TEST_JWT_SECRET): string {
@@ -38,11 +42,13 @@ test('the token boundary refuses bad tokens before execution (401, UNAUTHENTICAT
     'no exp': hs256({ sub: '1', role: 'ADMIN' }),
     'unknown role': hs256({ sub: '1', role: 'ROOT', exp: now() + 60 }),
     'no subject': hs256({ role: 'ADMIN', exp: now() + 60 }),
-    'garbage': 'not-a-token'
+    garbage: 'not-a-token'
   }
   for (const [name, token] of Object.entries(bad)) {
     const before = await store.countUsers()
-    const { status, body } = await gql(url, 'mutation { deleteUser(id: "2") }', undefined, { authorization: `Bearer ${token}` })
+    const { status, body } = await gql(url, 'mutation { deleteUser(id: "2") }', undefined, {
+      authorization: `Bearer ${token}`
+    })
     t.equal(status, 401, `${name}: 401`)
     t.match(body, { errors: [{ extensions: { code: 'UNAUTHENTICATED' } }] }, `${name}: UNAUTHENTICATED`)
     t.notOk(body.data, `${name}: nothing executed`)
@@ -55,18 +61,25 @@ test('the token boundary refuses bad tokens before execution (401, UNAUTHENTICAT
   t.equal(basic.body.errors[0].message, 'Invalid Authorization header: expected "Bearer <token>"')
   const malformed = await gql(url, '{ users { id } }', undefined, { authorization: 'Bearer abc' })
   t.equal(malformed.status, 401)
-  t.equal(malformed.body.errors[0].message, 'Malformed bearer token: a JWT is three base64url parts separated by dots', '"Bearer abc" has the expected form: the token is what is wrong')
+  t.equal(
+    malformed.body.errors[0].message,
+    'Malformed bearer token: a JWT is three base64url parts separated by dots',
+    '"Bearer abc" has the expected form: the token is what is wrong'
+  )
   // The valid token works, and a cookie is never read.
   const ok = await gql(url, '{ user(id: "2") { email adminNotes } }', undefined, { authorization: `Bearer ${valid}` })
   t.same(ok.body.data, { user: { email: 'ada@example.com', adminNotes: null } })
-  const cookie = await gql(url, '{ user(id: "2") { email } }', undefined, { cookie: `token=${valid}; authorization=Bearer%20${valid}` })
+  const cookie = await gql(url, '{ user(id: "2") { email } }', undefined, {
+    cookie: `token=${valid}; authorization=Bearer%20${valid}`
+  })
   t.same(cookie.body.data, { user: { email: null } })
 })
 
 test('a verified token is remembered only until it expires, and only by its exact text', async (t) => {
   const { app, url } = await listenTestApp(t, { JWT_CLOCK_TOLERANCE_SEC: '0' })
   const token = hs256({ sub: '2', role: 'USER', exp: now() + 2 })
-  const send = (value: string) => gql(url, '{ user(id: "2") { email } }', undefined, { authorization: `Bearer ${value}` })
+  const send = (value: string) =>
+    gql(url, '{ user(id: "2") { email } }', undefined, { authorization: `Bearer ${value}` })
   t.same((await send(token)).body.data, { user: { email: 'ada@example.com' } }, 'verified and remembered')
   t.same((await send(token)).body.data, { user: { email: 'ada@example.com' } }, 'answered from memory')
   // The same claims under another signature: not the remembered text, so verified, and refused.
@@ -87,7 +100,10 @@ test('a verified token is remembered only until it expires, and only by its exac
 
 test('clock tolerance, issuer and audience are enforced when configured', async (t) => {
   const { url } = await listenTestApp(t, { JWT_ISSUER: 'https://issuer.example', JWT_AUDIENCE: 'graphql-api', JWT_CLOCK_TOLERANCE_SEC: '10' })
-  const send = (claims: object) => gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${hs256({ sub: '2', role: 'USER', ...claims })}` })
+  const send = (claims: object) =>
+    gql(url, '{ users(limit: 1) { id } }', undefined, {
+      authorization: `Bearer ${hs256({ sub: '2', role: 'USER', ...claims })}`
+    })
   t.equal((await send({ exp: now() + 60, iss: 'https://issuer.example', aud: 'graphql-api' })).status, 200)
   t.equal((await send({ exp: now() - 5, iss: 'https://issuer.example', aud: 'graphql-api' })).status, 200, 'within the clock tolerance')
   t.equal((await send({ exp: now() - 30, iss: 'https://issuer.example', aud: 'graphql-api' })).status, 401, 'past the clock tolerance')
@@ -106,14 +122,19 @@ test('RS256 with a public key verifies tokens signed by the private key', async 
   const ok = await gql(url, '{ user(id: "2") { email } }', undefined, { authorization: `Bearer ${token('2')}` })
   t.same(ok.body.data, { user: { email: 'ada@example.com' } })
   // An HS256 token made with the public key as the HMAC secret (the classic confusion attack) is refused.
-  const confused = hs256({ sub: '1', role: 'ADMIN', exp: now() + 60 }, undefined, publicKey.export({ type: 'spki', format: 'pem' }) as string)
+  const confused = hs256(
+    { sub: '1', role: 'ADMIN', exp: now() + 60 },
+    undefined,
+    publicKey.export({ type: 'spki', format: 'pem' }) as string
+  )
   t.equal((await gql(url, '{ users { id } }', undefined, { authorization: `Bearer ${confused}` })).status, 401)
 })
 
 test('field rules: email for the user themself or an ADMIN, adminNotes for ADMIN only', async (t) => {
   const { url, token } = await listenTestApp(t)
   const query = '{ user(id: "4") { id name email adminNotes } }'
-  const as = (sub?: string, role?: 'USER' | 'ADMIN' | 'SERVICE') => gql(url, query, undefined, sub ? { authorization: `Bearer ${token(sub, role)}` } : {})
+  const as = (sub?: string, role?: 'USER' | 'ADMIN' | 'SERVICE') =>
+    gql(url, query, undefined, sub ? { authorization: `Bearer ${token(sub, role)}` } : {})
   const grace = { id: '4', name: 'Grace Hopper' }
 
   const anonymous = await as()
@@ -130,7 +151,10 @@ test('field rules: email for the user themself or an ADMIN, adminNotes for ADMIN
 
   const other = await as('2')
   t.same(other.body.data.user, { ...grace, email: null, adminNotes: null })
-  t.match(other.body.errors, [{ path: ['user', 'email'], extensions: { code: 'FORBIDDEN' } }, { path: ['user', 'adminNotes'], extensions: { code: 'FORBIDDEN' } }])
+  t.match(other.body.errors, [
+    { path: ['user', 'email'], extensions: { code: 'FORBIDDEN' } },
+    { path: ['user', 'adminNotes'], extensions: { code: 'FORBIDDEN' } }
+  ])
 
   const admin = await as('1', 'ADMIN')
   t.same(admin.body.data.user, { ...grace, email: 'grace@example.com', adminNotes: 'Prefers COBOL' })
@@ -143,7 +167,9 @@ test('field rules: email for the user themself or an ADMIN, adminNotes for ADMIN
 
 test('field rules hold inside lists: each user decides for their own email', async (t) => {
   const { url, token } = await listenTestApp(t)
-  const { status, body } = await gql(url, '{ users { id email } }', undefined, { authorization: `Bearer ${token('3')}` })
+  const { status, body } = await gql(url, '{ users { id email } }', undefined, {
+    authorization: `Bearer ${token('3')}`
+  })
   t.equal(status, 200)
   t.same(body.data.users.map((u: { email: string | null }) => u.email), [null, null, 'alan@example.com', null, null])
   t.equal(body.errors.length, 4)
@@ -168,7 +194,8 @@ test('every mutation authorizes its action, per caller class', async (t) => {
   }
 
   let n = 0
-  const create = () => `mutation { createUser(input: { name: "New ${++n}", email: "new${n}@example.com" }) { id name } }`
+  const create = () =>
+    `mutation { createUser(input: { name: "New ${++n}", email: "new${n}@example.com" }) { id name } }`
   await expectDenied('anonymous', create(), 'UNAUTHENTICATED', 'Must be logged in')
   await expectDenied('self', create(), 'FORBIDDEN')
   t.match((await gql(url, create(), undefined, headers('admin'))).body.data.createUser, { name: /^New/ })
@@ -179,12 +206,24 @@ test('every mutation authorizes its action, per caller class', async (t) => {
   await expectDenied('other', rename, 'FORBIDDEN')
   await expectDenied('service', rename, 'FORBIDDEN')
   t.same((await gql(url, rename, undefined, headers('self'))).body.data, { updateUser: { name: 'Alan M. Turing' } })
-  t.same((await gql(url, rename.replace('Alan M. Turing', 'Alan Turing'), undefined, headers('admin'))).body.data, { updateUser: { name: 'Alan Turing' } })
+  t.same((await gql(url, rename.replace('Alan M. Turing', 'Alan Turing'), undefined, headers('admin'))).body.data, {
+    updateUser: { name: 'Alan Turing' }
+  })
 
   const promote = 'mutation { updateUser(id: "3", input: { role: ADMIN }) { id } }'
   await expectDenied('self', promote, 'FORBIDDEN', /Only administrators may change role or adminNotes/)
   await expectDenied('self', 'mutation { updateUser(id: "3", input: { adminNotes: "mine" }) { id } }', 'FORBIDDEN')
-  t.same((await gql(url, 'mutation { updateUser(id: "3", input: { adminNotes: "checked" }) { adminNotes } }', undefined, headers('admin'))).body.data, { updateUser: { adminNotes: 'checked' } })
+  t.same(
+    (
+      await gql(
+        url,
+        'mutation { updateUser(id: "3", input: { adminNotes: "checked" }) { adminNotes } }',
+        undefined,
+        headers('admin')
+      )
+    ).body.data,
+    { updateUser: { adminNotes: 'checked' } }
+  )
 
   const remove = 'mutation { deleteUser(id: "3") }'
   for (const who of ['anonymous', 'self', 'other', 'service'] as const) {
@@ -197,7 +236,11 @@ test('every mutation authorizes its action, per caller class', async (t) => {
   const anonymousPost = await gql(url, post)
   t.match(anonymousPost.body.errors, [{ message: 'Must be logged in', extensions: { code: 'UNAUTHENTICATED' } }])
   t.equal(anonymousPost.body.data, null)
-  t.same((await gql(url, post, undefined, headers('other'))).body.data, { postMessage: { content: 'hi', author: { id: '2' } } }, 'the author is the caller')
+  t.same(
+    (await gql(url, post, undefined, headers('other'))).body.data,
+    { postMessage: { content: 'hi', author: { id: '2' } } },
+    'the author is the caller'
+  )
 })
 
 test('introspection in production: refused however it is written, allowed for ADMIN', async (t) => {
@@ -213,7 +256,11 @@ test('introspection in production: refused however it is written, allowed for AD
   }
   for (const [name, query] of Object.entries(forms)) {
     const denied = await gql(url, query)
-    t.match(denied.body, { errors: [{ message: 'Introspection disabled', extensions: { code: 'INTROSPECTION_DISABLED' } }] }, `${name}: refused`)
+    t.match(
+      denied.body,
+      { errors: [{ message: 'Introspection disabled', extensions: { code: 'INTROSPECTION_DISABLED' } }] },
+      `${name}: refused`
+    )
     t.notOk(denied.body.data, `${name}: no data`)
     const user = await gql(url, query, undefined, { authorization: `Bearer ${token('2')}` })
     t.match(user.body.errors, [{ message: 'Introspection disabled' }], `${name}: refused for USER`)
@@ -222,22 +269,34 @@ test('introspection in production: refused however it is written, allowed for AD
     t.ok(admin.body.data, `${name}: ADMIN gets data`)
   }
   const typename = await gql(url, '{ __typename users(limit: 1) { __typename id } }')
-  t.same(typename.body.data, { __typename: 'Query', users: [{ __typename: 'User', id: '1' }] }, '__typename is not introspection')
+  t.same(
+    typename.body.data,
+    { __typename: 'Query', users: [{ __typename: 'User', id: '1' }] },
+    '__typename is not introspection'
+  )
 })
 
 test('introspection is open in development and the SDL shows the @auth directive', async (t) => {
   const { url } = await listenTestApp(t)
-  const { body } = await gql(url, '{ __schema { directives { name args { name } } } __type(name: "User") { fields { name } } }')
+  const { body } = await gql(
+    url,
+    '{ __schema { directives { name args { name } } } __type(name: "User") { fields { name } } }'
+  )
   t.notOk(body.errors)
   t.ok(body.data.__schema.directives.some((d: { name: string }) => d.name === 'auth'))
-  t.same(body.data.__type.fields.map((f: { name: string }) => f.name), ['id', 'name', 'email', 'createdAt', 'adminNotes'])
+  t.same(
+    body.data.__type.fields.map((f: { name: string }) => f.name),
+    ['id', 'name', 'email', 'createdAt', 'adminNotes']
+  )
 })
 
 test('npm run token mints a token the service accepts, says which key signed it, and takes --expires-in 1h', async (t) => {
   const { url } = await listenTestApp(t)
   const minted = mint(['--sub', '1', '--role', 'ADMIN', '--expires-in', '1h'], { JWT_SECRET: TEST_JWT_SECRET })
   t.equal(minted.status, 0, minted.stderr)
-  const { body } = await gql(url, '{ user(id: "4") { adminNotes } }', undefined, { authorization: `Bearer ${minted.stdout.trim()}` })
+  const { body } = await gql(url, '{ user(id: "4") { adminNotes } }', undefined, {
+    authorization: `Bearer ${minted.stdout.trim()}`
+  })
   t.same(body.data, { user: { adminNotes: 'Prefers COBOL' } })
   const claims = JSON.parse(Buffer.from(minted.stdout.trim().split('.')[1]!, 'base64url').toString())
   t.equal(claims.exp - claims.iat, 3600, '--expires-in 1h is an hour')

@@ -22,62 +22,158 @@ test('a response carrying GraphQL errors fails the scenario, whatever its HTTP s
   const userById = scenarios.find((s) => s.name === 'user-by-id')
   const errorBody = '{"data":null,"errors":[{"message":"Rate limit exceeded","extensions":{"code":"RATE_LIMITED"}}]}'
   t.notOk(usersList!.quickCheck(errorBody), 'the per-response check refuses an errors entry')
-  t.notOk(usersList!.quickCheck('{"data":{"users":[]},"errors":[{"message":"x"}]}'), 'partial data with errors is refused too')
-  t.match(usersList!.verify(usersList!.next(), { status: 200, contentType: 'application/json', body: errorBody }), /errors/)
-  t.match(usersList!.verify(usersList!.next(), { status: 503, contentType: 'application/json', body: '{}' }), /HTTP 503/)
+  t.notOk(
+    usersList!.quickCheck('{"data":{"users":[]},"errors":[{"message":"x"}]}'),
+    'partial data with errors is refused too'
+  )
+  t.match(
+    usersList!.verify(usersList!.next(), { status: 200, contentType: 'application/json', body: errorBody }),
+    /errors/
+  )
+  t.match(
+    usersList!.verify(usersList!.next(), { status: 503, contentType: 'application/json', body: '{}' }),
+    /HTTP 503/
+  )
   const request = userById!.next()
   const wrongUser = '{"data":{"user":{"id":"u2","name":"A","email":"a@example.com"}}}'
-  t.match(userById!.verify(request, { status: 200, contentType: 'application/json', body: wrongUser }), /asked for user u1/)
+  t.match(
+    userById!.verify(request, { status: 200, contentType: 'application/json', body: wrongUser }),
+    /asked for user u1/
+  )
   const hiddenEmail = '{"data":{"user":{"id":"u1","name":"A","email":null}}}'
-  t.match(userById!.verify(request, { status: 200, contentType: 'application/json', body: hiddenEmail }), /email not visible/)
-  t.equal(userById!.verify(request, { status: 200, contentType: 'application/json; charset=utf-8', body: '{"data":{"user":{"id":"u1","name":"A","email":"a@example.com"}}}' }), null)
+  t.match(
+    userById!.verify(request, { status: 200, contentType: 'application/json', body: hiddenEmail }),
+    /email not visible/
+  )
+  t.equal(
+    userById!.verify(request, {
+      status: 200,
+      contentType: 'application/json; charset=utf-8',
+      body: '{"data":{"user":{"id":"u1","name":"A","email":"a@example.com"}}}'
+    }),
+    null
+  )
 })
 
 function report (results: Partial<Result>[]): RunReport {
   return {
-    startedAt: '2026-01-01T00:00:00.000Z', finishedAt: '', command: '', commit: 'abc', smoke: false,
-    machine: { cpus: 2, cpuModel: '', node: '24', platform: '' }, options: {}, notes: [],
+    startedAt: '2026-01-01T00:00:00.000Z',
+    finishedAt: '',
+    command: '',
+    commit: 'abc',
+    smoke: false,
+    machine: { cpus: 2, cpuModel: '', node: '24', platform: '' },
+    options: {},
+    notes: [],
     results: results.map((r) => ({ name: 'x', kind: 'scenario', store: 'sqlite', description: '', status: 'ok', ...r }))
   }
 }
 
 test('bench:check fails under a floor or on a failed scenario, and passes at the floors', async (t) => {
   const floors = { 'users-list': 0.5, 'user-by-id': 0.45 }
-  t.ok(checkThresholds(report([{ name: 'users-list', ratioToRest: 0.5 }, { name: 'user-by-id', ratioToRest: 0.9 }]), floors).ok)
-  const under = checkThresholds(report([{ name: 'users-list', ratioToRest: 0.49 }, { name: 'user-by-id', ratioToRest: 0.9 }]), floors)
+  t.ok(
+    checkThresholds(
+      report([
+        { name: 'users-list', ratioToRest: 0.5 },
+        { name: 'user-by-id', ratioToRest: 0.9 }
+      ]),
+      floors
+    ).ok
+  )
+  const under = checkThresholds(
+    report([
+      { name: 'users-list', ratioToRest: 0.49 },
+      { name: 'user-by-id', ratioToRest: 0.9 }
+    ]),
+    floors
+  )
   t.notOk(under.ok)
   t.match(under.lines.join('\n'), /FAIL users-list: 0\.490 × rest < floor 0\.50/)
   // A ratio just under its floor must not read as equal to it.
-  const justUnder = checkThresholds(report([{ name: 'users-list', ratioToRest: 0.4996 }, { name: 'user-by-id', ratioToRest: 0.9 }]), floors)
+  const justUnder = checkThresholds(
+    report([
+      { name: 'users-list', ratioToRest: 0.4996 },
+      { name: 'user-by-id', ratioToRest: 0.9 }
+    ]),
+    floors
+  )
   t.notOk(justUnder.ok)
-  t.match(justUnder.lines.join('\n'), /FAIL users-list: 0\.499 × rest < floor 0\.50/, 'shown truncated: 0.499, not 0.500')
-  const failed = checkThresholds(report([{ name: 'users-list', ratioToRest: 2 }, { name: 'create-user', status: 'failed', reason: '3 non-2xx responses' }]), floors)
+  t.match(
+    justUnder.lines.join('\n'),
+    /FAIL users-list: 0\.499 × rest < floor 0\.50/,
+    'shown truncated: 0.499, not 0.500'
+  )
+  const failed = checkThresholds(
+    report([
+      { name: 'users-list', ratioToRest: 2 },
+      { name: 'create-user', status: 'failed', reason: '3 non-2xx responses' }
+    ]),
+    floors
+  )
   t.notOk(failed.ok, 'a fast error is never throughput')
   t.match(failed.lines.join('\n'), /skip user-by-id: not measured/)
   // A guarded floor reads the ratio to the guarded row.
-  const guarded = [{ name: 'users-list', ratioToRest: 0.9, guardedBaseline: 'guarded-list', ratioToGuarded: 0.7 }, { name: 'user-by-id', ratioToRest: 0.9 }]
+  const guarded = [
+    { name: 'users-list', ratioToRest: 0.9, guardedBaseline: 'guarded-list', ratioToGuarded: 0.7 },
+    { name: 'user-by-id', ratioToRest: 0.9 }
+  ]
   const underGuarded = checkThresholds(report(guarded), floors, { guardedFloors: { 'users-list': 0.8 } })
   t.notOk(underGuarded.ok)
   t.match(underGuarded.lines.join('\n'), /FAIL users-list: 0\.700 × guarded-list < floor 0\.80/)
   t.ok(checkThresholds(report(guarded), floors, { guardedFloors: { 'users-list': 0.7 } }).ok)
   // And by server CPU per request.
-  const byCpu = checkThresholds(report([{ ...guarded[0]!, cpuRatioToGuarded: 0.6 }, guarded[1]!]), floors, { cpuGuardedFloors: { 'users-list': 0.65 } })
+  const byCpu = checkThresholds(report([{ ...guarded[0]!, cpuRatioToGuarded: 0.6 }, guarded[1]!]), floors, {
+    cpuGuardedFloors: { 'users-list': 0.65 }
+  })
   t.notOk(byCpu.ok)
   t.match(byCpu.lines.join('\n'), /FAIL users-list: 0\.600 × guarded-list by CPU µs\/req < floor 0\.65/)
 })
 
 test('the table shows each row against rest and against its guarded row, by req/s and by server CPU, with how busy each side was', async (t) => {
-  const table = textTable(report([
-    { name: 'rest-user', kind: 'baseline', rps: 20000, cpuMicrosPerRequest: 50, serverBusy: 0.97, clientBusy: 0.99, clientCpuMicrosPerRequest: 49 },
-    { name: 'guarded-user', kind: 'guarded', rps: 16000, ratioToRest: 0.8, cpuRatioToRest: 0.75, cpuMicrosPerRequest: 66, serverBusy: 0.98, clientBusy: 0.8, clientCpuMicrosPerRequest: 50 },
-    { name: 'user-by-id', rps: 10000, ratioToRest: 0.5, cpuRatioToRest: 0.45, guardedBaseline: 'guarded-user', ratioToGuarded: 0.625, cpuRatioToGuarded: 0.6, cpuMicrosPerRequest: 110, serverSystemShare: 0.3, serverBusy: 0.99, clientBusy: 0.5, clientCpuMicrosPerRequest: 50 }
-  ]))
+  const table = textTable(
+    report([
+      {
+        name: 'rest-user',
+        kind: 'baseline',
+        rps: 20000,
+        cpuMicrosPerRequest: 50,
+        serverBusy: 0.97,
+        clientBusy: 0.99,
+        clientCpuMicrosPerRequest: 49
+      },
+      {
+        name: 'guarded-user',
+        kind: 'guarded',
+        rps: 16000,
+        ratioToRest: 0.8,
+        cpuRatioToRest: 0.75,
+        cpuMicrosPerRequest: 66,
+        serverBusy: 0.98,
+        clientBusy: 0.8,
+        clientCpuMicrosPerRequest: 50
+      },
+      {
+        name: 'user-by-id',
+        rps: 10000,
+        ratioToRest: 0.5,
+        cpuRatioToRest: 0.45,
+        guardedBaseline: 'guarded-user',
+        ratioToGuarded: 0.625,
+        cpuRatioToGuarded: 0.6,
+        cpuMicrosPerRequest: 110,
+        serverSystemShare: 0.3,
+        serverBusy: 0.99,
+        clientBusy: 0.5,
+        clientCpuMicrosPerRequest: 50
+      }
+    ])
+  )
   t.match(table, /scenario\s+req\/s\s+× rest\s+CPU × rest\s+× guarded\s+CPU × guarded\s+× limit/)
   t.match(table, /guarded-user\s+16000\s+0\.80\s+0\.75\s+–/)
   t.match(table, /user-by-id\s+10000\s+0\.50\s+0\.45\s+0\.63\s+0\.60\s+–\s+–\s+–\s+110\s+0\.30\s+0\.99\s+50\s+0\.50/)
 })
 
-test('a guarded row pays the service\'s protections: JWT, request and cost budgets with their headers, request id', async (t) => {
+test("a guarded row pays the service's protections: JWT, request and cost budgets with their headers, request id", async (t) => {
   const logDir = mkdtempSync(join(tmpdir(), 'bench-guarded-'))
   const secret = randomBytes(32).toString('hex')
   // A cost window of 5 units and a price of 3 per request: the second request of one caller is over it.
@@ -85,8 +181,14 @@ test('a guarded row pays the service\'s protections: JWT, request and cost budge
     name: 'guarded-test',
     script: 'bench/guarded-server.ts',
     env: {
-      NODE_ENV: 'production', JWT_SECRET: secret, PARTNER_SECRET_KEY: randomBytes(32).toString('hex'), SQLITE_PATH: join(logDir, 'db.sqlite'),
-      DEMO_DATA: 'true', RATE_LIMIT_COST: '5', GUARDED_COST_USER: '3', GUARDED_COST_LIST: '3'
+      NODE_ENV: 'production',
+      JWT_SECRET: secret,
+      PARTNER_SECRET_KEY: randomBytes(32).toString('hex'),
+      SQLITE_PATH: join(logDir, 'db.sqlite'),
+      DEMO_DATA: 'true',
+      RATE_LIMIT_COST: '5',
+      GUARDED_COST_USER: '3',
+      GUARDED_COST_LIST: '3'
     },
     logDir
   })
@@ -94,46 +196,115 @@ test('a guarded row pays the service\'s protections: JWT, request and cost budge
     await server.stop()
     rmSync(logDir, { recursive: true, force: true })
   })
-  const jwt = { algorithms: ['HS256'], secret, publicKey: null, privateKey: null, issuer: null, audience: null, clockToleranceSec: 5 }
-  const rows = guardedScenarios({ users: ['2', '3'].map((id) => ({ id, token: mintToken(jwt, id, 'USER') })), adminToken: 'a', rooms: [], runId: 'x', costs: { user: 3, list: 3 } })
+  const jwt = {
+    algorithms: ['HS256'],
+    secret,
+    publicKey: null,
+    privateKey: null,
+    issuer: null,
+    audience: null,
+    clockToleranceSec: 5
+  }
+  const rows = guardedScenarios({
+    users: ['2', '3'].map((id) => ({ id, token: mintToken(jwt, id, 'USER') })),
+    adminToken: 'a',
+    rooms: [],
+    runId: 'x',
+    costs: { user: 3, list: 3 }
+  })
   const [userGet, userPost] = ['guarded-user-get', 'guarded-user'].map((name) => rows.find((s) => s.name === name)!)
   const call = async (request: { method: string; path: string; headers: Record<string, string>; body?: string }) => {
-    const response = await fetch(server.url + request.path, { method: request.method, headers: request.headers, body: request.body })
-    return { status: response.status, contentType: response.headers.get('content-type') ?? '', headers: response.headers, body: await response.text() }
+    const response = await fetch(server.url + request.path, {
+      method: request.method,
+      headers: request.headers,
+      body: request.body
+    })
+    return {
+      status: response.status,
+      contentType: response.headers.get('content-type') ?? '',
+      headers: response.headers,
+      body: await response.text()
+    }
   }
   const first = userGet!.next()
   const answer = await call(first)
-  t.equal(userGet!.verify(first, answer), null, 'the rest route\'s answer, to its user')
-  t.equal(answer.headers.get('x-ratelimit-remaining'), '99', 'the request budget\'s headers (production: 100 a window)')
+  t.equal(userGet!.verify(first, answer), null, "the rest route's answer, to its user")
+  t.equal(answer.headers.get('x-ratelimit-remaining'), '99', "the request budget's headers (production: 100 a window)")
   t.ok(answer.headers.get('x-request-id'), 'a request id')
   t.equal((await call(first)).status, 429, 'the cost budget is spent once per request, at the given price (3 + 3 > 5)')
   t.equal((await call(userPost!.next())).status, 429, 'the same caller by POST: the same cost budget')
   const post = userPost!.next()
-  t.equal(post.body, JSON.stringify({ query: 'query UserById($id: ID!) { user(id: $id) { id name email } }', variables: { id: '3' } }), 'the POST carries user-by-id\'s body')
+  t.equal(
+    post.body,
+    JSON.stringify({ query: 'query UserById($id: ID!) { user(id: $id) { id name email } }', variables: { id: '3' } }),
+    "the POST carries user-by-id's body"
+  )
   const posted = await call(post)
   t.equal(userPost!.verify(post, posted), null, 'another caller has a budget of its own')
-  t.equal((await call({ ...post, headers: { ...post.headers, authorization: 'Bearer a.b.c' } })).status, 401, 'a bad token is refused: the JWT is checked')
-  t.equal((await call({ ...post, headers: { authorization: post.headers.authorization! } })).status, 415, 'a POST without a JSON Content-Type is refused, as /graphql refuses it')
+  t.equal(
+    (await call({ ...post, headers: { ...post.headers, authorization: 'Bearer a.b.c' } })).status,
+    401,
+    'a bad token is refused: the JWT is checked'
+  )
+  t.equal(
+    (await call({ ...post, headers: { authorization: post.headers.authorization! } })).status,
+    415,
+    'a POST without a JSON Content-Type is refused, as /graphql refuses it'
+  )
 })
 
 test('the chart shows each ratio and its change since the previous result', async (t) => {
   const previous = report([{ name: 'users-list', ratioToRest: 0.6, ratioToLimit: 0.2 }])
-  const svg = svgChart(report([{ name: 'users-list', ratioToRest: 0.7, ratioToLimit: 0.25 }]), previous, { 'users-list': 0.5 })
+  const svg = svgChart(report([{ name: 'users-list', ratioToRest: 0.7, ratioToLimit: 0.25 }]), previous, {
+    'users-list': 0.5
+  })
   t.match(svg, /^<svg /)
   t.match(svg, /users-list/)
   t.match(svg, /0\.70 \(\+0\.10\) · 0\.25/)
 })
 
 test('the fan-out table shows each row against the targets', async (t) => {
-  const table = fanoutTextTable(report([
-    { name: 'ws-broadcast', kind: 'baseline', connections: 10, rps: 1000, latencyMs: { p50: 1, p99: 2 }, cpuMicrosPerRequest: 2, rssPerSubscriberBytes: 10240 },
-    { name: 'subscription-fanout', connections: 10, rps: 600, ratioToRest: 0.6, restBaseline: 'ws-broadcast', latencyMs: { p50: 2, p99: 3 }, p99Ratio: 1.5, cpuMicrosPerRequest: 4, rssPerSubscriberBytes: 20480 },
-    { name: 'subscription-fanout-mixed', connections: 10, rps: 400, ratioToRest: 0.4, latencyMs: { p50: 2, p99: 5 }, p99Ratio: 2.5, rssPerSubscriberBytes: 40960 }
-  ]))!
+  const table = fanoutTextTable(
+    report([
+      {
+        name: 'ws-broadcast',
+        kind: 'baseline',
+        connections: 10,
+        rps: 1000,
+        latencyMs: { p50: 1, p99: 2 },
+        cpuMicrosPerRequest: 2,
+        rssPerSubscriberBytes: 10240
+      },
+      {
+        name: 'subscription-fanout',
+        connections: 10,
+        rps: 600,
+        ratioToRest: 0.6,
+        restBaseline: 'ws-broadcast',
+        latencyMs: { p50: 2, p99: 3 },
+        p99Ratio: 1.5,
+        cpuMicrosPerRequest: 4,
+        rssPerSubscriberBytes: 20480
+      },
+      {
+        name: 'subscription-fanout-mixed',
+        connections: 10,
+        rps: 400,
+        ratioToRest: 0.4,
+        latencyMs: { p50: 2, p99: 5 },
+        p99Ratio: 2.5,
+        rssPerSubscriberBytes: 40960
+      }
+    ])
+  )!
   t.match(table, /ws-broadcast\s+10\s+1000\s+2\.0\s+2\.0\s+10\.0\s+baseline/)
   t.match(table, /subscription-fanout\s+10\s+600\s+0\.60\s+3\.0\s+1\.50\s+4\.0\s+2\.00\s+20\.0\s+met/)
   t.match(table, /subscription-fanout-mixed .*missed: deliveries\/s, p99, RSS/)
-  t.equal(fanoutTextTable(report([{ name: 'users-list', ratioToRest: 1 }])), null, 'no fan-out table without fan-out rows')
+  t.equal(
+    fanoutTextTable(report([{ name: 'users-list', ratioToRest: 1 }])),
+    null,
+    'no fan-out table without fan-out rows'
+  )
 })
 
 test('the mixed fan-out fails when every caller gets the same payload (ws-broadcast sends everyone the same bytes)', async (t) => {
@@ -141,23 +312,46 @@ test('the mixed fan-out fails when every caller gets the same payload (ws-broadc
   // An anonymous caller's view: email null, with the field's error. The poster (subscriber 0) must see the email.
   const sample = JSON.stringify({
     data: { messageAdded: { id: '1', content: 'x', author: { name: 'A', email: null } } },
-    errors: [{ message: 'Authentication required', path: ['messageAdded', 'author', 'email'], extensions: { code: 'UNAUTHENTICATED' } }]
+    errors: [
+      {
+        message: 'Authentication required',
+        path: ['messageAdded', 'author', 'email'],
+        extensions: { code: 'UNAUTHENTICATED' }
+      }
+    ]
   })
-  const server = await startServer({ name: 'ws-broadcast-test', script: 'bench/fanout-baseline-server.ts', env: { FANOUT_SAMPLE: sample }, logDir })
+  const server = await startServer({
+    name: 'ws-broadcast-test',
+    script: 'bench/fanout-baseline-server.ts',
+    env: { FANOUT_SAMPLE: sample },
+    logDir
+  })
   t.teardown(async () => {
     await server.stop()
     rmSync(logDir, { recursive: true, force: true })
   })
   const users = Array.from({ length: 4 }, (_, i) => ({ id: `u${i}`, token: `t${i}` }))
   const fanoutData: BenchData = { users, adminToken: 'a', rooms: ['general'], runId: 'test' }
-  const options = { subscribers: 4, messages: 3, selection: 'mixed' as const, anonymousHalf: true, rssBytes: () => server.rssBytes(), cpuMicros: () => server.cpuMicros(), log: () => {} }
+  const options = {
+    subscribers: 4,
+    messages: 3,
+    selection: 'mixed' as const,
+    anonymousHalf: true,
+    rssBytes: () => server.rssBytes(),
+    cpuMicros: () => server.cpuMicros(),
+    log: () => {}
+  }
   const unchecked = await runFanout(server.url, fanoutData, { ...options, checkVisibility: false })
   t.equal(unchecked.status, 'ok', `the lean clients take ws-broadcast's messages: ${unchecked.reason ?? ''}`)
   t.equal(unchecked.requests, 12, 'every delivery counted')
   t.type(unchecked.rssPerSubscriberBytes, 'number', 'RSS per subscriber read from /proc')
   const checked = await runFanout(server.url, fanoutData, { ...options, checkVisibility: true })
   t.equal(checked.status, 'failed')
-  t.match(checked.reason, /3 deliveries showed the author's email to another caller or hid it from its owner/, 'the poster, a subscriber, never saw its own email')
+  t.match(
+    checked.reason,
+    /3 deliveries showed the author's email to another caller or hid it from its owner/,
+    'the poster, a subscriber, never saw its own email'
+  )
 })
 
 test('npm run bench -- --smoke: every scenario runs against the real service and answers correctly', async (t) => {
@@ -176,19 +370,46 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
   if (!file) return t.fail(`no results JSON written:\n${output}`)
   const written = JSON.parse(readFileSync(join(out, file), 'utf8')) as RunReport
   const byName = new Map(written.results.map((r) => [r.name, r]))
-  for (const name of ['limit', 'rest-list', 'rest-user', 'rest-messages', 'rest-create', 'rest-list-postgres',
-    'guarded-list', 'guarded-user-get', 'guarded-user',
-    'users-list', 'users-page-50', 'user-by-id', 'messages-authors', 'create-user', 'users-list-postgres',
-    'apollo-users-list', 'yoga-users-list', 'apollo-user-by-id', 'yoga-user-by-id']) {
+  for (const name of [
+    'limit',
+    'rest-list',
+    'rest-user',
+    'rest-messages',
+    'rest-create',
+    'rest-list-postgres',
+    'guarded-list',
+    'guarded-user-get',
+    'guarded-user',
+    'users-list',
+    'users-page-50',
+    'user-by-id',
+    'messages-authors',
+    'create-user',
+    'users-list-postgres',
+    'apollo-users-list',
+    'yoga-users-list',
+    'apollo-user-by-id',
+    'yoga-user-by-id'
+  ]) {
     const r = byName.get(name)
     t.equal(r?.status, 'ok', `${name} ran and answered correctly${r?.reason ? `: ${r.reason}` : ''}`)
     t.ok((r?.requests ?? 0) > 0, `${name} served requests`)
     t.equal(r?.non2xx, 0, `${name}: no non-2xx`)
   }
   // Scenarios whose transport lands separately either run cleanly or say why they are skipped.
-  for (const name of ['persisted-get', 'soap-get-user', 'ws-broadcast', 'subscription-fanout', 'ws-broadcast-mixed', 'subscription-fanout-mixed']) {
+  for (const name of [
+    'persisted-get',
+    'soap-get-user',
+    'ws-broadcast',
+    'subscription-fanout',
+    'ws-broadcast-mixed',
+    'subscription-fanout-mixed'
+  ]) {
     const r = byName.get(name)
-    t.ok(r?.status === 'ok' || (r?.status === 'skipped' && /transport not available yet/.test(r.reason ?? '')), `${name}: ${r?.status} ${r?.reason ?? ''}`)
+    t.ok(
+      r?.status === 'ok' || (r?.status === 'skipped' && /transport not available yet/.test(r.reason ?? '')),
+      `${name}: ${r?.status} ${r?.reason ?? ''}`
+    )
   }
   for (const name of ['subscription-fanout', 'subscription-fanout-mixed']) {
     const r = byName.get(name)!
@@ -198,13 +419,23 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
   }
   t.match(output, /fan-out row\s+subscribers\s+deliveries\/s/, 'the fan-out table is printed')
   t.ok(byName.get('users-list')!.ratioToRest! > 0, 'ratios are computed from the same run')
-  for (const [name, guarded] of [['users-list', 'guarded-list'], ['user-by-id', 'guarded-user'], ['apollo-user-by-id', 'guarded-user']]) {
+  for (const [name, guarded] of [
+    ['users-list', 'guarded-list'],
+    ['user-by-id', 'guarded-user'],
+    ['apollo-user-by-id', 'guarded-user']
+  ]) {
     const r = byName.get(name)!
     t.equal(r.guardedBaseline, guarded, `${name} is compared with ${guarded}`)
-    t.ok(r.ratioToGuarded! > 0 && r.cpuRatioToGuarded! > 0 && r.cpuRatioToRest! > 0, `${name}: ratios to its guarded row and by CPU`)
+    t.ok(
+      r.ratioToGuarded! > 0 && r.cpuRatioToGuarded! > 0 && r.cpuRatioToRest! > 0,
+      `${name}: ratios to its guarded row and by CPU`
+    )
   }
   t.ok(byName.get('guarded-user')!.ratioToRest! > 0, 'a guarded row is compared with rest')
-  t.ok(byName.get('rest-user')!.clientBusy! > 0, 'the load generator\'s CPU is measured')
+  t.ok(byName.get('rest-user')!.clientBusy! > 0, "the load generator's CPU is measured")
   t.match(output, /scenario\s+req\/s\s+× rest\s+CPU × rest\s+× guarded/, 'the table is printed')
-  t.ok(readdirSync(out).some((n) => n.endsWith('.svg')), 'the chart is written')
+  t.ok(
+    readdirSync(out).some((n) => n.endsWith('.svg')),
+    'the chart is written'
+  )
 })

@@ -8,7 +8,9 @@ import { launchChromium } from './helpers/chromium.ts'
 
 /** A page server on an origin of its own (127.0.0.1 on another port), serving an empty page. */
 async function pageOrigin (t: { teardown (fn: () => unknown): void }): Promise<string> {
-  const server: Server = createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>app</title>'))
+  const server: Server = createServer((_req, res) =>
+    res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>app</title>')
+  )
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   // The browser keeps its keep-alive connections to the page open until it closes: close them with the
   // server, or server.close() waits for their idle timeout (about 100 s here).
@@ -31,7 +33,11 @@ const inPage = async ({ api, token }: { api: string; token: string }) => {
     }
     socket.onmessage = (event) => {
       const message = JSON.parse(event.data)
-      if (message.type === 'connection_ack') socket.send(JSON.stringify({ id: '1', type: 'subscribe', payload: { query: 'subscription { count(target: 2) }' } }))
+      if (message.type === 'connection_ack') {
+        socket.send(
+          JSON.stringify({ id: '1', type: 'subscribe', payload: { query: 'subscription { count(target: 2) }' } })
+        )
+      }
       if (message.type === 'next') { socket.close(1000); resolve({ opened, answer: message.payload }) }
     }
     socket.onclose = (event) => resolve({ opened, closeCode: event.code })
@@ -72,7 +78,11 @@ test('browser on another origin: CORS_ORIGINS admits its WebSocket and its trace
   await page.goto(`${allowed}/`)
   const admitted = await page.evaluate(inPage, args)
   t.match(admitted.ws, { opened: true, answer: { data: { count: 0 } } }, 'a WebSocket from an origin in CORS_ORIGINS')
-  t.match(admitted.fetched, { data: { user: { name: 'Ada Lovelace' } } }, 'a fetch with apollographql-client-* and trace headers passes the preflight')
+  t.match(
+    admitted.fetched,
+    { data: { user: { name: 'Ada Lovelace' } } },
+    'a fetch with apollographql-client-* and trace headers passes the preflight'
+  )
 
   await page.goto(`${other}/`)
   const refused = await page.evaluate(inPage, args)

@@ -18,7 +18,14 @@ test('development profile: open for building, fixed development secret, embedded
   t.equal(config.demoData, true, 'a new embedded store starts with the demo data set')
   t.equal(config.redisUrl, null)
   t.same(config.limits.budgets, { anonymous: 1000, USER: 10000, ADMIN: 100000, SERVICE: 100000 })
-  t.match(config.limits, { maxDepth: 10, timeoutMs: 10000, maxStringLength: 1000, rateRequests: 100, rateCostUnits: 100000, rateWindowMs: 60000 })
+  t.match(config.limits, {
+    maxDepth: 10,
+    timeoutMs: 10000,
+    maxStringLength: 1000,
+    rateRequests: 100,
+    rateCostUnits: 100000,
+    rateWindowMs: 60000
+  })
 })
 
 test('production profile: safe defaults, secrets required', async (t) => {
@@ -35,7 +42,13 @@ test('production profile: safe defaults, secrets required', async (t) => {
 })
 
 test('every value is configurable and typed; bad values are refused clearly', async (t) => {
-  const config = loadConfig({ MAX_DEPTH: '7', COST_BUDGET_USER: '5000', TRUST_PROXY: '10.0.0.1, 10.0.0.2', PERSISTED_ONLY: 'true', JWT_ALGORITHMS: 'HS384' })
+  const config = loadConfig({
+    MAX_DEPTH: '7',
+    COST_BUDGET_USER: '5000',
+    TRUST_PROXY: '10.0.0.1, 10.0.0.2',
+    PERSISTED_ONLY: 'true',
+    JWT_ALGORITHMS: 'HS384'
+  })
   t.equal(config.limits.maxDepth, 7)
   t.equal(config.limits.budgets.USER, 5000)
   t.same(config.trustProxy, ['10.0.0.1', '10.0.0.2'])
@@ -44,7 +57,11 @@ test('every value is configurable and typed; bad values are refused clearly', as
   t.throws(() => loadConfig({ MAX_DEPTH: 'deep' }), /MAX_DEPTH/)
   t.throws(() => loadConfig({ PORT: '70000' }), /PORT/)
   t.equal(loadConfig({}).metricsPort, null, 'development: /metrics on the API port')
-  t.equal(loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET, PARTNER_SECRET_KEY: SECRET }).metricsPort, 0, 'production: not served')
+  t.equal(
+    loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET, PARTNER_SECRET_KEY: SECRET }).metricsPort,
+    0,
+    'production: not served'
+  )
   t.equal(loadConfig({ METRICS_PORT: '9464' }).metricsPort, 9464)
   t.throws(() => loadConfig({ PORT: '9464', METRICS_PORT: '9464' }), /METRICS_PORT must differ from PORT/)
   t.same(loadConfig({ TRUST_PROXY: 'loopback, 10.0.0.0/8, fd00::1' }).trustProxy, ['loopback', '10.0.0.0/8', 'fd00::1'])
@@ -59,7 +76,9 @@ test('only the given environment is read (nothing leaks in from process.env)', a
 })
 
 test('.env is read from the project root only: one planted in the working directory is ignored', async (t) => {
-  const dir = t.testdir({ '.env': `JWT_SECRET=${'planted-secret-from-another-directory-'.repeat(2)}\nPARTNER_SECRET_KEY=${'planted-partner-key-0123456789-'.repeat(2)}\n` })
+  const dir = t.testdir({
+    '.env': `JWT_SECRET=${'planted-secret-from-another-directory-'.repeat(2)}\nPARTNER_SECRET_KEY=${'planted-partner-key-0123456789-'.repeat(2)}\n`
+  })
   // A production start needs both secrets: found only in the planted file, it must refuse to start.
   const service = spawnService(t, { NODE_ENV: 'production', PORT: '0', SQLITE_PATH: `${dir}/service.db` }, { cwd: dir })
   t.equal(await service.exited, 1, 'no start on secrets from the working directory')
@@ -68,11 +87,22 @@ test('.env is read from the project root only: one planted in the working direct
 })
 
 test('TRUST_PROXY=0.0.0.0/0 (trust everyone) is refused with a clear line at start, like every bad setting', async (t) => {
-  const problems = (value: string) => { try { loadConfig({ TRUST_PROXY: value }); return [] } catch (err) { return (err as ConfigError).problems } }
+  const problems = (value: string) => {
+    try {
+      loadConfig({ TRUST_PROXY: value })
+      return []
+    } catch (err) {
+      return (err as ConfigError).problems
+    }
+  }
   t.match(problems('0.0.0.0/0'), [/TRUST_PROXY entry "0\.0\.0\.0\/0" trusts every address/])
   t.match(problems('10.0.0.0/8, ::/0'), [/TRUST_PROXY entry "::\/0" trusts every address/])
   t.same(problems('10.0.0.0/8, loopback'), [])
   const service = spawnService(t, { TRUST_PROXY: '0.0.0.0/0', PORT: '0' })
   t.equal(await service.exited, 1)
-  t.equal(service.stderr().trim(), 'Configuration: TRUST_PROXY entry "0.0.0.0/0" trusts every address: list the load balancers\' addresses or subnets (a prefix of 1 or more)', 'one clear line, no stack trace')
+  t.equal(
+    service.stderr().trim(),
+    'Configuration: TRUST_PROXY entry "0.0.0.0/0" trusts every address: list the load balancers\' addresses or subnets (a prefix of 1 or more)',
+    'one clear line, no stack trace'
+  )
 })

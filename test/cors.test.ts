@@ -7,7 +7,11 @@ import { loadConfig } from '../app/config.ts'
 const ALLOWED = 'https://app.example.com'
 const OTHER = 'https://evil.example.net'
 
-function preflight (url: string, origin: string, headers = 'content-type, authorization, apollo-require-preflight, x-apollo-operation-name') {
+function preflight (
+  url: string,
+  origin: string,
+  headers = 'content-type, authorization, apollo-require-preflight, x-apollo-operation-name'
+) {
   return fetch(`${url}/graphql`, {
     method: 'OPTIONS',
     headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': headers }
@@ -21,7 +25,11 @@ function corsHeadersOf (response: Response): string[] {
 for (const profile of ['production', 'development'] as const) {
   test(`${profile} without CORS_ORIGINS: no cross-origin access`, async (t) => {
     const { url } = await listenTestApp(t, { NODE_ENV: profile })
-    const answer = await fetch(`${url}/graphql`, { method: 'POST', headers: { origin: ALLOWED, 'content-type': 'application/json' }, body: '{"query":"{ users { id } }"}' })
+    const answer = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: { origin: ALLOWED, 'content-type': 'application/json' },
+      body: '{"query":"{ users { id } }"}'
+    })
     t.same(corsHeadersOf(answer), [], 'an answer carries no CORS headers')
 
     const response = await preflight(url, ALLOWED)
@@ -34,7 +42,10 @@ for (const profile of ['production', 'development'] as const) {
 test('an allowed origin may call /graphql cross-origin, without credentials', async (t) => {
   const { url, token } = await listenTestApp(t, { CORS_ORIGINS: `${ALLOWED}, http://localhost:5173` })
 
-  const { status, headers, body } = await gql(url, '{ users(limit: 2) { name } }', undefined, { origin: ALLOWED, authorization: `Bearer ${token('1', 'ADMIN')}` })
+  const { status, headers, body } = await gql(url, '{ users(limit: 2) { name } }', undefined, {
+    origin: ALLOWED,
+    authorization: `Bearer ${token('1', 'ADMIN')}`
+  })
   t.equal(status, 200)
   t.same(body.data.users, [{ name: 'Admin' }, { name: 'Ada Lovelace' }])
   t.equal(headers.get('access-control-allow-origin'), ALLOWED, 'the allowed origin is reflected')
@@ -63,7 +74,11 @@ test('preflight for /graphql from an allowed origin', async (t) => {
 
 test('a disallowed origin gets no CORS headers, on requests and preflights', async (t) => {
   const { url } = await listenTestApp(t, { CORS_ORIGINS: ALLOWED })
-  const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { origin: OTHER, 'content-type': 'application/json' }, body: '{"query":"{ users { id } }"}' })
+  const response = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { origin: OTHER, 'content-type': 'application/json' },
+    body: '{"query":"{ users { id } }"}'
+  })
   t.equal(response.status, 200)
   t.same(corsHeadersOf(response), [])
   t.match(response.headers.get('vary'), /origin/i)
@@ -79,7 +94,11 @@ test('a disallowed origin gets no CORS headers, on requests and preflights', asy
 
 test('refusals answered before the route (here 415) still carry CORS headers for an allowed origin', async (t) => {
   const { url } = await listenTestApp(t, { CORS_ORIGINS: ALLOWED })
-  const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { origin: ALLOWED, 'content-type': 'text/plain' }, body: '{}' })
+  const response = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { origin: ALLOWED, 'content-type': 'text/plain' },
+    body: '{}'
+  })
   t.equal(response.status, 415)
   t.equal(response.headers.get('access-control-allow-origin'), ALLOWED, 'a browser client can read why it was refused')
 })

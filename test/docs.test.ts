@@ -26,7 +26,9 @@ function configVariables (): Map<string, string | null> {
   const source = read('app/config.ts')
   const start = source.indexOf('const schema = {')
   const end = source.indexOf('} as const', start)
-  if (start < 0 || end < 0) throw new Error('app/config.ts: no `const schema = { ... } as const` (the env-schema) found')
+  if (start < 0 || end < 0) {
+    throw new Error('app/config.ts: no `const schema = { ... } as const` (the env-schema) found')
+  }
   const variables = new Map<string, string | null>()
   for (const match of source.slice(start, end).matchAll(/^\s+([A-Z][A-Z0-9_]*): \{([^\n]*)\},?$/gm)) {
     const literal = /\bdefault: (-?\d+(?:\.\d+)?|true|false|'[^']*')/.exec(match[2]!)?.[1]
@@ -46,7 +48,11 @@ test('every error code of the catalogue is in docs/errors.md with its HTTP statu
     t.equal(row[0], String(status), `${code}: HTTP ${status}`)
     t.ok(row[1], `${code}: says what it means`)
   }
-  t.same([...rows.keys()].filter((code) => !Object.hasOwn(ErrorCodes, code)), [], 'no row for a code the catalogue lacks')
+  t.same(
+    [...rows.keys()].filter((code) => !Object.hasOwn(ErrorCodes, code)),
+    [],
+    'no row for a code the catalogue lacks'
+  )
 })
 
 test('every variable app/config.ts reads is in docs/settings.md, with its default, and in .env.example', async (t) => {
@@ -68,14 +74,31 @@ test('every variable app/config.ts reads is in docs/settings.md, with its defaul
     }
     t.ok(example.has(name), `.env.example lists ${name}`)
   }
-  t.same([...rows.keys()].filter((name) => !variables.has(name)), [], 'docs/settings.md has no row for a variable config.ts does not read')
-  t.same([...example].filter((name) => !variables.has(name)), [], '.env.example lists no variable config.ts does not read')
+  t.same(
+    [...rows.keys()].filter((name) => !variables.has(name)),
+    [],
+    'docs/settings.md has no row for a variable config.ts does not read'
+  )
+  t.same(
+    [...example].filter((name) => !variables.has(name)),
+    [],
+    '.env.example lists no variable config.ts does not read'
+  )
 })
 
 /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
 const anchor = (heading: string) => heading.trim().toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, '').replaceAll(' ', '-')
 
-const GUIDE_AND_REFERENCE = ['README.md', 'docs/architecture.md', 'docs/reference.md', 'docs/errors.md', 'docs/settings.md', 'docs/soap.md', 'docs/operations.md', 'docs/benchmarks.md']
+const GUIDE_AND_REFERENCE = [
+  'README.md',
+  'docs/architecture.md',
+  'docs/reference.md',
+  'docs/errors.md',
+  'docs/settings.md',
+  'docs/soap.md',
+  'docs/operations.md',
+  'docs/benchmarks.md'
+]
 
 test('the README and the reference docs link only to files and headings that exist', async (t) => {
   for (const file of GUIDE_AND_REFERENCE) {

@@ -7,8 +7,12 @@ import { countingStore } from './helpers/counting-store.ts'
 test('a list of 100 messages with authors costs one author fetch', async (t) => {
   const { store, calls } = countingStore(openSqliteStore(':memory:'))
   t.teardown(() => store.close())
-  const authors = await store.insertUsers(Array.from({ length: 30 }, (_, i) => ({ name: `Author ${i}`, email: `a${i}@example.com` })))
-  await store.insertMessages(Array.from({ length: 100 }, (_, i) => ({ roomId: 'busy', content: `hello ${i}`, authorId: authors[i % 30]!.id })))
+  const authors = await store.insertUsers(
+    Array.from({ length: 30 }, (_, i) => ({ name: `Author ${i}`, email: `a${i}@example.com` }))
+  )
+  await store.insertMessages(
+    Array.from({ length: 100 }, (_, i) => ({ roomId: 'busy', content: `hello ${i}`, authorId: authors[i % 30]!.id }))
+  )
   const { url } = await listenTestApp(t, {}, { store, demo: false })
   calls.length = 0
   const { body } = await gql(url, '{ messages(roomId: "busy", limit: 100) { content author { name } } }')
@@ -35,7 +39,11 @@ test('two concurrent callers never share a loader or a cached row', async (t) =>
   // Slow the store down so both requests are in flight together and could batch or cache across requests.
   const usersByIds = store.usersByIds.bind(store)
   let batches = 0
-  store.usersByIds = async (ids) => { batches++; await new Promise((r) => setTimeout(r, 50)); return usersByIds(ids) }
+  store.usersByIds = async (ids) => {
+    batches++
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    return usersByIds(ids)
+  }
   const query = '{ user(id: "2") { id email } }'
   const [owner, other] = await Promise.all([
     gql(url, query, undefined, { authorization: `Bearer ${token('2')}` }),
@@ -85,27 +93,39 @@ test('a single-operation document compiled by the JIT refuses another operationN
 test('a text answers the same on its first use (planned then) and from the plan cache, failures included', async (t) => {
   const { app, url, token } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '50' })
   const ada = { authorization: `Bearer ${token('2')}` }
-  const post = async (query: string, variables: Record<string, unknown> | undefined, headers: Record<string, string>, operationName?: string) => {
+  const post = async (
+    query: string,
+    variables: Record<string, unknown> | undefined,
+    headers: Record<string, string>,
+    operationName?: string
+  ) => {
     const response = await fetch(`${url}/graphql`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json', ...headers },
       body: JSON.stringify({ query, variables, operationName })
     })
-    const body = await response.json() as { extensions?: { cost?: { remaining?: number } } }
+    const body = (await response.json()) as { extensions?: { cost?: { remaining?: number } } }
     delete body.extensions?.cost?.remaining // the caller's rate window moves from one request to the next
     return `${response.status} ${JSON.stringify(body)}`
   }
   const byId = 'query ById($id: ID!) { user(id: $id) { id name email } }'
   const page = 'query Page($limit: Int) { users(limit: $limit) { id name } }'
   // [what, text, a valid request's variables and headers, then the request under test]
-  const cases: Array<[string, string, [Record<string, unknown>, Record<string, string>], [Record<string, unknown> | undefined, Record<string, string>, string?]]> = [
+  const cases: Array<
+    [
+      string,
+      string,
+      [Record<string, unknown>, Record<string, string>],
+      [Record<string, unknown> | undefined, Record<string, string>, string?]
+    ]
+  > = [
     ['a caller reading their own e-mail', byId, [{ id: '2' }, ada], [{ id: '2' }, ada]],
     ['a field the caller may not read (partial answer)', byId, [{ id: '2' }, ada], [{ id: '3' }, ada]],
     ['an anonymous caller and a protected field', byId, [{ id: '2' }, ada], [{ id: '2' }, {}]],
     ['a variable of the wrong type', page, [{ limit: 2 }, {}], [{ limit: 'ten' }, {}]],
     ['a required variable missing from the variables sent', byId, [{ id: '2' }, ada], [{}, ada]],
     ['a required variable and no variables at all', byId, [{ id: '2' }, ada], [undefined, ada]],
-    ['an operation over the caller\'s budget', page, [{ limit: 2 }, {}], [{ limit: 100 }, {}]],
+    ["an operation over the caller's budget", page, [{ limit: 2 }, {}], [{ limit: 100 }, {}]],
     ['another operationName', byId, [{ id: '2' }, ada], [{ id: '2' }, ada, 'Other']]
   ]
   let variant = 0

@@ -16,7 +16,8 @@ async function send (url: string, init: RequestInit & { path?: string } = {}): P
   return { status: response.status, text, json }
 }
 
-const postJson = (url: string, body: unknown) => send(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+const postJson = (url: string, body: unknown) =>
+  send(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
 const getQuery = (url: string, query: string) => send(url, { path: `/graphql?query=${encodeURIComponent(query)}` })
 
 /** graphql-cop's checks, as it sends them, each with its own test of vulnerability on the answer. */
@@ -55,7 +56,11 @@ const CHECKS: Record<string, (url: string) => Promise<{ vulnerable: boolean; ans
   },
   // POST based url-encoded query (CSRF): a form body; vulnerable when it runs.
   async 'POST url-encoded' (url) {
-    const answer = await send(url, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `query=${encodeURIComponent('query cop { __typename }')}` })
+    const answer = await send(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: `query=${encodeURIComponent('query cop { __typename }')}`
+    })
     return { vulnerable: answer.json?.data?.__typename !== undefined, answer }
   },
   // Introspection: the schema's types; vulnerable when an anonymous caller gets them.
@@ -65,7 +70,10 @@ const CHECKS: Record<string, (url: string) => Promise<{ vulnerable: boolean; ans
   },
   // Introspection-based circular query: a deep cycle through the schema's own types.
   async 'circular introspection' (url) {
-    const answer = await postJson(url, { query: 'query cop { __schema { types { fields { type { fields { type { fields { type { fields { type { name } } } } } } } } } } }' })
+    const answer = await postJson(url, {
+      query:
+        'query cop { __schema { types { fields { type { fields { type { fields { type { fields { type { name } } } } } } } } } } }'
+    })
     return { vulnerable: answer.json?.data?.__schema !== undefined && answer.json?.data?.__schema !== null, answer }
   },
   // Trace Mode and Debug Mode: an answer carrying tracing extensions, or errors with stack traces or exceptions.
@@ -90,8 +98,12 @@ const CHECKS: Record<string, (url: string) => Promise<{ vulnerable: boolean; ans
   async 'GET-based query wrapped as an APQ registration' (url) {
     const text = 'query cop { __typename }'
     const { createHash } = await import('node:crypto')
-    const extensions = JSON.stringify({ persistedQuery: { version: 1, sha256Hash: createHash('sha256').update(text).digest('hex') } })
-    const answer = await send(url, { path: `/graphql?query=${encodeURIComponent(text)}&extensions=${encodeURIComponent(extensions)}` })
+    const extensions = JSON.stringify({
+      persistedQuery: { version: 1, sha256Hash: createHash('sha256').update(text).digest('hex') }
+    })
+    const answer = await send(url, {
+      path: `/graphql?query=${encodeURIComponent(text)}&extensions=${encodeURIComponent(extensions)}`
+    })
     return { vulnerable: answer.json?.data?.__typename !== undefined, answer }
   }
 }
@@ -110,15 +122,26 @@ for (const [mode, env] of Object.entries(MODES)) {
       t.notOk(vulnerable, `${name}: not vulnerable (${answer.status} ${answer.text.slice(0, 160)})`)
       if (vulnerable) findings.push(name)
       // Every refusal is in the interface's shape with a code (a 404 for an IDE path included).
-      if (answer.json?.errors) t.ok(answer.json.errors.every((e: any) => typeof e.extensions?.code === 'string'), `${name}: refused with a code`)
+      if (answer.json?.errors) {
+        t.ok(
+          answer.json.errors.every((e: any) => typeof e.extensions?.code === 'string'),
+          `${name}: refused with a code`
+        )
+      }
     }
     t.same(findings, [], 'no findings')
   })
 }
 
 test('what graphql-cop\'s requests get, check by check, with ad-hoc queries allowed in production', async (t) => {
-  const { url } = await listenTestApp(t, { NODE_ENV: 'production', PERSISTED_ONLY: 'false', RATE_LIMIT_REQUESTS: '1000', ...NO_SHEDDING })
-  const codes = async (name: string) => (await CHECKS[name]!(url)).answer.json?.errors?.map((e: any) => e.extensions.code)
+  const { url } = await listenTestApp(t, {
+    NODE_ENV: 'production',
+    PERSISTED_ONLY: 'false',
+    RATE_LIMIT_REQUESTS: '1000',
+    ...NO_SHEDDING
+  })
+  const codes = async (name: string) =>
+    (await CHECKS[name]!(url)).answer.json?.errors?.map((e: any) => e.extensions.code)
   t.same(await codes('alias overloading'), ['ALIAS_LIMIT_EXCEEDED'])
   t.same(await codes('array batching'), ['BAD_REQUEST'])
   t.same(await codes('directive overloading'), ['DIRECTIVE_LIMIT_EXCEEDED'])
@@ -132,12 +155,22 @@ test('what graphql-cop\'s requests get, check by check, with ad-hoc queries allo
 })
 
 test('persisted-only production: graphql-cop\'s ad-hoc requests are refused once each, before anything is parsed', async (t) => {
-  const { url } = await listenTestApp(t, { NODE_ENV: 'production', PERSISTED_MANIFEST: MANIFEST_FILE, RATE_LIMIT_REQUESTS: '1000', MAX_BATCH_SIZE: '10', ...NO_SHEDDING })
+  const { url } = await listenTestApp(t, {
+    NODE_ENV: 'production',
+    PERSISTED_MANIFEST: MANIFEST_FILE,
+    RATE_LIMIT_REQUESTS: '1000',
+    MAX_BATCH_SIZE: '10',
+    ...NO_SHEDDING
+  })
   // Even with batches turned on, a batch of ad-hoc queries is one refusal, not ten.
   const batch = (await CHECKS['array batching']!(url)).answer
   t.notOk(Array.isArray(batch.json))
   t.same(batch.json.errors.map((e: any) => e.extensions.code), ['PERSISTED_QUERY_REQUIRED'])
   for (const name of ['alias overloading', 'directive overloading', 'introspection', 'field suggestions']) {
-    t.same((await CHECKS[name]!(url)).answer.json.errors.map((e: any) => e.extensions.code), ['PERSISTED_QUERY_REQUIRED'], name)
+    t.same(
+      (await CHECKS[name]!(url)).answer.json.errors.map((e: any) => e.extensions.code),
+      ['PERSISTED_QUERY_REQUIRED'],
+      name
+    )
   }
 })

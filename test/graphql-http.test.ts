@@ -8,7 +8,10 @@ test('answers a query from the store over HTTP', async (t) => {
   t.equal(status, 200)
   t.match(headers.get('content-type'), /^application\/json/)
   t.ok(headers.get('x-request-id'), 'every response carries a request id')
-  t.same(body.data.users.map((u: { name: string }) => u.name), ['Admin', 'Ada Lovelace', 'Alan Turing', 'Grace Hopper', 'Partner Inc.'])
+  t.same(
+    body.data.users.map((u: { name: string }) => u.name),
+    ['Admin', 'Ada Lovelace', 'Alan Turing', 'Grace Hopper', 'Partner Inc.']
+  )
   t.notOk(body.errors)
   t.same(body.extensions.cost, { requested: 60, budget: 1000, remaining: 100000 - 60 })
 })
@@ -24,7 +27,9 @@ test('partial results keep the fields that succeeded', async (t) => {
   const { status, body } = await gql(url, '{ user(id: "2") { name email } users(limit: 1) { name } }')
   t.equal(status, 200)
   t.same(body.data, { user: { name: 'Ada Lovelace', email: null }, users: [{ name: 'Admin' }] })
-  t.match(body.errors, [{ message: 'Must be logged in', path: ['user', 'email'], extensions: { code: 'UNAUTHENTICATED' } }])
+  t.match(body.errors, [
+    { message: 'Must be logged in', path: ['user', 'email'], extensions: { code: 'UNAUTHENTICATED' } }
+  ])
 })
 
 test('requests that are not processed get a clear error in the same shape', async (t) => {
@@ -83,7 +88,9 @@ test('production answers carry no stack traces and no field suggestions', async 
   t.match(body.errors[0].message, /Cannot query field "nam" on type "User"\.$/)
   t.notMatch(JSON.stringify(body), /Did you mean/)
   // A failure inside the store is reported without internals.
-  app.store.listUsers = async () => { throw new Error('connection to 10.0.0.5 refused at Socket.connect (/srv/app/node_modules/pg/lib/client.js:12)') }
+  app.store.listUsers = async () => {
+    throw new Error('connection to 10.0.0.5 refused at Socket.connect (/srv/app/node_modules/pg/lib/client.js:12)')
+  }
   const failed = await gql(url, '{ users { id } }')
   t.equal(failed.status, 200)
   t.match(failed.body.errors, [{ message: 'Internal server error', extensions: { code: 'INTERNAL_SERVER_ERROR' } }])
@@ -102,7 +109,13 @@ test('a mutation is never run over GET', async (t) => {
   const adHoc = await fetch(`${url}/graphql?query=${encodeURIComponent('mutation { deleteUser(id: "2") }')}`)
   t.equal(adHoc.status, 405)
   t.equal(adHoc.headers.get('allow'), 'GET, POST')
-  const withId = await fetch(`${url}/graphql?queryId=sha256:${'0'.repeat(64)}&query=${encodeURIComponent('mutation { deleteUser(id: "2") }')}`)
-  t.match(await withId.json(), { errors: [{ extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } }] }, 'an id names the operation: the query beside it is never run')
+  const withId = await fetch(
+    `${url}/graphql?queryId=sha256:${'0'.repeat(64)}&query=${encodeURIComponent('mutation { deleteUser(id: "2") }')}`
+  )
+  t.match(
+    await withId.json(),
+    { errors: [{ extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } }] },
+    'an id names the operation: the query beside it is never run'
+  )
   t.equal(await store.countUsers(), before)
 })

@@ -4,7 +4,14 @@ import { Writable } from 'node:stream'
 import { buildApp } from '../app/app.ts'
 import { openSqliteStore } from '../app/store/sqlite.ts'
 import { loadDemoData } from '../app/store/sample-data.ts'
-import { gql, listenTestApp, testConfig, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY, type TestLike } from './helpers/app.ts'
+import {
+  gql,
+  listenTestApp,
+  testConfig,
+  TEST_JWT_SECRET,
+  TEST_PARTNER_SECRET_KEY,
+  type TestLike
+} from './helpers/app.ts'
 import { mintToken } from '../cli/mint-token.ts'
 import { startService } from './helpers/server-process.ts'
 import { MANIFEST_FILE, persistedGetUrl, queryIdOf } from './persisted/helpers.ts'
@@ -45,7 +52,10 @@ async function appLoggingTo (t: TestLike, level: string, env: Record<string, str
 
 test('production logging: one access line per request with its request id, no headers', async (t) => {
   const { url, lines, token } = await appLoggingTo(t, 'info')
-  const { headers } = await gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${token}`, 'x-request-id': 'req-abc' })
+  const { headers } = await gql(url, '{ users(limit: 1) { id } }', undefined, {
+    authorization: `Bearer ${token}`,
+    'x-request-id': 'req-abc'
+  })
   t.equal(headers.get('x-request-id'), 'req-abc')
   const access = lines.map((l) => JSON.parse(l)).filter((l) => l.reqId === 'req-abc')
   t.match(access, [{ msg: 'request completed', method: 'POST', url: '/graphql', statusCode: 200, ms: Number }])
@@ -57,16 +67,29 @@ test('logs carry no user data: a persisted GET is logged by path and persisted i
     const { url, lines } = await appLoggingTo(t, level, { PERSISTED_MANIFEST: MANIFEST_FILE })
     const secret = 'private-e-mail-of-someone@example.com'
     const id = queryIdOf('UserById')
-    await fetch(persistedGetUrl(url, id, { id: '2', note: secret }), { headers: { 'x-request-id': `req-get-${level}` } })
+    await fetch(persistedGetUrl(url, id, { id: '2', note: secret }), {
+      headers: { 'x-request-id': `req-get-${level}` }
+    })
     const apqHash = 'a'.repeat(64)
-    await fetch(`${url}/graphql?variables=${encodeURIComponent(JSON.stringify({ q: secret }))}&extensions=${encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: apqHash } }))}`, { headers: { 'x-request-id': `req-apq-${level}` } })
+    await fetch(
+      `${url}/graphql?variables=${encodeURIComponent(JSON.stringify({ q: secret }))}&extensions=${encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: apqHash } }))}`,
+      { headers: { 'x-request-id': `req-apq-${level}` } }
+    )
     await gql(url, `{ user(id: "${secret}") { id } }`, { also: secret }, { 'x-request-id': `req-post-${level}` })
     const log = lines.join('')
     t.notMatch(log, /private-e-mail/, `${level}: neither variables nor bodies reach the logs`)
     if (level === 'info') {
       const access = lines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'request completed')
-      t.match(access.find((l) => l.reqId === 'req-get-info'), { method: 'GET', url: '/graphql', persistedId: id, statusCode: 200 }, 'the path and the persisted id')
-      t.match(access.find((l) => l.reqId === 'req-apq-info'), { url: '/graphql', persistedId: `sha256:${apqHash}` }, 'an APQ hash as the id')
+      t.match(
+        access.find((l) => l.reqId === 'req-get-info'),
+        { method: 'GET', url: '/graphql', persistedId: id, statusCode: 200 },
+        'the path and the persisted id'
+      )
+      t.match(
+        access.find((l) => l.reqId === 'req-apq-info'),
+        { url: '/graphql', persistedId: `sha256:${apqHash}` },
+        'an APQ hash as the id'
+      )
       t.match(access.find((l) => l.reqId === 'req-post-info'), { method: 'POST', url: '/graphql' })
     }
   }
@@ -74,7 +97,11 @@ test('logs carry no user data: a persisted GET is logged by path and persisted i
 
 test('debug logging: requests with their headers, the Authorization header redacted', async (t) => {
   const { url, lines, token } = await appLoggingTo(t, 'debug')
-  await gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${token}`, cookie: 'session=secret-cookie', 'x-request-id': 'req-def' })
+  await gql(url, '{ users(limit: 1) { id } }', undefined, {
+    authorization: `Bearer ${token}`,
+    cookie: 'session=secret-cookie',
+    'x-request-id': 'req-def'
+  })
   const log = lines.join('')
   t.match(log, /"reqId":"req-def"/)
   t.match(log, /"authorization":"\[redacted\]"/)
@@ -86,9 +113,12 @@ test('debug logging: requests with their headers, the Authorization header redac
 test('closing finishes in-flight requests', async (t) => {
   const { app, url, store } = await listenTestApp(t)
   const listUsers = store.listUsers.bind(store)
-  store.listUsers = async (limit) => { await new Promise((r) => setTimeout(r, 300)); return listUsers(limit) }
+  store.listUsers = async (limit) => {
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    return listUsers(limit)
+  }
   const inFlight = gql(url, '{ users(limit: 2) { name } }')
-  await new Promise((r) => setTimeout(r, 50))
+  await new Promise((resolve) => setTimeout(resolve, 50))
   const started = Date.now()
   const closed = app.close()
   const { status, body } = await inFlight
@@ -113,7 +143,7 @@ test('npm start: the service is the process that receives signals; SIGTERM to np
   server.child.kill('SIGTERM')
   t.equal(await server.exited, 0, 'npm exits with the service\'s exit code')
   t.match(server.stdout(), /"signal":"SIGTERM","msg":"shutting down"/, 'the service received SIGTERM and shut down gracefully')
-  for (let i = 0; i < 50 && alive(); i++) await new Promise((r) => setTimeout(r, 100))
+  for (let i = 0; i < 50 && alive(); i++) await new Promise((resolve) => setTimeout(resolve, 100))
   t.notOk(alive(), 'no server process is left running')
   await t.rejects(fetch(`${server.url}/health/live`), 'nothing listens any more')
 })

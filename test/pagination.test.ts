@@ -25,19 +25,33 @@ function apolloClient (url: string) {
   return new ApolloClient({
     link: new HttpLink({ uri: `${url}/graphql` }),
     cache: new InMemoryCache({
-      typePolicies: { Query: { fields: { usersConnection: relayStylePagination(), messagesConnection: relayStylePagination(['roomId']) } } }
+      typePolicies: {
+        Query: {
+          fields: { usersConnection: relayStylePagination(), messagesConnection: relayStylePagination(['roomId']) }
+        }
+      }
     })
   })
 }
 
-interface Page { edges: { cursor: string; node: { id: string } }[]; pageInfo: { hasNextPage?: boolean; endCursor?: string | null; hasPreviousPage?: boolean; startCursor?: string | null } }
+interface Page {
+  edges: { cursor: string; node: { id: string } }[]
+  pageInfo: { hasNextPage?: boolean; endCursor?: string | null; hasPreviousPage?: boolean; startCursor?: string | null }
+}
 
 /**
  * Pages a connection to its end with one ObservableQuery and fetchMore, as an app does; `between`
  * runs after each page (with the ids of that page). Returns the ids of every page in the order read,
  * and the list Apollo's cache merged from them.
  */
-async function pageThrough (client: ApolloClient, query: DocumentNode, field: string, variables: Record<string, unknown>, direction: 'forward' | 'backward', between: (ids: string[]) => Promise<void>) {
+async function pageThrough (
+  client: ApolloClient,
+  query: DocumentNode,
+  field: string,
+  variables: Record<string, unknown>,
+  direction: 'forward' | 'backward',
+  between: (ids: string[]) => Promise<void>
+) {
   const observable = client.watchQuery<Record<string, Page>>({ query, variables, fetchPolicy: 'network-only' })
   const subscription = observable.subscribe(() => {})
   try {
@@ -52,7 +66,8 @@ async function pageThrough (client: ApolloClient, query: DocumentNode, field: st
       const more = direction === 'forward' ? page.pageInfo.hasNextPage : page.pageInfo.hasPreviousPage
       if (!more) break
       await between(ids)
-      const cursor = direction === 'forward' ? { after: page.pageInfo.endCursor } : { before: page.pageInfo.startCursor }
+      const cursor =
+        direction === 'forward' ? { after: page.pageInfo.endCursor } : { before: page.pageInfo.startCursor }
       page = (await observable.fetchMore({ variables: cursor })).data![field]!
     }
     // What the app renders: the list relayStylePagination merged in the cache from every page.
@@ -80,18 +95,41 @@ for (const kind of STORE_KINDS) {
       round++
       // Ahead of the cursor: a row deleted is never seen; a row created after everything is seen once.
       const ahead = initial[100 * round + 300]
-      if (ahead !== undefined && !seen.has(ahead) && await store.deleteUser(ahead)) { mustSee.delete(ahead); mustNotSee.add(ahead) }
-      mustSee.add((await store.createUser({ name: `late ${round}`, email: `late-${round}@example.com`, createdAt: at(100000 + round) })).id)
+      if (ahead !== undefined && !seen.has(ahead) && (await store.deleteUser(ahead))) {
+        mustSee.delete(ahead)
+        mustNotSee.add(ahead)
+      }
+      mustSee.add(
+        (
+          await store.createUser({
+            name: `late ${round}`,
+            email: `late-${round}@example.com`,
+            createdAt: at(100000 + round)
+          })
+        ).id
+      )
       // Behind the cursor: deleting seen rows (the last one read, which the next cursor names, too)
       // and creating rows there shift nothing.
       await store.deleteUser(ids.at(-1)!)
       await store.deleteUser(ids[0]!)
-      mustNotSee.add((await store.createUser({ name: `early ${round}`, email: `early-${round}@example.com`, createdAt: at(-1 - round) })).id)
+      mustNotSee.add(
+        (
+          await store.createUser({
+            name: `early ${round}`,
+            email: `early-${round}@example.com`,
+            createdAt: at(-1 - round)
+          })
+        ).id
+      )
     })
     for (const id of read) seen.add(id)
     t.same(duplicates(read), [], 'no user seen twice')
     t.same([...mustSee].filter((id) => !seen.has(id)), [], 'every user present when its turn came was seen')
-    t.same(read.filter((id) => mustNotSee.has(id)), [], 'no user deleted before its turn, nor created behind the cursor')
+    t.same(
+      read.filter((id) => mustNotSee.has(id)),
+      [],
+      'no user deleted before its turn, nor created behind the cursor'
+    )
     t.ok(mustNotSee.size > 150, `${mustNotSee.size} users the paging must not see`)
     t.ok(pages >= 100, `${pages} pages`)
     t.same(merged, read, "Apollo's relayStylePagination merged the pages into the same list")
@@ -141,9 +179,21 @@ for (const kind of STORE_KINDS) {
       for (const id of result.read.slice(read.length)) readSet.add(id)
       read.push(...result.read.slice(read.length))
       t.same(duplicates(read), [], `${direction}: no message seen twice`)
-      t.same([...expected].filter((id) => !readSet.has(id)), [], `${direction}: every message that existed when its turn came was seen`)
-      t.same(read.filter((id) => mustNotSee.has(id)), [], `${direction}: nothing deleted before its turn, nor of another room`)
-      t.same([...result.merged].sort(byNumber), [...read].sort(byNumber), `${direction}: Apollo merged the same messages`)
+      t.same(
+        [...expected].filter((id) => !readSet.has(id)),
+        [],
+        `${direction}: every message that existed when its turn came was seen`
+      )
+      t.same(
+        read.filter((id) => mustNotSee.has(id)),
+        [],
+        `${direction}: nothing deleted before its turn, nor of another room`
+      )
+      t.same(
+        [...result.merged].sort(byNumber),
+        [...read].sort(byNumber),
+        `${direction}: Apollo merged the same messages`
+      )
       t.same(result.merged, [...result.merged].sort(byNumber), `${direction}: Apollo's list is oldest first`)
       t.ok(read.length > 1000, `${direction}: ${read.length} messages read`)
     }
@@ -159,15 +209,30 @@ test('cursors are opaque and tamper-evident: forged, foreign, damaged and other-
   const authors = await seedUsers(store, 30)
   await seedRoom(store, 'a', authors, 30)
   await seedRoom(store, 'b', authors, 30)
-  const { url } = await listenTestApp(t, { CURSOR_SECRET: 'cursor-secret-for-this-test-0123456789abcdef' }, { store, demo: false })
-  const other = await listenTestApp(t, { CURSOR_SECRET: 'another-cursor-secret-0123456789abcdefghijk' }, { store, demo: false })
-  const users = 'query ($after: String) { usersConnection(first: 5, after: $after) { edges { cursor node { id } } pageInfo { endCursor } } }'
-  const room = 'query ($room: String!, $after: String, $before: String, $first: Int, $last: Int) { messagesConnection(roomId: $room, first: $first, after: $after, last: $last, before: $before) { edges { node { id } } pageInfo { endCursor startCursor } } }'
+  const { url } = await listenTestApp(
+    t,
+    { CURSOR_SECRET: 'cursor-secret-for-this-test-0123456789abcdef' },
+    { store, demo: false }
+  )
+  const other = await listenTestApp(
+    t,
+    { CURSOR_SECRET: 'another-cursor-secret-0123456789abcdefghijk' },
+    { store, demo: false }
+  )
+  const users =
+    'query ($after: String) { usersConnection(first: 5, after: $after) { edges { cursor node { id } } pageInfo { endCursor } } }'
+  const room =
+    'query ($room: String!, $after: String, $before: String, $first: Int, $last: Int) { messagesConnection(roomId: $room, first: $first, after: $after, last: $last, before: $before) { edges { node { id } } pageInfo { endCursor startCursor } } }'
 
   const userCursor = (await gql(url, users)).body.data.usersConnection.pageInfo.endCursor as string
-  const roomCursor = (await gql(url, room, { room: 'a', first: 5 })).body.data.messagesConnection.pageInfo.endCursor as string
+  const roomCursor = (await gql(url, room, { room: 'a', first: 5 })).body.data.messagesConnection.pageInfo
+    .endCursor as string
   t.match(userCursor, /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{22}$/, 'opaque: base64url payload and MAC')
-  t.equal((await gql(url, users, { after: userCursor })).body.data.usersConnection.edges.length, 5, 'a genuine cursor reads on')
+  t.equal(
+    (await gql(url, users, { after: userCursor })).body.data.usersConnection.edges.length,
+    5,
+    'a genuine cursor reads on'
+  )
 
   const [payload, mac] = userCursor.split('.') as [string, string]
   const forgedPayload = Buffer.from(JSON.stringify(['2000-01-01T00:00:00.000Z', authors[0]])).toString('base64url')
@@ -191,16 +256,29 @@ test('cursors are opaque and tamper-evident: forged, foreign, damaged and other-
   for (const [label, query, variables] of refused) {
     const response = await gql(url, query, variables)
     t.equal(response.status, 200, label)
-    t.equal(response.body.errors?.[0]?.extensions?.code, 'BAD_USER_INPUT', `${label}: BAD_USER_INPUT (${response.body.errors?.[0]?.message})`)
+    t.equal(
+      response.body.errors?.[0]?.extensions?.code,
+      'BAD_USER_INPUT',
+      `${label}: BAD_USER_INPUT (${response.body.errors?.[0]?.message})`
+    )
     t.equal(response.body.data, null, `${label}: no rows`)
   }
-  t.same(calls.filter((c) => c.method === 'usersAfter' || c.method === 'messagesPage'), [], 'no refused cursor reached the store')
+  t.same(
+    calls.filter((c) => c.method === 'usersAfter' || c.method === 'messagesPage'),
+    [],
+    'no refused cursor reached the store'
+  )
 
   // A cursor signed with another key (another deployment, or before CURSOR_SECRET was rotated).
   const stale = await gql(other.url, users, { after: userCursor })
-  t.match(stale.body.errors, [{ message: 'Invalid after cursor: pass a cursor this list returned', extensions: { code: 'BAD_USER_INPUT' } }])
+  t.match(stale.body.errors, [
+    { message: 'Invalid after cursor: pass a cursor this list returned', extensions: { code: 'BAD_USER_INPUT' } }
+  ])
   // Page sizes are capped like limit, before anything runs.
-  for (const [variables, message] of [[{ room: 'a', first: 101 }, 'first must be between 1 and 100'], [{ room: 'a', last: 0 }, 'last must be between 1 and 100']] as const) {
+  for (const [variables, message] of [
+    [{ room: 'a', first: 101 }, 'first must be between 1 and 100'],
+    [{ room: 'a', last: 0 }, 'last must be between 1 and 100']
+  ] as const) {
     t.match((await gql(url, room, variables)).body.errors, [{ message, extensions: { code: 'BAD_USER_INPUT' } }])
   }
 })

@@ -11,7 +11,10 @@ setFlagsFromString('--expose-gc')
 const collectGarbage = runInNewContext('gc') as () => void
 const MiB = 1024 * 1024
 
-/** A distinct document of about `size` characters: aliased root list fields, the shape whose compilation weighs most per character. */
+/**
+ * A distinct document of about `size` characters: aliased root list
+ * fields, the shape whose compilation weighs most per character.
+ */
 function document (n: number, size: number): string {
   const fields: string[] = []
   for (let k = 0; fields.join(' ').length < size; k++) fields.push(`d${n}_${k}: users(limit: 1) { id }`)
@@ -48,6 +51,9 @@ test('a cached plan weighs at least what it keeps alive, its compilation include
   collectGarbage()
   const retained = process.memoryUsage().heapUsed - before
   const estimated = app.graphqlRoom.pipeline.cacheStats.bytes - cachedBefore
-  t.ok(retained <= estimated, `60 plans keep ${(retained / MiB).toFixed(1)} MiB; the cache counts ${(estimated / MiB).toFixed(1)} MiB`)
+  t.ok(
+    retained <= estimated,
+    `60 plans keep ${(retained / MiB).toFixed(1)} MiB; the cache counts ${(estimated / MiB).toFixed(1)} MiB`
+  )
   t.ok(estimated <= 2 * retained, 'and not more than twice as much')
 })

@@ -83,7 +83,10 @@ test('browser: open the UI, run a query and see its result, with nothing loaded 
   t.ok(await page.isVisible('#schema >> text=users'), 'the schema list shows the users field')
 
   const anonymous = await runQuery(page, '{ users { id name } }')
-  t.same(anonymous.data.users.map((u: { name: string }) => u.name), ['Admin', 'Ada Lovelace', 'Alan Turing', 'Grace Hopper', 'Partner Inc.'])
+  t.same(
+    anonymous.data.users.map((u: { name: string }) => u.name),
+    ['Admin', 'Ada Lovelace', 'Alan Turing', 'Grace Hopper', 'Partner Inc.']
+  )
   t.match(await page.textContent('#result'), /"name": "Ada Lovelace"/, 'the result pane shows the demo users')
   t.match(await page.textContent('#status'), /^HTTP 200/)
 
@@ -93,7 +96,10 @@ test('browser: open the UI, run a query and see its result, with nothing loaded 
   t.match(withoutToken.errors, [{ extensions: { code: 'UNAUTHENTICATED' } }])
   t.match(await page.textContent('#status'), /with errors/)
   const asAdmin = await runQuery(page, '{ user(id: "2") { name email } }', token('1', 'ADMIN'))
-  t.same(asAdmin, { data: { user: { name: 'Ada Lovelace', email: 'ada@example.com' } }, extensions: asAdmin.extensions })
+  t.same(asAdmin, {
+    data: { user: { name: 'Ada Lovelace', email: 'ada@example.com' } },
+    extensions: asAdmin.extensions
+  })
 
   t.same(problems, [], 'no script errors and no CSP violations')
   t.ok(requested.length >= 5, 'the page, its two assets, the schema and the queries were requested')

@@ -10,7 +10,8 @@ type Open = (t: Test) => Promise<Store>
 
 const implementations: Record<string, Open> = {
   sqlite: async () => openSqliteStore(':memory:'),
-  postgres: async (t) => openPostgresStore({ url: TEST_DATABASE_URL, poolSize: 4, schema: await freshSchema(t, 'store') })
+  postgres: async (t) =>
+    openPostgresStore({ url: TEST_DATABASE_URL, poolSize: 4, schema: await freshSchema(t, 'store') })
 }
 
 for (const [kind, open] of Object.entries(implementations)) {
@@ -21,10 +22,30 @@ for (const [kind, open] of Object.entries(implementations)) {
 
     await t.test('creates, reads, lists users in creation order', async (t) => {
       const a = await store.createUser({ name: 'Ada', email: 'ada@example.com', createdAt: '2025-01-01T00:00:00.000Z' })
-      const b = await store.createUser({ id: '007', name: 'Bond', email: 'bond@example.com', role: 'SERVICE', adminNotes: 'licence', createdAt: '2025-01-02T00:00:00.000Z' })
-      t.match(a, { name: 'Ada', email: 'ada@example.com', role: 'USER', adminNotes: null, createdAt: '2025-01-01T00:00:00.000Z' })
+      const b = await store.createUser({
+        id: '007',
+        name: 'Bond',
+        email: 'bond@example.com',
+        role: 'SERVICE',
+        adminNotes: 'licence',
+        createdAt: '2025-01-02T00:00:00.000Z'
+      })
+      t.match(a, {
+        name: 'Ada',
+        email: 'ada@example.com',
+        role: 'USER',
+        adminNotes: null,
+        createdAt: '2025-01-01T00:00:00.000Z'
+      })
       t.match(a.id, /^[0-9a-f-]{36}$/)
-      t.same(b, { id: '007', name: 'Bond', email: 'bond@example.com', role: 'SERVICE', adminNotes: 'licence', createdAt: '2025-01-02T00:00:00.000Z' })
+      t.same(b, {
+        id: '007',
+        name: 'Bond',
+        email: 'bond@example.com',
+        role: 'SERVICE',
+        adminNotes: 'licence',
+        createdAt: '2025-01-02T00:00:00.000Z'
+      })
       const found = await store.usersByIds(['007', a.id, 'missing'])
       t.same(found.map((u) => u.id).sort(), ['007', a.id].sort())
       t.same(await store.usersByIds(['007']), [b], 'one id (the common batch): the same row')
@@ -64,7 +85,13 @@ for (const [kind, open] of Object.entries(implementations)) {
       const [user] = await store.insertUsers([{ name: 'Partner', email: 'partner@example.com', role: 'SERVICE' }])
       t.equal(await store.findCredentials('partner'), null)
       await store.setCredentials(user!.id, 'partner', 'hash', 'sealed')
-      t.same(await store.findCredentials('partner'), { userId: user!.id, login: 'partner', role: 'SERVICE', passwordHash: 'hash', passwordSecret: 'sealed' })
+      t.same(await store.findCredentials('partner'), {
+        userId: user!.id,
+        login: 'partner',
+        role: 'SERVICE',
+        passwordHash: 'hash',
+        passwordSecret: 'sealed'
+      })
     })
 
     await t.test('seeds realistic data in bulk and loads the demo set only into an empty store', async (t) => {
@@ -113,7 +140,10 @@ test('postgres: an unreachable database is SERVICE_UNAVAILABLE, and the store re
   await store.createUser({ id: 'u1', name: 'Before', email: 'before@example.com' })
 
   relay.cut()
-  await t.rejects(store.usersByIds(['u1']), { code: 'SERVICE_UNAVAILABLE', message: 'The database is unavailable; retry shortly' })
+  await t.rejects(store.usersByIds(['u1']), {
+    code: 'SERVICE_UNAVAILABLE',
+    message: 'The database is unavailable; retry shortly'
+  })
   await t.rejects(store.ping(), { code: 'SERVICE_UNAVAILABLE' })
 
   await relay.restore()

@@ -6,12 +6,22 @@
 //   that is inherent to PasswordDigest, so keep the key out of the database and rotate partners' passwords
 //   if it leaks. The login is bound into the seal (additional data), so a sealed value copied to another
 //   account does not open.
-import { createCipheriv, createDecipheriv, createHash, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto'
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHash,
+  randomBytes,
+  scrypt,
+  timingSafeEqual,
+  type ScryptOptions
+} from 'node:crypto'
 
 const SCRYPT = { N: 16384, r: 8, p: 1, keylen: 32 }
 
 function scryptAsync (password: string, salt: Buffer, keylen: number, options: ScryptOptions): Promise<Buffer> {
-  return new Promise((resolve, reject) => scrypt(password, salt, keylen, options, (err, key) => (err ? reject(err) : resolve(key))))
+  return new Promise((resolve, reject) =>
+    scrypt(password, salt, keylen, options, (err, key) => (err ? reject(err) : resolve(key)))
+  )
 }
 
 /** `scrypt$N$r$p$<salt b64>$<hash b64>`: parameters travel with the hash so they can be raised later. */
@@ -26,7 +36,12 @@ export async function verifyPassword (password: string, stored: string): Promise
   if (scheme !== 'scrypt' || !salt || !hash) return false
   const expected = Buffer.from(hash, 'base64')
   const N = Number(n)
-  const actual = await scryptAsync(password, Buffer.from(salt, 'base64'), expected.length, { N, r: Number(r), p: Number(p), maxmem: 256 * N * Number(r) })
+  const actual = await scryptAsync(password, Buffer.from(salt, 'base64'), expected.length, {
+    N,
+    r: Number(r),
+    p: Number(p),
+    maxmem: 256 * N * Number(r)
+  })
   return timingSafeEqual(actual, expected)
 }
 

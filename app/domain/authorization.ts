@@ -22,17 +22,30 @@ export function requireCaller (caller: Caller | null): Caller {
 }
 
 /** True when the caller meets any of the requirements for data owned by `ownerId`. */
-export function meets (caller: Caller | null, requirements: readonly AccessRequirement[], ownerId: string | null): boolean {
+export function meets (
+  caller: Caller | null,
+  requirements: readonly AccessRequirement[],
+  ownerId: string | null
+): boolean {
   if (!caller) return false
-  return requirements.some((r) => (r === 'ADMIN' && caller.role === 'ADMIN') || (r === 'SELF' && ownerId !== null && caller.id === ownerId))
+  return requirements.some(
+    (r) => (r === 'ADMIN' && caller.role === 'ADMIN') || (r === 'SELF' && ownerId !== null && caller.id === ownerId)
+  )
 }
 
+/** A user as a caller may see it: the email may be hidden (null) as well as the admin notes. */
+export type VisibleUser = Omit<UserRow, 'email'> & { email: string | null }
+
 /** A user as `caller` may see it: restricted fields they may not read are null. */
-export function visibleUser (caller: Caller | null, user: UserRow): UserRow {
+export function visibleUser (caller: Caller | null, user: UserRow): VisibleUser {
   const email = meets(caller, RESTRICTED_USER_FIELDS.email, user.id)
   const adminNotes = meets(caller, RESTRICTED_USER_FIELDS.adminNotes, user.id)
   if (email && adminNotes) return user
-  return { ...user, email: email ? user.email : (null as unknown as string), adminNotes: adminNotes ? user.adminNotes : null }
+  return {
+    ...user,
+    email: email ? user.email : null,
+    adminNotes: adminNotes ? user.adminNotes : null
+  }
 }
 
 /** Who may perform a write: the roles that may act on any user, and whether a user may act on itself. */
@@ -61,18 +74,25 @@ const allowed = (rule: WriteRule, caller: Caller, userId: string | null): boolea
 
 export const actions = {
   createUser (caller: Caller | null): void {
-    if (!allowed(WRITE_RULES.createUser, requireCaller(caller), null)) throw forbidden('Only administrators and services may create users')
+    if (!allowed(WRITE_RULES.createUser, requireCaller(caller), null)) {
+      throw forbidden('Only administrators and services may create users')
+    }
   },
   updateUser (caller: Caller | null, userId: string, changesPrivilegedFields: boolean): void {
     const c = requireCaller(caller)
-    if (!allowed(WRITE_RULES.updateUser, c, userId)) throw forbidden('Only the user themself or an administrator may update a user')
-    if (changesPrivilegedFields && c.role !== 'ADMIN') throw forbidden('Only administrators may change role or adminNotes')
+    if (!allowed(WRITE_RULES.updateUser, c, userId)) {
+      throw forbidden('Only the user themself or an administrator may update a user')
+    }
+    if (changesPrivilegedFields && c.role !== 'ADMIN') {
+      throw forbidden('Only administrators may change role or adminNotes')
+    }
   },
   deleteUser (caller: Caller | null): void {
-    if (!allowed(WRITE_RULES.deleteUser, requireCaller(caller), null)) throw forbidden('Only administrators may delete users')
+    if (!allowed(WRITE_RULES.deleteUser, requireCaller(caller), null)) {
+      throw forbidden('Only administrators may delete users')
+    }
   },
   postMessage (caller: Caller | null): Caller {
     return requireCaller(caller)
   }
 }
-

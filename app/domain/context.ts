@@ -52,6 +52,15 @@ export function assertBeforeDeadline (ctx: DomainContext): void {
 export function withinDeadline<T, U> (work: Promise<T>, ms: number, onTimeout: U): Promise<T | U> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(resolve, ms, onTimeout)
-    work.then((value) => { clearTimeout(timer); resolve(value) }, (err: unknown) => { clearTimeout(timer); reject(err) })
+    work.then(
+      (value) => {
+        clearTimeout(timer)
+        resolve(value)
+      },
+      (err: unknown) => {
+        clearTimeout(timer)
+        reject(err)
+      }
+    )
   })
 }

@@ -16,7 +16,10 @@ export function assertWithinCaps (value: unknown, caps: InputCaps, path: string)
     }
   } else if (Array.isArray(value)) {
     if (value.length > caps.maxListLength) {
-      throw badInput(`Too many entries in ${path}: at most ${caps.maxListLength}`, { field: path, maxEntries: caps.maxListLength })
+      throw badInput(`Too many entries in ${path}: at most ${caps.maxListLength}`, {
+        field: path,
+        maxEntries: caps.maxListLength
+      })
     }
     value.forEach((item, i) => assertWithinCaps(item, caps, `${path}[${i}]`))
   } else if (value !== null && typeof value === 'object') {
@@ -24,7 +27,10 @@ export function assertWithinCaps (value: unknown, caps: InputCaps, path: string)
   }
 }
 
-/** The page size of a list read without one (GraphQL's `limit` default, a connection without `first`/`last`, SOAP's ListUsers). */
+/**
+ * The page size of a list read without one (GraphQL's `limit`
+ * default, a connection without `first`/`last`, SOAP's ListUsers).
+ */
 export const DEFAULT_PAGE_SIZE = 20
 
 /** A page size argument (`limit`/`first`): a positive integer no larger than the cap. */
@@ -40,11 +46,14 @@ const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
 // Characters XML 1.0 cannot carry: C0 controls other than tab, LF and CR, U+FFFE/U+FFFF, and lone
 // surrogates. No name, address or message needs them, and stored text holding them could not be
 // answered over SOAP: refused here, for every transport.
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
 const NOT_TEXT = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 
 /** Refuses control and other non-text characters in a stored text field. */
 export function assertText (value: string, field: string): string {
-  if (NOT_TEXT.test(value)) throw badInput(`${field} holds a control character or another character text cannot carry`, { field })
+  if (NOT_TEXT.test(value)) {
+    throw badInput(`${field} holds a control character or another character text cannot carry`, { field })
+  }
   return value
 }
 
@@ -67,7 +76,11 @@ export function normalizeRoomId (value: string): string {
 }
 
 export function normalizeContent (value: string, caps: Pick<InputCaps, 'maxStringLength'>): string {
-  if (assertText(value, 'content').trim().length === 0) throw badInput('Message content must not be empty', { field: 'content' })
-  if (value.length > caps.maxStringLength) throw badInput(Messages.tooLong, { field: 'content', maxLength: caps.maxStringLength })
+  if (assertText(value, 'content').trim().length === 0) {
+    throw badInput('Message content must not be empty', { field: 'content' })
+  }
+  if (value.length > caps.maxStringLength) {
+    throw badInput(Messages.tooLong, { field: 'content', maxLength: caps.maxStringLength })
+  }
   return value
 }

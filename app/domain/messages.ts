@@ -15,7 +15,14 @@ export function listMessages (ctx: DomainContext, roomId: string, limit: number)
  */
 export function listMessagesPage (ctx: DomainContext, roomId: string, args: PageArgs): Promise<Connection<MessageRow>> {
   const room = normalizeRoomId(roomId)
-  return readPage(ctx, 'messages', room, args, (direction, from, limit) => ctx.store.messagesPage(room, direction, from, limit), 'before')
+  return readPage(
+    ctx,
+    'messages',
+    room,
+    args,
+    (direction, from, limit) => ctx.store.messagesPage(room, direction, from, limit),
+    'before'
+  )
 }
 
 /** Posts as the caller (author = caller) and announces it to subscribers of the room. */

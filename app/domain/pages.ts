@@ -55,7 +55,10 @@ interface List {
 }
 
 function mac (list: List, payload: string): Buffer {
-  return createHmac('sha256', list.key).update(`${list.kind}\n${list.scope}\n${payload}`).digest().subarray(0, MAC_BYTES)
+  return createHmac('sha256', list.key)
+    .update(`${list.kind}\n${list.scope}\n${payload}`)
+    .digest()
+    .subarray(0, MAC_BYTES)
 }
 
 function encodeCursor (list: List, row: Position): string {
@@ -74,7 +77,11 @@ function decodeCursor (list: List, cursor: string, field: string): Position {
   if (payload === undefined || signature === undefined || extra !== undefined) throw invalidCursor(field)
   const given = Buffer.from(signature, 'base64url')
   // Base64url decoding skips what it cannot read: only the canonical spelling of the MAC is accepted.
-  if (given.length !== MAC_BYTES || given.toString('base64url') !== signature || !timingSafeEqual(given, mac(list, payload))) {
+  if (
+    given.length !== MAC_BYTES ||
+    given.toString('base64url') !== signature ||
+    !timingSafeEqual(given, mac(list, payload))
+  ) {
     throw invalidCursor(field)
   }
   let position: unknown
@@ -116,9 +123,12 @@ export async function readPage<T extends Position> (
   const { first, after, last, before } = args
   if (first != null && last != null) throw badInput('Pass first or last, not both', { field: 'last' })
   if ((first != null && before != null) || (last != null && after != null) || (after != null && before != null)) {
-    throw badInput('Page forward with first and after, or backward with last and before', { field: after != null ? 'after' : 'before' })
+    throw badInput('Page forward with first and after, or backward with last and before', {
+      field: after != null ? 'after' : 'before'
+    })
   }
-  const direction: Direction = last != null || before != null ? 'before' : first != null || after != null ? 'after' : defaultDirection
+  const direction: Direction =
+    last != null || before != null ? 'before' : first != null || after != null ? 'after' : defaultDirection
   const size = direction === 'after'
     ? assertPageSize(first ?? DEFAULT_PAGE_SIZE, ctx.caps, 'first')
     : assertPageSize(last ?? DEFAULT_PAGE_SIZE, ctx.caps, 'last')

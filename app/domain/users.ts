@@ -42,8 +42,13 @@ export async function listUsers (ctx: DomainContext, limit: number): Promise<Use
 }
 
 /** A page of users, oldest first, after the `after` cursor (GraphQL usersConnection, SOAP ListUsers page tokens). */
-export async function listUsersPage (ctx: DomainContext, args: { first?: number | null; after?: string | null }): Promise<Connection<UserRow>> {
-  const page = await readPage(ctx, 'users', '', { first: args.first, after: args.after }, (_direction, from, limit) => ctx.store.usersAfter(from, limit))
+export async function listUsersPage (
+  ctx: DomainContext,
+  args: { first?: number | null; after?: string | null }
+): Promise<Connection<UserRow>> {
+  const page = await readPage(ctx, 'users', '', { first: args.first, after: args.after }, (_direction, from, limit) =>
+    ctx.store.usersAfter(from, limit)
+  )
   for (const { node } of page.edges) ctx.loaders.userById.prime(node.id, node)
   return page
 }
@@ -64,7 +69,9 @@ export async function updateUser (ctx: DomainContext, id: string, input: UpdateU
   if (input.name != null) patch.name = normalizeName(input.name)
   if (input.email != null) patch.email = normalizeEmail(input.email)
   if (input.role != null) patch.role = parseRole(input.role)
-  if (input.adminNotes !== undefined) patch.adminNotes = input.adminNotes === null ? null : assertText(input.adminNotes, 'adminNotes')
+  if (input.adminNotes !== undefined) {
+    patch.adminNotes = input.adminNotes === null ? null : assertText(input.adminNotes, 'adminNotes')
+  }
   assertBeforeDeadline(ctx)
   const updated = await ctx.store.updateUser(id, patch)
   if (!updated) throw notFound(`User ${id}`)
@@ -81,6 +88,8 @@ export async function deleteUser (ctx: DomainContext, id: string): Promise<boole
 }
 
 function parseRole (value: string): Role {
-  if (!(ROLES as readonly string[]).includes(value)) throw badInput(`role must be one of ${ROLES.join(', ')}`, { field: 'role' })
+  if (!(ROLES as readonly string[]).includes(value)) {
+    throw badInput(`role must be one of ${ROLES.join(', ')}`, { field: 'role' })
+  }
   return value as Role
 }

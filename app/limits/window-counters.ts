@@ -56,7 +56,11 @@ export function redisCounters (redis: Redis, prefix: string): WindowCounters {
 }
 
 /** Redis counters that fall back to in-process ones while Redis fails; `onFallback` is told each time. */
-export function sharedCounters (primary: WindowCounters, fallback: WindowCounters, onFallback: (err: unknown) => void): WindowCounters {
+export function sharedCounters (
+  primary: WindowCounters,
+  fallback: WindowCounters,
+  onFallback: (err: unknown) => void
+): WindowCounters {
   return {
     async incr (key, amount, windowMs) {
       try {

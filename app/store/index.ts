@@ -6,9 +6,17 @@ import type { Store } from './types.ts'
 export type { Store } from './types.ts'
 
 /** PostgreSQL when DATABASE_URL is set, otherwise the embedded node:sqlite file. */
-export async function openStore (config: Pick<Config, 'databaseUrl' | 'databasePoolSize' | 'databaseSchema' | 'sqlitePath'> & Partial<Pick<Config, 'databaseApplicationName'>>): Promise<Store> {
+export async function openStore (
+  config: Pick<Config, 'databaseUrl' | 'databasePoolSize' | 'databaseSchema' | 'sqlitePath'> &
+    Partial<Pick<Config, 'databaseApplicationName'>>
+): Promise<Store> {
   if (config.databaseUrl) {
-    return openPostgresStore({ url: config.databaseUrl, poolSize: config.databasePoolSize, schema: config.databaseSchema, applicationName: config.databaseApplicationName })
+    return openPostgresStore({
+      url: config.databaseUrl,
+      poolSize: config.databasePoolSize,
+      schema: config.databaseSchema,
+      applicationName: config.databaseApplicationName
+    })
   }
   return openSqliteStore(config.sqlitePath)
 }

@@ -3,7 +3,16 @@
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import { isoNow, type Credentials, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import {
+  isoNow,
+  type Credentials,
+  type MessageRow,
+  type NewMessage,
+  type NewUser,
+  type Store,
+  type UserPatch,
+  type UserRow
+} from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -93,7 +102,16 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
 
   const insertUser = async (client: pg.Pool | pg.PoolClient, u: NewUser): Promise<UserRow> => {
     try {
-      const { rows } = await client.query<UserRow>(q.insertUser([u.id ?? randomUUID(), u.name, u.email, u.role ?? 'USER', u.adminNotes ?? null, u.createdAt ?? isoNow()]))
+      const { rows } = await client.query<UserRow>(
+        q.insertUser([
+          u.id ?? randomUUID(),
+          u.name,
+          u.email,
+          u.role ?? 'USER',
+          u.adminNotes ?? null,
+          u.createdAt ?? isoNow()
+        ])
+      )
       return rows[0]!
     } catch (err) {
       if (isUniqueViolation(err)) throw new AppError('CONFLICT', 'Email already in use')
@@ -125,7 +143,8 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
       return (await pool.query<UserRow>(q.listUsers([limit]))).rows
     },
     async usersAfter (from, limit) {
-      return (await pool.query<UserRow>(from ? q.usersAfter([from.createdAt, from.id, limit]) : q.usersFirst([limit]))).rows
+      return (await pool.query<UserRow>(from ? q.usersAfter([from.createdAt, from.id, limit]) : q.usersFirst([limit])))
+        .rows
     },
     createUser: (user) => insertUser(pool, user),
     insertUsers: (users) => transaction(async (client) => {
@@ -146,7 +165,10 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
       if (sets.length === 0) return (await pool.query<UserRow>(q.usersByIds([[id]]))).rows[0] ?? null
       values.push(id)
       try {
-        const { rows } = await pool.query<UserRow>(`UPDATE users SET ${sets.join(', ')} WHERE id = $${values.length} RETURNING ${USER_COLUMNS}`, values)
+        const { rows } = await pool.query<UserRow>(
+          `UPDATE users SET ${sets.join(', ')} WHERE id = $${values.length} RETURNING ${USER_COLUMNS}`,
+          values
+        )
         return rows[0] ?? null
       } catch (err) {
         if (isUniqueViolation(err)) throw new AppError('CONFLICT', 'Email already in use')
@@ -166,7 +188,8 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
       return (await pool.query<MessageRow>(text)).rows
     },
     async createMessage (m: NewMessage) {
-      return (await pool.query<MessageRow>(q.insertMessage([m.roomId, m.content, m.authorId, m.createdAt ?? isoNow()]))).rows[0]!
+      return (await pool.query<MessageRow>(q.insertMessage([m.roomId, m.content, m.authorId, m.createdAt ?? isoNow()])))
+        .rows[0]!
     },
     insertMessages: (messages) => transaction(async (client) => {
       // One multi-row INSERT per chunk keeps seeding 50000 messages to a few round trips.
@@ -178,7 +201,10 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
           const n = values.length
           return `($${n - 3}, $${n - 2}, $${n - 1}, $${n})`
         })
-        await client.query(`INSERT INTO messages (room_id, content, author_id, created_at) VALUES ${tuples.join(', ')}`, values)
+        await client.query(
+          `INSERT INTO messages (room_id, content, author_id, created_at) VALUES ${tuples.join(', ')}`,
+          values
+        )
       }
       return messages.length
     }),
@@ -208,7 +234,10 @@ const OUTAGE_MESSAGES = /Connection terminated|timeout exceeded when trying to c
 
 function isOutage (err: unknown): boolean {
   const { code, message } = (err ?? {}) as { code?: unknown; message?: unknown }
-  return (typeof code === 'string' && OUTAGE_CODES.test(code)) || (typeof message === 'string' && OUTAGE_MESSAGES.test(message))
+  return (
+    (typeof code === 'string' && OUTAGE_CODES.test(code)) ||
+    (typeof message === 'string' && OUTAGE_MESSAGES.test(message))
+  )
 }
 
 /**
@@ -237,7 +266,9 @@ async function migrate (pool: pg.Pool, schema: string | null): Promise<void> {
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK])
     try {
       if (schema) await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`)
-      await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())')
+      await client.query(
+        'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())'
+      )
       const { rows } = await client.query<{ v: number | null }>('SELECT MAX(version) AS v FROM schema_migrations')
       for (let version = (rows[0]?.v ?? 0) + 1; version <= MIGRATIONS.length; version++) {
         await client.query('BEGIN')

@@ -33,7 +33,12 @@ export function sampleUsers (count: number, seed = 1, startAt = Date.UTC(2025, 0
   })
 }
 
-export function sampleMessages (count: number, authorIds: readonly string[], seed = 1, startAt = Date.UTC(2025, 6, 1)): NewMessage[] {
+export function sampleMessages (
+  count: number,
+  authorIds: readonly string[],
+  seed = 1,
+  startAt = Date.UTC(2025, 6, 1)
+): NewMessage[] {
   const next = random(seed + 7)
   return Array.from({ length: count }, (_, i) => ({
     roomId: ROOMS[Math.floor(next() * ROOMS.length)]!,
@@ -44,7 +49,12 @@ export function sampleMessages (count: number, authorIds: readonly string[], see
 }
 
 /** Inserts `users` users and `messages` messages in batches; returns the new user ids. */
-export async function seed (store: Store, users: number, messages: number, seedValue = Date.now() % 100000): Promise<string[]> {
+export async function seed (
+  store: Store,
+  users: number,
+  messages: number,
+  seedValue = Date.now() % 100000
+): Promise<string[]> {
   const ids: string[] = []
   for (const batch of chunks(sampleUsers(users, seedValue), 1000)) {
     ids.push(...(await store.insertUsers(batch)).map((u) => u.id))

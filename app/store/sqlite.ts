@@ -1,12 +1,23 @@
 // Embedded store: node:sqlite in a local file (or ':memory:'), created and migrated on open.
 // node:sqlite is synchronous; each statement is prepared once and runs in microseconds, so the
 // event loop is not held longer than a JSON.stringify of the same rows would hold it.
-import { DatabaseSync, type StatementSync } from 'node:sqlite'
+import { DatabaseSync, type SQLOutputValue, type StatementSync } from 'node:sqlite'
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import { isoNow, type Credentials, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import {
+  isoNow,
+  ROLES,
+  type Credentials,
+  type MessageRow,
+  type NewMessage,
+  type NewUser,
+  type Role,
+  type Store,
+  type UserPatch,
+  type UserRow
+} from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -30,12 +41,66 @@ const MIGRATIONS: string[] = [
    );
    CREATE INDEX messages_room ON messages (room_id, id);
    CREATE INDEX messages_author ON messages (author_id);`,
-  // Keyset pages of a room read (room_id, created_at, id) in order: one index range per page, whatever the table's size.
+  // Keyset pages of a room read (room_id, created_at, id) in
+  // order: one index range per page, whatever the table's size.
   'CREATE INDEX messages_room_created ON messages (room_id, created_at, id);'
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
-const MESSAGE_COLUMNS = 'CAST(id AS TEXT) AS id, room_id AS roomId, content, author_id AS authorId, created_at AS createdAt'
+const MESSAGE_COLUMNS =
+  'CAST(id AS TEXT) AS id, room_id AS roomId, content, author_id AS authorId, created_at AS createdAt'
+
+// node:sqlite types every row as Record<string, SQLOutputValue>; these read the columns the SELECTs
+// above name into the store's row types, so a schema that disagrees fails loudly instead of leaking.
+type SqlRow = Record<string, SQLOutputValue>
+
+function text (row: SqlRow, column: string): string {
+  const value = row[column]
+  if (typeof value !== 'string') throw new Error(`sqlite: column ${column} is not text`)
+  return value
+}
+
+function textOrNull (row: SqlRow, column: string): string | null {
+  return row[column] === null ? null : text(row, column)
+}
+
+function role (row: SqlRow, column: string): Role {
+  const value = text(row, column)
+  const known = ROLES.find((r) => r === value)
+  if (!known) throw new Error(`sqlite: column ${column} is not a role`)
+  return known
+}
+
+const userRow = (row: SqlRow): UserRow => ({
+  id: text(row, 'id'),
+  name: text(row, 'name'),
+  email: text(row, 'email'),
+  adminNotes: textOrNull(row, 'adminNotes'),
+  role: role(row, 'role'),
+  createdAt: text(row, 'createdAt')
+})
+
+const messageRow = (row: SqlRow): MessageRow => ({
+  id: text(row, 'id'),
+  roomId: text(row, 'roomId'),
+  content: text(row, 'content'),
+  authorId: text(row, 'authorId'),
+  createdAt: text(row, 'createdAt')
+})
+
+const credentialsRow = (row: SqlRow): Credentials => ({
+  userId: text(row, 'userId'),
+  login: text(row, 'login'),
+  role: role(row, 'role'),
+  passwordHash: textOrNull(row, 'passwordHash'),
+  passwordSecret: textOrNull(row, 'passwordSecret')
+})
+
+/** The row an INSERT ... RETURNING always returns. */
+function returned (row: SqlRow | undefined): SqlRow {
+  if (!row) throw new Error('sqlite: the statement returned no row')
+  return row
+}
 
 function isUniqueViolation (err: unknown): boolean {
   return err instanceof Error && /UNIQUE constraint failed: users\.email/.test(err.message)
@@ -44,7 +109,9 @@ function isUniqueViolation (err: unknown): boolean {
 export function openSqliteStore (path: string): Store {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
   const db = new DatabaseSync(path)
-  db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;')
+  db.exec(
+    'PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;'
+  )
   migrate(db)
 
   const prepare = (sql: string): StatementSync => db.prepare(sql)
@@ -71,7 +138,15 @@ export function openSqliteStore (path: string): Store {
 
   const insertUser = (u: NewUser): UserRow => {
     try {
-      return stmt.insertUser.get(u.id ?? randomUUID(), u.name, u.email, u.role ?? 'USER', u.adminNotes ?? null, u.createdAt ?? isoNow()) as unknown as UserRow
+      const row = stmt.insertUser.get(
+        u.id ?? randomUUID(),
+        u.name,
+        u.email,
+        u.role ?? 'USER',
+        u.adminNotes ?? null,
+        u.createdAt ?? isoNow()
+      )
+      return userRow(returned(row))
     } catch (err) {
       if (isUniqueViolation(err)) throw new AppError('CONFLICT', 'Email already in use')
       throw err
@@ -96,17 +171,17 @@ export function openSqliteStore (path: string): Store {
       // One id (a user(id) request's whole batch) by the primary key: no JSON to build and read back
       // (about 4 µs against 6 µs for the json_each form, measured on 10000 users).
       if (ids.length === 1) {
-        const row = stmt.userById.get(ids[0]!) as unknown as UserRow | undefined
-        return row ? [row] : []
+        const row = stmt.userById.get(ids[0]!)
+        return row ? [userRow(row)] : []
       }
-      return stmt.usersByIds.all(JSON.stringify(ids)) as unknown as UserRow[]
+      return stmt.usersByIds.all(JSON.stringify(ids)).map(userRow)
     },
     async listUsers (limit) {
-      return stmt.listUsers.all(limit) as unknown as UserRow[]
+      return stmt.listUsers.all(limit).map(userRow)
     },
     async usersAfter (from, limit) {
       const rows = from ? stmt.usersAfter.all(from.createdAt, from.id, limit) : stmt.listUsers.all(limit)
-      return rows as unknown as UserRow[]
+      return rows.map(userRow)
     },
     async createUser (user) {
       return insertUser(user)
@@ -126,9 +201,9 @@ export function openSqliteStore (path: string): Store {
       }
       try {
         const row = sets.length === 0
-          ? (stmt.userById.get(id) as unknown as UserRow | undefined)
-          : (db.prepare(`UPDATE users SET ${sets.join(', ')} WHERE id = ? RETURNING ${USER_COLUMNS}`).get(...values, id) as unknown as UserRow | undefined)
-        return row ?? null
+          ? stmt.userById.get(id)
+          : db.prepare(`UPDATE users SET ${sets.join(', ')} WHERE id = ? RETURNING ${USER_COLUMNS}`).get(...values, id)
+        return row ? userRow(row) : null
       } catch (err) {
         if (isUniqueViolation(err)) throw new AppError('CONFLICT', 'Email already in use')
         throw err
@@ -138,16 +213,21 @@ export function openSqliteStore (path: string): Store {
       return Number(stmt.deleteUser.run(id).changes) > 0
     },
     async messagesByRoom (roomId, limit) {
-      return stmt.messagesByRoom.all(roomId, limit) as unknown as MessageRow[]
+      return stmt.messagesByRoom.all(roomId, limit).map(messageRow)
     },
     async messagesPage (roomId, direction, from, limit) {
-      const rows = direction === 'after'
-        ? (from ? stmt.messagesAfter.all(roomId, from.createdAt, Number(from.id), limit) : stmt.messagesFirst.all(roomId, limit))
-        : (from ? stmt.messagesBefore.all(roomId, from.createdAt, Number(from.id), limit) : stmt.messagesLast.all(roomId, limit))
-      return rows as unknown as MessageRow[]
+      const rows =
+        direction === 'after'
+          ? from
+            ? stmt.messagesAfter.all(roomId, from.createdAt, Number(from.id), limit)
+            : stmt.messagesFirst.all(roomId, limit)
+          : from
+            ? stmt.messagesBefore.all(roomId, from.createdAt, Number(from.id), limit)
+            : stmt.messagesLast.all(roomId, limit)
+      return rows.map(messageRow)
     },
     async createMessage (m: NewMessage) {
-      return stmt.insertMessage.get(m.roomId, m.content, m.authorId, m.createdAt ?? isoNow()) as unknown as MessageRow
+      return messageRow(returned(stmt.insertMessage.get(m.roomId, m.content, m.authorId, m.createdAt ?? isoNow())))
     },
     async insertMessages (messages) {
       return transaction(() => {
@@ -159,7 +239,8 @@ export function openSqliteStore (path: string): Store {
       return Number((stmt.countUsers.get() as { n: number }).n)
     },
     async findCredentials (login) {
-      return (stmt.findCredentials.get(login) as unknown as Credentials | undefined) ?? null
+      const row = stmt.findCredentials.get(login)
+      return row ? credentialsRow(row) : null
     },
     async setCredentials (userId, login, passwordHash, passwordSecret) {
       stmt.setCredentials.run(login, passwordHash, passwordSecret, userId)

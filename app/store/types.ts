@@ -88,7 +88,12 @@ export interface Store {
   insertMessages (messages: readonly NewMessage[]): Promise<number>
   countUsers (): Promise<number>
   findCredentials (login: string): Promise<Credentials | null>
-  setCredentials (userId: string, login: string, passwordHash: string | null, passwordSecret: string | null): Promise<void>
+  setCredentials (
+    userId: string,
+    login: string,
+    passwordHash: string | null,
+    passwordSecret: string | null
+  ): Promise<void>
   /** Resolves when the store answers a trivial query. */
   ping (): Promise<void>
   close (): Promise<void>

@@ -22,7 +22,11 @@ try {
 } catch { /* storage unavailable or corrupt: start from the defaults */ }
 
 function saveDraft () {
-  try { localStorage.setItem(STORAGE_KEY, JSON.stringify({ query: queryBox.value, variables: variablesBox.value })) } catch { /* ignore */ }
+  try {
+    localStorage.setItem(STORAGE_KEY, JSON.stringify({ query: queryBox.value, variables: variablesBox.value }))
+  } catch {
+    /* ignore */
+  }
 }
 
 /** POSTs a GraphQL request; resolves to { status, body } where body is parsed JSON (or the raw text). */
@@ -46,7 +50,9 @@ function parseVariables () {
   const text = variablesBox.value.trim()
   if (text === '') return undefined
   const value = JSON.parse(text)
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new Error('Variables must be a JSON object')
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new Error('Variables must be a JSON object')
+  }
   return value
 }
 
@@ -71,7 +77,8 @@ async function run () {
   try {
     const { status, body } = await postGraphQL(queryBox.value, variables)
     const ms = Math.round(performance.now() - started)
-    const hasErrors = typeof body !== 'object' || (body !== null && Array.isArray(body.errors) && body.errors.length > 0)
+    const hasErrors =
+      typeof body !== 'object' || (body !== null && Array.isArray(body.errors) && body.errors.length > 0)
     resultPane.textContent = typeof body === 'string' ? body : JSON.stringify(body, null, 2)
     resultPane.classList.toggle('has-errors', hasErrors)
     showStatus(`HTTP ${status} · ${ms} ms${hasErrors ? ' · with errors' : ''}`, hasErrors)
@@ -127,7 +134,9 @@ function renderType (type, open) {
     name.addEventListener('click', () => insertAtCursor(field.name))
     item.append(name)
     if (field.args?.length) {
-      item.append(`(${field.args.map((a) => `${a.name}: ${typeName(a.type)}${a.defaultValue != null ? ` = ${a.defaultValue}` : ''}`).join(', ')})`)
+      item.append(
+        `(${field.args.map((a) => `${a.name}: ${typeName(a.type)}${a.defaultValue != null ? ` = ${a.defaultValue}` : ''}`).join(', ')})`
+      )
     }
     item.append(': ', element('span', 'type', typeName(field.type)))
     if (field.description) item.title = field.description

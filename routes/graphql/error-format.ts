@@ -25,19 +25,32 @@ function stripSuggestions (message: string): string {
 
 function internal (err: unknown, options: FormatOptions): { code: ErrorCode; message: string } {
   options.logInternal(err)
-  return { code: 'INTERNAL_SERVER_ERROR', message: options.production ? Messages.internal : String((err as Error)?.message ?? err) }
+  return {
+    code: 'INTERNAL_SERVER_ERROR',
+    message: options.production ? Messages.internal : String((err as Error)?.message ?? err)
+  }
 }
 
 /** The code and safe message for an error's cause. */
-function classify (err: unknown, options: FormatOptions): { code: ErrorCode; message: string; details?: Record<string, unknown> } {
-  if (err instanceof AppError) return { code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) }
+function classify (
+  err: unknown,
+  options: FormatOptions
+): { code: ErrorCode; message: string; details?: Record<string, unknown> } {
+  if (err instanceof AppError) {
+    return { code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) }
+  }
   if (err instanceof GraphQLError) {
     if (err.originalError && !(err.originalError instanceof GraphQLError)) return classify(err.originalError, options)
     const { code, ...details } = err.extensions ?? {}
     if (isErrorCode(code)) return { code, message: err.message, details }
     if (err.message.startsWith('Syntax Error')) return { code: 'GRAPHQL_PARSE_FAILED', message: err.message }
     // graphql-js gives up on documents too large or repetitive to validate, without locations.
-    if (/Validation aborted/.test(err.message)) return { code: 'GRAPHQL_VALIDATION_FAILED', message: 'Validation aborted: the document is too large or too repetitive to validate' }
+    if (/Validation aborted/.test(err.message)) {
+      return {
+        code: 'GRAPHQL_VALIDATION_FAILED',
+        message: 'Validation aborted: the document is too large or too repetitive to validate'
+      }
+    }
     return internal(err, options)
   }
   // Errors from mercurius-auth and others that chose a catalogue code themselves.
@@ -60,10 +73,15 @@ export function formatError (err: unknown, options: FormatOptions): ErrorJson {
   return json
 }
 
-/** Refusals that hold several errors (validation, variables, a subscription that could not start) carry them in `errors`. */
+/**
+ * Refusals that hold several errors (validation, variables, a
+ * subscription that could not start) carry them in `errors`.
+ */
 export function formatThrown (err: unknown, options: FormatOptions): ErrorJson[] {
   const nested = (err as { errors?: unknown[] })?.errors
-  if (Array.isArray(nested) && nested.length > 0 && !(err instanceof AppError)) return nested.map((e) => formatError(e, options))
+  if (Array.isArray(nested) && nested.length > 0 && !(err instanceof AppError)) {
+    return nested.map((e) => formatError(e, options))
+  }
   return [formatError(err, options)]
 }
 

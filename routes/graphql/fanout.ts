@@ -40,7 +40,11 @@ export interface Payer {
   cost: number
 }
 
-export type SpendCostUnits = (caller: Caller | null, ip: string, units: number) => Promise<{ remaining: number; resetMs: number }>
+export type SpendCostUnits = (
+  caller: Caller | null,
+  ip: string,
+  units: number
+) => Promise<{ remaining: number; resetMs: number }>
 
 /**
  * Spends the price of one event for each subscriber: one spend per distinct payer (the user, or the IP
@@ -48,7 +52,10 @@ export type SpendCostUnits = (caller: Caller | null, ip: string, units: number) 
  * it still covers (in order) are paid and the rest refused. (The refused ones' units are counted too:
  * the window is exhausted by then anyway.) Returns the refused subscribers and when their window resets.
  */
-export async function chargeEvent<M extends Payer> (spend: SpendCostUnits, members: Iterable<M>): Promise<{ refused: M[]; resetMs: number }> {
+export async function chargeEvent<M extends Payer> (
+  spend: SpendCostUnits,
+  members: Iterable<M>
+): Promise<{ refused: M[]; resetMs: number }> {
   const payers = new Map<string, { first: M; total: number; members: M[] }>()
   for (const member of members) {
     const key = member.caller ? `user:${member.caller.id}` : `ip:${member.ip}`
@@ -62,16 +69,18 @@ export async function chargeEvent<M extends Payer> (spend: SpendCostUnits, membe
   }
   const refused: M[] = []
   let resetMs = 0
-  await Promise.all([...payers.values()].map(async ({ first, total, members }) => {
-    const spent = await spend(first.caller, first.ip, total)
-    if (spent.remaining >= 0) return
-    resetMs = Math.max(resetMs, spent.resetMs)
-    let affordable = spent.remaining + total
-    for (const member of members) {
-      affordable -= member.cost
-      if (affordable < 0) refused.push(member)
-    }
-  }))
+  await Promise.all(
+    [...payers.values()].map(async ({ first, total, members }) => {
+      const spent = await spend(first.caller, first.ip, total)
+      if (spent.remaining >= 0) return
+      resetMs = Math.max(resetMs, spent.resetMs)
+      let affordable = spent.remaining + total
+      for (const member of members) {
+        affordable -= member.cost
+        if (affordable < 0) refused.push(member)
+      }
+    })
+  )
   return { refused, resetMs }
 }
 
@@ -247,16 +256,23 @@ export function createFanout (options: FanoutOptions) {
      * Adds a subscriber to a topic; resolves once the topic's listener is registered (with Redis,
      * after the SUBSCRIBE round trip), so an event published after this resolves reaches it.
      */
-    async add (topicName: string, run: Admission, payer: Payer, sink: SubscriptionSink, release: () => void, schema: GraphQLSchema): Promise<Subscription> {
+    async add (
+      topicName: string,
+      run: Admission,
+      payer: Payer,
+      sink: SubscriptionSink,
+      release: () => void,
+      schema: GraphQLSchema
+    ): Promise<Subscription> {
       const topic = topicOf(topicName)
       let planId = planIds.get(run.operation)
-      if (planId === undefined) planIds.set(run.operation, planId = nextPlanId++)
+      if (planId === undefined) planIds.set(run.operation, (planId = nextPlanId++))
       const scope = scopeOf(run.operation, payer.caller, schema)
       const key = `${planId}\n${scope}\n${JSON.stringify(run.variables)}`
       let group = topic.groups.get(key)
       if (!group) {
         const scopeCaller = scope === 'public' || scope === 'anonymous' ? null : payer.caller
-        topic.groups.set(key, group = { key, topic, run: { ...run, caller: scopeCaller }, members: new Set() })
+        topic.groups.set(key, (group = { key, topic, run: { ...run, caller: scopeCaller }, members: new Set() }))
       }
       const member = new Member(sink, payer, group, release)
       group.members.add(member)

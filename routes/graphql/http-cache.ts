@@ -56,7 +56,10 @@ interface Remembered {
  * hook that merely forwards the payload costs a hook turn on every request.
  */
 export interface HttpCache {
-  /** Before executing: answers 304 (and returns true) when this instance answered the same request with the ETag the client holds, less than max-age ago. */
+  /**
+   * Before executing: answers 304 (and returns true) when this instance answered
+   * the same request with the ETag the client holds, less than max-age ago.
+   */
   answeredNotModified (request: CacheRequest, reply: CacheReply): boolean
   /**
    * A successful answer's JSON, as sent: sets its ETag and caching headers and remembers the ETag;
@@ -80,7 +83,10 @@ export function ifNoneMatchHits (header: string | undefined, etag: string): bool
 export function createHttpCache (options: HttpCacheOptions): HttpCache {
   const { maxAgeSec } = options
   const remembered = new LruMap<string, Remembered>(maxAgeSec > 0 ? options.maxEntries : 0, options.maxBytes)
-  const cacheControl = { public: maxAgeSec > 0 ? `public, max-age=${maxAgeSec}` : 'public, no-cache', private: maxAgeSec > 0 ? `private, max-age=${maxAgeSec}` : 'private, no-cache' }
+  const cacheControl = {
+    public: maxAgeSec > 0 ? `public, max-age=${maxAgeSec}` : 'public, no-cache',
+    private: maxAgeSec > 0 ? `private, max-age=${maxAgeSec}` : 'private, no-cache'
+  }
 
   const keyOf = (request: CacheRequest) => {
     const caller = request.caller

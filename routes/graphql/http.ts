@@ -5,14 +5,27 @@
 // A Fastify carrier of the room: registered by index.ts over the room's core.
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { AppError } from '../../app/errors.ts'
-import { formatError, formatResult, formatThrown, statusOf, type ErrorJson, type GraphQLAnswer } from './error-format.ts'
+import {
+  formatError,
+  formatResult,
+  formatThrown,
+  statusOf,
+  type ErrorJson,
+  type GraphQLAnswer
+} from './error-format.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import { createHttpCache } from './http-cache.ts'
 import type { RoomCore } from './ports.ts'
 import type { SubscriptionCarriers } from './subscription-carriers.ts'
-import { acceptsEventStream, jsonAnswerType, prefersEventStream, setRefusalHeaders, wantsGraphQLResponse } from './media-types.ts'
+import {
+  acceptsEventStream,
+  jsonAnswerType,
+  prefersEventStream,
+  setRefusalHeaders,
+  wantsGraphQLResponse
+} from './media-types.ts'
 
 const JSON_TYPE = /^application\/json\s*(;|$)/i
 
@@ -21,8 +34,18 @@ interface GraphQLResponseBody extends GraphQLAnswer {
   extensions?: Record<string, unknown>
 }
 
-/** Codes that mean the request was not processed at all: answered with their own HTTP status whatever the Accept header. */
-const UNPROCESSED = new Set(['BAD_REQUEST', 'UNAUTHENTICATED', 'METHOD_NOT_ALLOWED', 'UNSUPPORTED_MEDIA_TYPE', 'PAYLOAD_TOO_LARGE', 'RATE_LIMITED', 'NOT_ACCEPTABLE'])
+/**
+ * Codes that mean the request was not processed at all: answered with their own HTTP status whatever the Accept header.
+ */
+const UNPROCESSED = new Set([
+  'BAD_REQUEST',
+  'UNAUTHENTICATED',
+  'METHOD_NOT_ALLOWED',
+  'UNSUPPORTED_MEDIA_TYPE',
+  'PAYLOAD_TOO_LARGE',
+  'RATE_LIMITED',
+  'NOT_ACCEPTABLE'
+])
 
 /**
  * HTTP status: application/json answers 200 for every processed request (the interface's rule); the
@@ -42,9 +65,12 @@ function firstError (body: GraphQLResponseBody): ErrorJson | undefined {
 }
 
 /** graphql-sse's single connection mode (a PUT reserving a stream, then operations naming its token) is not served. */
-const SINGLE_CONNECTION_REFUSED = 'graphql-sse single connection mode is not supported: use distinct connections mode (the client\'s default, singleConnection: false) or WebSocket'
+const SINGLE_CONNECTION_REFUSED =
+  "graphql-sse single connection mode is not supported: use distinct connections mode (the client's default, singleConnection: false) or WebSocket"
 
-/** Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its own text only. */
+/**
+ * Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its own text only.
+ */
 function namesPersistedQuery (params: unknown): boolean {
   if (params === null || typeof params !== 'object' || Array.isArray(params)) return false
   try {
@@ -73,7 +99,10 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   const maxAnswer = config.limits.maxResponseBytes
   const withinCap = (json: string) => withinAnswerCap(json, maxAnswer)
   /** The JSON sent for an answer; `fits` false when the answer was over the cap and replaced by its error. */
-  function serialize (request: FastifyRequest, answer: GraphQLResponseBody | GraphQLResponseBody[]): { json: string; fits: boolean } {
+  function serialize (
+    request: FastifyRequest,
+    answer: GraphQLResponseBody | GraphQLResponseBody[]
+  ): { json: string; fits: boolean } {
     const json = JSON.stringify(answer)
     if (withinCap(json)) {
       request.graphqlAnswer = answer
@@ -83,7 +112,11 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   }
   /** The JSON of the error that replaces an answer over the cap. */
   function tooLarge (request: FastifyRequest): string {
-    const error = new AppError('RESPONSE_TOO_LARGE', `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`, { maxResponseBytes: maxAnswer })
+    const error = new AppError(
+      'RESPONSE_TOO_LARGE',
+      `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`,
+      { maxResponseBytes: maxAnswer }
+    )
     const replaced = { errors: [formatError(error, errorOptions)] }
     request.graphqlAnswer = replaced
     return JSON.stringify(replaced)
@@ -101,9 +134,19 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
    * Admits and runs one operation through the pipeline; every refusal answers in the interface's shape.
    * `paidByRequest` false: an operation of a batch beyond the first, which spends a request of its own.
    */
-  async function answer (request: FastifyRequest, params: GraphQLRequestParams, paidByRequest = true): Promise<GraphQLResponseBody> {
+  async function answer (
+    request: FastifyRequest,
+    params: GraphQLRequestParams,
+    paidByRequest = true
+  ): Promise<GraphQLResponseBody> {
     try {
-      const admission = await pipeline.admit({ params, transport: request.method === 'GET' ? 'GET' : 'POST', caller: request.caller, ip: request.ip, paidByRequest })
+      const admission = await pipeline.admit({
+        params,
+        transport: request.method === 'GET' ? 'GET' : 'POST',
+        caller: request.caller,
+        ip: request.ip,
+        paidByRequest
+      })
       request.graphqlOperation ??= admission.operation
       const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
       body.extensions = { cost: admission.cost }
@@ -123,8 +166,18 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
    */
   async function answerBatch (request: FastifyRequest, reply: FastifyReply, batch: unknown[]) {
     const max = config.limits.maxBatchSize
-    if (max === 0) throw new AppError('BAD_REQUEST', 'Batched requests (a JSON array of operations) are off: send one operation per request, or set MAX_BATCH_SIZE to accept batches', { maxBatchSize: 0 })
-    if (batch.length === 0 || batch.length > max) throw new AppError('BAD_REQUEST', `A batch holds 1 to ${max} operations; this one holds ${batch.length}`, { maxBatchSize: max })
+    if (max === 0) {
+      throw new AppError(
+        'BAD_REQUEST',
+        'Batched requests (a JSON array of operations) are off: send one operation per request, or set MAX_BATCH_SIZE to accept batches',
+        { maxBatchSize: 0 }
+      )
+    }
+    if (batch.length === 0 || batch.length > max) {
+      throw new AppError('BAD_REQUEST', `A batch holds 1 to ${max} operations; this one holds ${batch.length}`, {
+        maxBatchSize: max
+      })
+    }
     // Persisted-only: a batch holding any ad-hoc operation is refused whole, once (not one refusal per entry).
     if (config.persistedOnly && batch.some((params) => !namesPersistedQuery(params))) {
       throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
@@ -163,7 +216,9 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   // per request for checks that never wait.
   /** The checks every /graphql request gets, then who is calling; the refusal, if any. */
   const identified = (request: FastifyRequest): AppError | undefined => {
-    if (request.headers['x-graphql-event-stream-token'] !== undefined) return new AppError('BAD_REQUEST', SINGLE_CONNECTION_REFUSED)
+    if (request.headers['x-graphql-event-stream-token'] !== undefined) {
+      return new AppError('BAD_REQUEST', SINGLE_CONNECTION_REFUSED)
+    }
     // A WebSocket's identity comes from its connection_init message, not from the upgrade request.
     if (request.ws) return undefined
     try {
@@ -176,7 +231,9 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   const checkPost: onRequestHookHandler = (request, _reply, done) => {
     // Only JSON bodies: a form, multipart or text/plain POST can be sent cross-site without a preflight (CSRF).
     const type = request.headers['content-type']
-    if (!type || !JSON_TYPE.test(type)) return done(new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json'))
+    if (!type || !JSON_TYPE.test(type)) {
+      return done(new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json'))
+    }
     done(identified(request))
   }
   const checkGet: onRequestHookHandler = (request, _reply, done) => done(identified(request))
@@ -184,11 +241,18 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
   app.post('/graphql', { onRequest: checkPost }, async (request, reply) => {
     const body = request.body
     if (Array.isArray(body)) return answerBatch(request, reply, body)
-    if (body === null || typeof body !== 'object') throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
+    if (body === null || typeof body !== 'object') {
+      throw new AppError(
+        'BAD_REQUEST',
+        'The request body must be a JSON object: { "query": "...", "variables": {...} }'
+      )
+    }
     const params = body as GraphQLRequestParams
     // Operations over server-sent events (graphql-sse): subscription-carriers.ts, sse.ts.
     const asEventStream = answersAsEventStream(request, params)
-    if (asEventStream === true || (asEventStream !== false && await asEventStream)) return serveEventStream(request, reply)
+    if (asEventStream === true || (asEventStream !== false && (await asEventStream))) {
+      return serveEventStream(request, reply)
+    }
     return send(request, reply, await answer(request, params))
   })
 
@@ -199,7 +263,11 @@ export function registerHttpRoutes (app: FastifyInstance, { ports, pipeline, err
     throw new AppError('METHOD_NOT_ALLOWED', SINGLE_CONNECTION_REFUSED)
   })
 
-  const httpCache = createHttpCache({ maxAgeSec: config.cacheMaxAgeSec, maxEntries: config.cacheMaxEntries, maxBytes: config.cacheMaxBytes })
+  const httpCache = createHttpCache({
+    maxAgeSec: config.cacheMaxAgeSec,
+    maxEntries: config.cacheMaxEntries,
+    maxBytes: config.cacheMaxBytes
+  })
   // Also the WebSocket endpoint: subscription-carriers.ts attaches the subscription transport to this route.
   // No preflight-forcing header is required (urql, CDN warmers and curl send none): a GET runs queries
   // only, cookies are never read, and the one credential, Authorization, is itself a header a page on

@@ -102,7 +102,14 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
   // The schema. `subscription` on: only then does Mercurius's defineResolvers take the Subscription
   // fields' { subscribe, resolve } pairs (below). Its pub/sub is not used: room events reach
   // subscribers through the fan-out hub (fanout.ts) over the service's emitter.
-  await app.register(mercurius, { schema: schemaSDL, resolvers, routes: false, jit: 0, cache: false, subscription: { emitter: ports.emitter } })
+  await app.register(mercurius, {
+    schema: schemaSDL,
+    resolvers,
+    routes: false,
+    jit: 0,
+    cache: false,
+    subscription: { emitter: ports.emitter }
+  })
   await app.register(mercuriusAuth, { authDirective: 'auth', applyPolicy: authPolicy() })
   stopResolversAtDeadline(app.graphql.schema)
   const schema = () => app.graphql.schema
@@ -117,12 +124,17 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
   // Hashes and single operations are checked here; validity for this service when the plans are pinned.
   const manifest = files.length > 0 ? loadManifests(files) : emptyManifest()
   if (config.persistedOnly && manifest.operations.length === 0) {
-    ports.log.warn({}, 'persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused')
+    ports.log.warn(
+      {},
+      'persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused'
+    )
   }
   const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
-  const apq = !apqOn ? null : app.redis
-    ? redisApqStore(app.redis, app.redisKey, config.apqMaxEntries, ports.log)
-    : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
+  const apq = !apqOn
+    ? null
+    : app.redis
+      ? redisApqStore(app.redis, app.redisKey, config.apqMaxEntries, ports.log)
+      : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
   const persisted = createPersistedQueries({
     manifest,
     persistedOnly: config.persistedOnly,
@@ -171,10 +183,20 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
       } catch (err) {
         const nested = (err as { errors?: { message: string }[] }).errors
         const reason = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
-        throw new Error(`Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`)
+        throw new Error(
+          `Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`
+        )
       }
     }
     persistedWarmUp = { compiled: manifest.operations.length, ms: Math.round((performance.now() - started) * 10) / 10 }
-    ports.log.info({ operations: manifest.operations.length, ms: persistedWarmUp.ms, apq: apq ? (app.redis ? 'redis' : 'memory') : 'off', persistedOnly: config.persistedOnly }, 'persisted queries ready')
+    ports.log.info(
+      {
+        operations: manifest.operations.length,
+        ms: persistedWarmUp.ms,
+        apq: apq ? (app.redis ? 'redis' : 'memory') : 'off',
+        persistedOnly: config.persistedOnly
+      },
+      'persisted queries ready'
+    )
   })
 }, { name: 'graphql-room', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit', 'redis'] })

@@ -53,7 +53,9 @@ export function jsonAnswerType (accept: string | undefined): string {
 /** The methods /graphql serves (its Allow header). */
 const GRAPHQL_METHODS = 'GET, POST'
 
-/** Headers HTTP defines for a refusal's status: WWW-Authenticate on 401 (RFC 6750), Allow on 405, Retry-After on 429. */
+/**
+ * Headers HTTP defines for a refusal's status: WWW-Authenticate on 401 (RFC 6750), Allow on 405, Retry-After on 429.
+ */
 /** What a refusal's headers are set on (the HTTP carrier's reply has it). */
 export interface HeaderSink {
   header (name: string, value: string): unknown
@@ -63,5 +65,7 @@ export interface HeaderSink {
 export function setRefusalHeaders (reply: HeaderSink, code: ErrorCode, retryAfter?: unknown): void {
   if (code === 'UNAUTHENTICATED') reply.header('www-authenticate', 'Bearer error="invalid_token"')
   else if (code === 'METHOD_NOT_ALLOWED') reply.header('allow', GRAPHQL_METHODS)
-  else if (code === 'RATE_LIMITED' && !reply.hasHeader('retry-after')) reply.header('retry-after', String(retryAfter ?? 60))
+  else if (code === 'RATE_LIMITED' && !reply.hasHeader('retry-after')) {
+    reply.header('retry-after', String(retryAfter ?? 60))
+  }
 }

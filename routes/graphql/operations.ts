@@ -47,7 +47,11 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   const serialised = (result: ExecutionResult): string => {
     const json = JSON.stringify(formatResult(result, options.format()))
     if (withinAnswerCap(json, maxResponseBytes)) return json
-    const error = new AppError('RESPONSE_TOO_LARGE', `The answer is larger than ${maxResponseBytes} bytes: ask for fewer fields or smaller pages`, { maxResponseBytes })
+    const error = new AppError(
+      'RESPONSE_TOO_LARGE',
+      `The answer is larger than ${maxResponseBytes} bytes: ask for fewer fields or smaller pages`,
+      { maxResponseBytes }
+    )
     return JSON.stringify({ errors: [formatError(error, options.format())] })
   }
   const answerOf = async (admission: Admission, root?: unknown): Promise<string> => {
@@ -59,7 +63,11 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   }
   const refusal = (resetMs: number, cost: number) => {
     const retryAfter = Math.ceil(resetMs / 1000)
-    const error = new AppError('RATE_LIMITED', `Cost rate limit exceeded: each event of this subscription costs ${cost} cost units; retry in ${retryAfter} s`, { cost, retryAfter })
+    const error = new AppError(
+      'RATE_LIMITED',
+      `Cost rate limit exceeded: each event of this subscription costs ${cost} cost units; retry in ${retryAfter} s`,
+      { cost, retryAfter }
+    )
     return formatThrown(error, options.format())
   }
 
@@ -77,7 +85,11 @@ export function operationStarter (options: OperationStarterOptions): { start: St
     const key = caller ? `user:${caller.id}` : `ip:${ip}`
     const count = held.get(key) ?? 0
     if (count >= maxPerCaller) {
-      throw new AppError('RATE_LIMITED', `Too many active subscriptions for this client: at most ${maxPerCaller} across its connections`, { maxSubscriptions: maxPerCaller })
+      throw new AppError(
+        'RATE_LIMITED',
+        `Too many active subscriptions for this client: at most ${maxPerCaller} across its connections`,
+        { maxSubscriptions: maxPerCaller }
+      )
     }
     held.set(key, count + 1)
     let released = false
@@ -91,7 +103,13 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   }
 
   /** `count`'s ticks: its own timer per subscriber, each tick charged like a shared event. */
-  function pump (admission: Admission, payer: { caller: Caller | null; ip: string; cost: number }, source: AsyncIterable<unknown>, sink: SubscriptionSink, release: () => void): Subscription {
+  function pump (
+    admission: Admission,
+    payer: { caller: Caller | null; ip: string; cost: number },
+    source: AsyncIterable<unknown>,
+    sink: SubscriptionSink,
+    release: () => void
+  ): Subscription {
     const events = source[Symbol.asyncIterator]()
     let stopped = false
     void (async () => {
@@ -134,10 +152,15 @@ export function operationStarter (options: OperationStarterOptions): { start: St
     try {
       const source = await options.pipeline().subscribe(admission)
       // graphql-js answers a source stream that failed to start with its errors.
-      if (!(Symbol.asyncIterator in source)) throw Object.assign(new Error('The subscription could not start'), { errors: source.errors ?? [] })
+      if (!(Symbol.asyncIterator in source)) {
+        throw Object.assign(new Error('The subscription could not start'), { errors: source.errors ?? [] })
+      }
       const payer = { caller: request.caller, ip: request.ip, cost: admission.cost.requested }
       if (source instanceof TopicEvents) {
-        return { operation, subscription: await fanout.add(source.topic, admission, payer, sink, release, options.schema()) }
+        return {
+          operation,
+          subscription: await fanout.add(source.topic, admission, payer, sink, release, options.schema())
+        }
       }
       return { operation, subscription: pump(admission, payer, source, sink, release) }
     } catch (err) {

@@ -62,7 +62,8 @@ export interface PersistedOperation {
 }
 
 export const PersistedMessages = {
-  required: 'Only persisted queries are accepted: send a registered id (documentId, queryId, doc_id or id; or extensions.persistedQuery.sha256Hash) instead of a query',
+  required:
+    'Only persisted queries are accepted: send a registered id (documentId, queryId, doc_id or id; or extensions.persistedQuery.sha256Hash) instead of a query',
   notFound: (id: string) => `Persisted query not found: no operation is registered as "${id.slice(0, 80)}"`,
   notFoundApq: 'Persisted query not found: resend the request with the full query to register it',
   notFoundPersistedOnly: 'Persisted query not found: this service accepts only operations registered at deploy time',
@@ -118,10 +119,18 @@ const ALGORITHM_BY_LENGTH: Record<number, string> = { 32: 'md5', 40: 'sha1', 64:
 /** Checks that a manifest id is the hash of its text (md5, sha1 or sha256 by length; `sha256:` prefix allowed). */
 function verifyId (id: string, text: string): string | null {
   const match = ID_FORM.exec(id)
-  const algorithm = match ? (match[1] ? (match[2]!.length === 64 ? 'sha256' : undefined) : ALGORITHM_BY_LENGTH[match[2]!.length]) : undefined
+  const algorithm = match
+    ? match[1]
+      ? match[2]!.length === 64
+        ? 'sha256'
+        : undefined
+      : ALGORITHM_BY_LENGTH[match[2]!.length]
+    : undefined
   if (!match || !algorithm) return `id "${id}" is not a hash (expected sha256:<hex>, or md5/sha1/sha256 hex)`
   const actual = createHash(algorithm).update(text, 'utf8').digest('hex')
-  return actual === match[2]!.toLowerCase() ? null : `id "${id}" does not match the ${algorithm} of its text (${actual})`
+  return actual === match[2]!.toLowerCase()
+    ? null
+    : `id "${id}" does not match the ${algorithm} of its text (${actual})`
 }
 
 /** Manifest entries as (id, text) pairs, whatever the format. */
@@ -129,16 +138,26 @@ function entriesOf (json: unknown): { id: string; text: string; name?: string | 
   if (json === null || typeof json !== 'object' || Array.isArray(json)) throw new Error('it is not a JSON object')
   const manifest = json as Partial<ApolloManifest> & Record<string, unknown>
   if (manifest.format !== undefined) {
-    if (manifest.format !== 'apollo-persisted-query-manifest' || manifest.version !== 1 || !Array.isArray(manifest.operations)) {
-      throw new Error(`unknown manifest format "${String(manifest.format)}" version ${String(manifest.version)} (expected apollo-persisted-query-manifest version 1)`)
+    if (
+      manifest.format !== 'apollo-persisted-query-manifest' ||
+      manifest.version !== 1 ||
+      !Array.isArray(manifest.operations)
+    ) {
+      throw new Error(
+        `unknown manifest format "${String(manifest.format)}" version ${String(manifest.version)} (expected apollo-persisted-query-manifest version 1)`
+      )
     }
     return manifest.operations.map((op, i) => {
-      if (typeof op?.id !== 'string' || typeof op.body !== 'string') throw new Error(`operations[${i}] needs string "id" and "body"`)
+      if (typeof op?.id !== 'string' || typeof op.body !== 'string') {
+        throw new Error(`operations[${i}] needs string "id" and "body"`)
+      }
       return { id: op.id, text: op.body, name: op.name, type: op.type }
     })
   }
   return Object.entries(manifest).map(([id, text]) => {
-    if (typeof text !== 'string') throw new Error(`the value of "${id}" is not a document text (expected an id → text map)`)
+    if (typeof text !== 'string') {
+      throw new Error(`the value of "${id}" is not a document text (expected an id → text map)`)
+    }
     return { id, text }
   })
 }
@@ -179,8 +198,13 @@ export function loadManifests (files: string[]): Manifest {
       } catch (err) {
         return fail(`operation "${entry.id}" cannot be registered: ${(err as Error).message}`)
       }
-      if ((entry.name !== undefined && entry.name !== described.name) || (entry.type !== undefined && entry.type !== described.type)) {
-        fail(`operation "${entry.id}" is listed as ${entry.type} ${entry.name} but its text holds ${described.type} ${described.name}`)
+      if (
+        (entry.name !== undefined && entry.name !== described.name) ||
+        (entry.type !== undefined && entry.type !== described.type)
+      ) {
+        fail(
+          `operation "${entry.id}" is listed as ${entry.type} ${entry.name} but its text holds ${described.type} ${described.name}`
+        )
       }
       const hex = sha256Hex(entry.text)
       const id = `sha256:${hex}`
@@ -206,7 +230,9 @@ export interface ApqStore {
   set (hash: string, text: string): Promise<void>
 }
 
-/** What a registered text keeps alive in a process: the string at two bytes a character (V8's worst case) and its entry. */
+/**
+ * What a registered text keeps alive in a process: the string at two bytes a character (V8's worst case) and its entry.
+ */
 export const apqEntryBytes = (text: string) => text.length * 2 + 512
 
 export function memoryApqStore (maxEntries: number, maxBytes = Infinity): ApqStore {
@@ -241,13 +267,19 @@ return text`
  * instance costs a round trip. Redis failures degrade to that local copy: APQ is an optimisation,
  * so an outage costs clients a resend, not an error.
  */
-export function redisApqStore (redis: Redis, keyOf: (name: string) => string, maxEntries: number, log: { warn (o: object, msg: string): void }): ApqStore {
+export function redisApqStore (
+  redis: Redis,
+  keyOf: (name: string) => string,
+  maxEntries: number,
+  log: { warn(o: object, msg: string): void }
+): ApqStore {
   const keys = [keyOf('apq:documents'), keyOf('apq:recency')]
-  const warn = (err: unknown) => log.warn({ err: (err as Error).message }, 'APQ registry: Redis unavailable, using this instance\'s copy')
+  const warn = (err: unknown) =>
+    log.warn({ err: (err as Error).message }, "APQ registry: Redis unavailable, using this instance's copy")
   return {
     async get (hash) {
       try {
-        return (await redis.eval(FETCH, 2, ...keys, hash, Date.now()) as string | null) ?? undefined
+        return ((await redis.eval(FETCH, 2, ...keys, hash, Date.now())) as string | null) ?? undefined
       } catch (err) {
         warn(err)
         return undefined
@@ -285,14 +317,26 @@ interface PersistedQueryExtension { version?: unknown; sha256Hash?: unknown }
 
 function persistedQueryExtension (extensions: unknown): PersistedQueryExtension | undefined {
   if (extensions === undefined || extensions === null) return undefined
-  if (typeof extensions !== 'object' || Array.isArray(extensions)) throw new AppError('BAD_REQUEST', 'extensions must be a JSON object')
+  if (typeof extensions !== 'object' || Array.isArray(extensions)) {
+    throw new AppError('BAD_REQUEST', 'extensions must be a JSON object')
+  }
   const pq = (extensions as { persistedQuery?: unknown }).persistedQuery
   if (pq === undefined) return undefined
-  if (pq === null || typeof pq !== 'object') throw new AppError('BAD_REQUEST', 'extensions.persistedQuery must be an object: { "version": 1, "sha256Hash": "<hex>" }')
+  if (pq === null || typeof pq !== 'object') {
+    throw new AppError(
+      'BAD_REQUEST',
+      'extensions.persistedQuery must be an object: { "version": 1, "sha256Hash": "<hex>" }'
+    )
+  }
   const { version, sha256Hash } = pq as PersistedQueryExtension
-  if (version !== 1) throw new AppError('BAD_REQUEST', 'Unsupported extensions.persistedQuery.version: only version 1 is supported')
+  if (version !== 1) {
+    throw new AppError('BAD_REQUEST', 'Unsupported extensions.persistedQuery.version: only version 1 is supported')
+  }
   if (typeof sha256Hash !== 'string' || !/^[0-9a-f]{64}$/.test(sha256Hash)) {
-    throw new AppError('BAD_REQUEST', 'extensions.persistedQuery.sha256Hash must be the lowercase sha256 hex digest of the query')
+    throw new AppError(
+      'BAD_REQUEST',
+      'extensions.persistedQuery.sha256Hash must be the lowercase sha256 hex digest of the query'
+    )
   }
   return pq as PersistedQueryExtension
 }
@@ -308,7 +352,11 @@ const ID_FIELDS = ['queryId', 'documentId', 'doc_id', 'id'] as const
 /** Whether a request carries an APQ hash (`extensions.persistedQuery`), well formed or not. */
 export function hasPersistedQueryExtension (params: GraphQLRequestParams): boolean {
   const extensions = params.extensions
-  return typeof extensions === 'object' && extensions !== null && (extensions as { persistedQuery?: unknown }).persistedQuery != null
+  return (
+    typeof extensions === 'object' &&
+    extensions !== null &&
+    (extensions as { persistedQuery?: unknown }).persistedQuery != null
+  )
 }
 
 /** The registered id a request names; undefined when none. Two fields naming different ids are refused. */
@@ -317,8 +365,12 @@ export function persistedIdOf (params: GraphQLRequestParams): string | undefined
   for (const field of ID_FIELDS) {
     const id = params[field]
     if (id === undefined || id === null) continue
-    if (typeof id !== 'string' || id === '') throw new AppError('BAD_REQUEST', `${field} must be a registered operation's id, a string such as sha256:<hex>`)
-    if (found && found.id !== id) throw new AppError('BAD_REQUEST', `${found.field} and ${field} name different operations: send one id`)
+    if (typeof id !== 'string' || id === '') {
+      throw new AppError('BAD_REQUEST', `${field} must be a registered operation's id, a string such as sha256:<hex>`)
+    }
+    if (found && found.id !== id) {
+      throw new AppError('BAD_REQUEST', `${found.field} and ${field} name different operations: send one id`)
+    }
     found ??= { field, id }
   }
   return found?.id
@@ -388,10 +440,13 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
         return { text: query, registered: false, introspectionOnly: false }
       }
 
-      if (persistedOnly && !allowIntrospection) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
-      if (typeof query !== 'string' || query.trim() === '') throw new AppError('BAD_REQUEST', PersistedMessages.missingQuery)
+      if (persistedOnly && !allowIntrospection) {
+        throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+      }
+      if (typeof query !== 'string' || query.trim() === '') {
+        throw new AppError('BAD_REQUEST', PersistedMessages.missingQuery)
+      }
       return { text: query, registered: false, introspectionOnly: persistedOnly }
     }
   }
 }
-

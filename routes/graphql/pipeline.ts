@@ -16,7 +16,13 @@
 // @auth wrappers) and is not on the request path.
 import { createRequire } from 'node:module'
 import { setFlagsFromString } from 'node:v8'
-import { GraphQLError, createSourceEventStream, getVariableValues, type ExecutionResult, type GraphQLSchema } from 'graphql'
+import {
+  GraphQLError,
+  createSourceEventStream,
+  getVariableValues,
+  type ExecutionResult,
+  type GraphQLSchema
+} from 'graphql'
 import type { CompiledQuery } from 'graphql-jit'
 import { AppError, Messages } from '../../app/errors.ts'
 import { LruMap } from '../../app/lru-map.ts'
@@ -27,7 +33,13 @@ import type { CostReport } from '../../app/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
 import { chargeEvent, type Payer, type SpendCostUnits } from './fanout.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
-import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams, type PersistedQueries } from './persisted.ts'
+import {
+  PersistedMessages,
+  hasPersistedQueryExtension,
+  persistedIdOf,
+  type GraphQLRequestParams,
+  type PersistedQueries
+} from './persisted.ts'
 
 // graphql-jit's CommonJS build: its ESM build imports a sibling module without its extension and
 // fails to load under Node's resolver.
@@ -77,7 +89,9 @@ export interface Plans {
   plan (source: string): DocumentPlan
   /** Makes and compiles the plan of a deploy-time text, kept for the life of the process (never evicted). */
   pin (source: string): void
-  /** The operation's compilation (of the text `source`), made now when it has none: the cached plan then weighs more. */
+  /**
+   * The operation's compilation (of the text `source`), made now when it has none: the cached plan then weighs more.
+   */
   compiled (operation: OperationPlan, source: string): CompiledQuery
   /** Plans made for ad-hoc and APQ texts: entries and estimated bytes kept. */
   readonly stats: { entries: number; bytes: number }
@@ -91,7 +105,10 @@ export interface PipelineOptions {
   domain: DomainDeps
   plans: Plans
   persisted: PersistedQueries
-  /** Refuses an operation over the caller's budget, spends its cost units (RATE_LIMITED when exhausted): the one call every transport makes. */
+  /**
+   * Refuses an operation over the caller's budget, spends its cost units
+   * (RATE_LIMITED when exhausted): the one call every transport makes.
+   */
   chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
   /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
   spendRequest (caller: Caller | null, ip: string): Promise<void>
@@ -138,11 +155,17 @@ const ALLOWED: Record<Transport, ReadonlySet<string>> = {
   SSE: new Set(['query', 'mutation', 'subscription'])
 }
 
-const GET_PERSISTED_ONLY = 'GET accepts persisted queries only (an id, or extensions.persistedQuery with the hash alone); send other operations by POST, and register a text under its hash (APQ) by POST'
+const GET_PERSISTED_ONLY =
+  'GET accepts persisted queries only (an id, or extensions.persistedQuery with the hash alone); send other operations by POST, and register a text under its hash (APQ) by POST'
 
 function refuseOnTransport (type: string, transport: Transport): never {
-  if (transport === 'GET') throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
-  throw new AppError('BAD_REQUEST', `Subscriptions are served over WebSocket (graphql-transport-ws) or server-sent events (POST with Accept: text/event-stream), not as a plain ${transport} ${type}`)
+  if (transport === 'GET') {
+    throw new AppError('METHOD_NOT_ALLOWED', 'Only queries can be sent by GET; send mutations by POST')
+  }
+  throw new AppError(
+    'BAD_REQUEST',
+    `Subscriptions are served over WebSocket (graphql-transport-ws) or server-sent events (POST with Accept: text/event-stream), not as a plain ${transport} ${type}`
+  )
 }
 
 /** The operation a request names: by operationName, or the only one. */
@@ -154,7 +177,12 @@ function selectOperation (plan: DocumentPlan, operationName: string | null): Ope
     if (!named) throw new AppError('OPERATION_NOT_FOUND', `Unknown operation named "${operationName.slice(0, 80)}"`)
     return named
   }
-  if (operations.length > 1) throw new AppError('OPERATION_NOT_FOUND', 'Must provide operationName when the document contains several operations')
+  if (operations.length > 1) {
+    throw new AppError(
+      'OPERATION_NOT_FOUND',
+      'Must provide operationName when the document contains several operations'
+    )
+  }
   return operations[0]!
 }
 
@@ -167,7 +195,9 @@ function compiledOf (schema: GraphQLSchema, operation: OperationPlan, made?: () 
   if (!compiled) {
     const result = compileQuery(schema, operation.document, operation.name ?? undefined)
     // The document validated, so a failure here is ours: reported as an internal error.
-    if (!isCompiledQuery(result)) throw new Error(`graphql-jit could not compile the operation: ${result.errors?.map((e) => e.message).join('; ')}`)
+    if (!isCompiledQuery(result)) {
+      throw new Error(`graphql-jit could not compile the operation: ${result.errors?.map((e) => e.message).join('; ')}`)
+    }
     compilations.set(operation, compiled = result)
     made?.()
   }
@@ -189,7 +219,9 @@ export function createPlans (schema: () => GraphQLSchema, limits: PlanCacheLimit
     let made = pinned.get(source) ?? cache.get(source)
     if (!made) {
       if (source.length > limits.maxQueryLength) {
-        throw new AppError('QUERY_TOO_LARGE', `The document is longer than ${limits.maxQueryLength} characters`, { maxQueryLength: limits.maxQueryLength })
+        throw new AppError('QUERY_TOO_LARGE', `The document is longer than ${limits.maxQueryLength} characters`, {
+          maxQueryLength: limits.maxQueryLength
+        })
       }
       // A text that fails throws here and is never kept.
       made = makePlan(schema(), source, limits)
@@ -221,20 +253,35 @@ export function createPipeline (options: PipelineOptions): Pipeline {
 
   /** Variables coerced by graphql-js (its words when refused), then held to the input caps. */
   function coerceVariables (operation: OperationPlan, sent: unknown): Record<string, unknown> {
-    if (sent != null && (typeof sent !== 'object' || Array.isArray(sent))) throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
+    if (sent != null && (typeof sent !== 'object' || Array.isArray(sent))) {
+      throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
+    }
     const definitions = operation.variableDefinitions
     if (definitions.length === 0) return {}
-    const { coerced, errors } = getVariableValues(options.schema(), definitions, (sent ?? {}) as Record<string, unknown>, { maxErrors: 10 })
+    const { coerced, errors } = getVariableValues(
+      options.schema(),
+      definitions,
+      (sent ?? {}) as Record<string, unknown>,
+      { maxErrors: 10 }
+    )
     if (errors) throw new ValidationFailed(errors, 'BAD_USER_INPUT')
     // Only declared variables, as deep as their types: the caps walk is bounded by the schema.
     assertWithinCaps(coerced, limits, 'variables')
     return coerced
   }
 
-  /** The operation a request names: its document resolved, planned, and the operation chosen (with the document's text). */
-  async function operationOf (params: GraphQLRequestParams, caller: Caller | null, transport?: Transport): Promise<{ operation: OperationPlan; source: string }> {
+  /**
+   * The operation a request names: its document resolved, planned, and the operation chosen (with the document's text).
+   */
+  async function operationOf (
+    params: GraphQLRequestParams,
+    caller: Caller | null,
+    transport?: Transport
+  ): Promise<{ operation: OperationPlan; source: string }> {
     const operationName = params.operationName ?? null
-    if (operationName !== null && typeof operationName !== 'string') throw new AppError('BAD_REQUEST', 'operationName must be a string')
+    if (operationName !== null && typeof operationName !== 'string') {
+      throw new AppError('BAD_REQUEST', 'operationName must be a string')
+    }
     // Persisted-only mode lets one thing through besides registered ids: an ADMIN's ad-hoc document
     // that only introspects (schema tooling such as graphql-codegen sends getIntrospectionQuery()).
     // Only an ADMIN's text is parsed at all; any other ad-hoc operation is refused as in that mode.
@@ -242,17 +289,30 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     // automatic registration (hash and text) is accepted by POST only, refused before anything is
     // resolved: by GET, any ad-hoc text wrapped as one would run and be cached publicly. A registered
     // hash is then fetched by GET alone.
-    if (transport === 'GET' && params.query != null && persistedIdOf(params) === undefined && hasPersistedQueryExtension(params)) {
+    if (
+      transport === 'GET' &&
+      params.query != null &&
+      persistedIdOf(params) === undefined &&
+      hasPersistedQueryExtension(params)
+    ) {
       throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     }
     const document = await options.persisted.resolve(params, caller?.role === 'ADMIN')
     if (transport === 'GET' && !document.registered) throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     const operation = selectOperation(plans.plan(document.text), operationName)
-    if (document.introspectionOnly && !operation.onlyIntrospects) throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+    if (document.introspectionOnly && !operation.onlyIntrospects) {
+      throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+    }
     return { operation, source: document.text }
   }
 
-  async function admit ({ params, transport, caller, ip, paidByRequest = transport !== 'WS' }: OperationRequest): Promise<Admission> {
+  async function admit ({
+    params,
+    transport,
+    caller,
+    ip,
+    paidByRequest = transport !== 'WS'
+  }: OperationRequest): Promise<Admission> {
     // HTTP requests have paid at the route; a WebSocket (or a batch) carries many operations on one request.
     if (!paidByRequest) await options.spendRequest(caller, ip)
     const { operation, source } = await operationOf(params, caller, transport)
@@ -295,7 +355,13 @@ export function createPipeline (options: PipelineOptions): Pipeline {
       // The source stream comes from graphql-js's createSourceEventStream: graphql-jit 0.8 hands the
       // subscribe resolver the operation's variables instead of the field's arguments. Its events are
       // executed by `execute` (the carriers share one execution among subscribers: fanout.ts).
-      return createSourceEventStream({ schema: options.schema(), document: operation.document, operationName: operation.name, variableValues: variables, contextValue: contextOf(admission, Infinity) })
+      return createSourceEventStream({
+        schema: options.schema(),
+        document: operation.document,
+        operationName: operation.name,
+        variableValues: variables,
+        contextValue: contextOf(admission, Infinity)
+      })
     },
     chargeEvent: (subscribers) => chargeEvent(options.spendCostUnits, subscribers),
     get cacheStats () { return plans.stats }

@@ -13,9 +13,28 @@
 // in the document even when fragments spread each other many times over (a chain of fragments that
 // each spread the next twice prices 2^n fields in n steps; such a document is then refused on its cost).
 import {
-  GraphQLError, Kind, getNamedType, getNullableType, isInterfaceType, isListType, isObjectType, parse, specifiedRules, validate,
-  type DirectiveNode, type DocumentNode, type FragmentDefinitionNode, type GraphQLField, type GraphQLObjectType, type GraphQLSchema,
-  type OperationDefinitionNode, type OperationTypeNode, type SelectionSetNode, type ValidationContext, type ValidationRule, type ValueNode,
+  GraphQLError,
+  Kind,
+  getNamedType,
+  getNullableType,
+  isInterfaceType,
+  isListType,
+  isObjectType,
+  parse,
+  specifiedRules,
+  validate,
+  type DirectiveNode,
+  type DocumentNode,
+  type FragmentDefinitionNode,
+  type GraphQLField,
+  type GraphQLObjectType,
+  type GraphQLSchema,
+  type OperationDefinitionNode,
+  type OperationTypeNode,
+  type SelectionSetNode,
+  type ValidationContext,
+  type ValidationRule,
+  type ValueNode,
   type VariableDefinitionNode
 } from 'graphql'
 import { AppError } from '../../app/errors.ts'
@@ -65,7 +84,10 @@ export interface OperationPlan {
 
 export interface DocumentPlan {
   operations: OperationPlan[]
-  /** Rough bytes this plan keeps alive before any compilation (AST with locations, analysis), for the cache's byte bound. */
+  /**
+   * Rough bytes this plan keeps alive before any compilation
+   * (AST with locations, analysis), for the cache's byte bound.
+   */
   bytes: number
 }
 
@@ -93,9 +115,17 @@ export class ValidationFailed extends Error {
 
   constructor (errors: readonly GraphQLError[], code: 'GRAPHQL_VALIDATION_FAILED' | 'BAD_USER_INPUT' = 'GRAPHQL_VALIDATION_FAILED') {
     super(errors[0]?.message ?? 'Validation failed')
-    this.errors = errors.map((e) => e.extensions?.code !== undefined
-      ? e
-      : new GraphQLError(e.message, { nodes: e.nodes, source: e.source, positions: e.positions, path: e.path, extensions: { ...e.extensions, code } }))
+    this.errors = errors.map((e) =>
+      e.extensions?.code !== undefined
+        ? e
+        : new GraphQLError(e.message, {
+          nodes: e.nodes,
+          source: e.source,
+          positions: e.positions,
+          path: e.path,
+          extensions: { ...e.extensions, code }
+        })
+    )
   }
 }
 
@@ -104,7 +134,11 @@ function literalCapsRule (caps: InputCaps): ValidationRule {
   return (context) => {
     const check = (node: ValueNode) => {
       const problem = literalProblem(node, caps)
-      if (problem) context.reportError(new GraphQLError(problem.message, { nodes: [node], extensions: { code: problem.code, ...problem.details } }))
+      if (problem) {
+        context.reportError(
+          new GraphQLError(problem.message, { nodes: [node], extensions: { code: problem.code, ...problem.details } })
+        )
+      }
     }
     return {
       Argument (node) { check(node.value); return false },
@@ -116,9 +150,15 @@ function literalCapsRule (caps: InputCaps): ValidationRule {
 function literalProblem (node: ValueNode, caps: InputCaps): AppError | null {
   switch (node.kind) {
     case Kind.STRING:
-      return node.value.length > caps.maxStringLength ? new AppError('BAD_USER_INPUT', 'Too long', { maxLength: caps.maxStringLength }) : null
+      return node.value.length > caps.maxStringLength
+        ? new AppError('BAD_USER_INPUT', 'Too long', { maxLength: caps.maxStringLength })
+        : null
     case Kind.LIST:
-      if (node.values.length > caps.maxListLength) return new AppError('BAD_USER_INPUT', `Too many entries: at most ${caps.maxListLength}`, { maxEntries: caps.maxListLength })
+      if (node.values.length > caps.maxListLength) {
+        return new AppError('BAD_USER_INPUT', `Too many entries: at most ${caps.maxListLength}`, {
+          maxEntries: caps.maxListLength
+        })
+      }
       for (const value of node.values) { const p = literalProblem(value, caps); if (p) return p }
       return null
     case Kind.OBJECT:
@@ -148,7 +188,9 @@ export function parseDocument (source: string, maxTokens: number): DocumentNode 
 export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLimits): DocumentPlan {
   const document = parseDocument(source, limits.maxQueryTokens)
   assertShape(document, limits)
-  const errors = validate(schema, document, VALIDATION_RULES.concat(firstErrorOnly(literalCapsRule(limits))), { maxErrors: limits.maxValidationErrors })
+  const errors = validate(schema, document, VALIDATION_RULES.concat(firstErrorOnly(literalCapsRule(limits))), {
+    maxErrors: limits.maxValidationErrors
+  })
   if (errors.length > 0) throw new ValidationFailed(errors)
 
   const fragments = new Map<string, FragmentDefinitionNode>()
@@ -166,7 +208,11 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
     if (definition.operation === 'mutation') {
       const writes = rootFieldCount(definition.selectionSet, fragments, new Set())
       if (writes > limits.maxMutationsPerOperation) {
-        throw new AppError('MUTATION_LIMIT_EXCEEDED', `The operation holds ${writes} mutations: at most ${limits.maxMutationsPerOperation} per operation`, { mutations: writes, max: limits.maxMutationsPerOperation })
+        throw new AppError(
+          'MUTATION_LIMIT_EXCEEDED',
+          `The operation holds ${writes} mutations: at most ${limits.maxMutationsPerOperation} per operation`,
+          { mutations: writes, max: limits.maxMutationsPerOperation }
+        )
       }
       facts.cost = sum([facts.cost, writes * (limits.mutationCost - 1)])
     }
@@ -194,19 +240,31 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
 
 interface FieldCount { leaves: number; selections: number }
 
-const compiledBytes = ({ leaves, selections }: FieldCount) => leaves * COMPILED_BYTES_PER_LEAF + selections * COMPILED_BYTES_PER_SELECTION
+const compiledBytes = ({ leaves, selections }: FieldCount) =>
+  leaves * COMPILED_BYTES_PER_LEAF + selections * COMPILED_BYTES_PER_SELECTION
 
 /**
  * Fields of a selection as graphql-jit compiles them: fragments expanded at every spread (each
  * fragment counted once and reused, so this stays linear in the document; validation has refused cycles).
  */
-function expandedFields (selectionSet: SelectionSetNode, fragments: Map<string, FragmentDefinitionNode>, memo: Map<string, FieldCount>, visiting: Set<string>): FieldCount {
+function expandedFields (
+  selectionSet: SelectionSetNode,
+  fragments: Map<string, FragmentDefinitionNode>,
+  memo: Map<string, FieldCount>,
+  visiting: Set<string>
+): FieldCount {
   const count: FieldCount = { leaves: 0, selections: 0 }
-  const add = (more: FieldCount) => { count.leaves += more.leaves; count.selections += more.selections }
+  const add = (more: FieldCount) => {
+    count.leaves += more.leaves
+    count.selections += more.selections
+  }
   for (const selection of selectionSet.selections) {
     if (selection.kind === Kind.FIELD) {
       if (!selection.selectionSet) count.leaves++
-      else { count.selections++; add(expandedFields(selection.selectionSet, fragments, memo, visiting)) }
+      else {
+        count.selections++
+        add(expandedFields(selection.selectionSet, fragments, memo, visiting))
+      }
     } else if (selection.kind === Kind.INLINE_FRAGMENT) {
       add(expandedFields(selection.selectionSet, fragments, memo, visiting))
     } else {
@@ -216,7 +274,7 @@ function expandedFields (selectionSet: SelectionSetNode, fragments: Map<string, 
       let counted = memo.get(name)
       if (!counted) {
         visiting.add(name)
-        memo.set(name, counted = expandedFields(fragment.selectionSet, fragments, memo, visiting))
+        memo.set(name, (counted = expandedFields(fragment.selectionSet, fragments, memo, visiting)))
         visiting.delete(name)
       }
       add(counted)
@@ -265,7 +323,11 @@ function assertShape (document: DocumentNode, limits: PlanLimits): void {
   const directivesOn = (node: { readonly directives?: readonly DirectiveNode[] }): number => {
     const n = node.directives?.length ?? 0
     if (n > limits.maxDirectivesPerField) {
-      throw new AppError('DIRECTIVE_LIMIT_EXCEEDED', `A field holds ${n} directives: at most ${limits.maxDirectivesPerField} per field`, { directives: n, maxDirectivesPerField: limits.maxDirectivesPerField })
+      throw new AppError(
+        'DIRECTIVE_LIMIT_EXCEEDED',
+        `A field holds ${n} directives: at most ${limits.maxDirectivesPerField} per field`,
+        { directives: n, maxDirectivesPerField: limits.maxDirectivesPerField }
+      )
     }
     return n
   }
@@ -306,16 +368,28 @@ function assertShape (document: DocumentNode, limits: PlanLimits): void {
     shape.directives += directivesOn(definition)
     for (const v of definition.variableDefinitions ?? []) shape.directives += directivesOn(v)
     if (shape.aliases > limits.maxAliases) {
-      throw new AppError('ALIAS_LIMIT_EXCEEDED', `The operation holds ${shape.aliases} aliases: at most ${limits.maxAliases} per operation`, { aliases: shape.aliases, maxAliases: limits.maxAliases })
+      throw new AppError(
+        'ALIAS_LIMIT_EXCEEDED',
+        `The operation holds ${shape.aliases} aliases: at most ${limits.maxAliases} per operation`,
+        { aliases: shape.aliases, maxAliases: limits.maxAliases }
+      )
     }
     if (shape.directives > limits.maxDirectives) {
-      throw new AppError('DIRECTIVE_LIMIT_EXCEEDED', `The operation holds ${shape.directives} directives: at most ${limits.maxDirectives} per operation`, { directives: shape.directives, maxDirectives: limits.maxDirectives })
+      throw new AppError(
+        'DIRECTIVE_LIMIT_EXCEEDED',
+        `The operation holds ${shape.directives} directives: at most ${limits.maxDirectives} per operation`,
+        { directives: shape.directives, maxDirectives: limits.maxDirectives }
+      )
     }
   }
 }
 
 /** Fields at the root of an operation, through fragments (each spread counted; validation has refused cycles). */
-function rootFieldCount (selectionSet: SelectionSetNode, fragments: Map<string, FragmentDefinitionNode>, visiting: Set<string>): number {
+function rootFieldCount (
+  selectionSet: SelectionSetNode,
+  fragments: Map<string, FragmentDefinitionNode>,
+  visiting: Set<string>
+): number {
   let count = 0
   for (const selection of selectionSet.selections) {
     if (selection.kind === Kind.FIELD) {
@@ -334,13 +408,21 @@ function rootFieldCount (selectionSet: SelectionSetNode, fragments: Map<string, 
 }
 
 function rootType (schema: GraphQLSchema, type: OperationTypeNode): GraphQLObjectType {
-  const root = type === 'query' ? schema.getQueryType() : type === 'mutation' ? schema.getMutationType() : schema.getSubscriptionType()
+  const root =
+    type === 'query'
+      ? schema.getQueryType()
+      : type === 'mutation'
+        ? schema.getMutationType()
+        : schema.getSubscriptionType()
   // Validation has refused an operation whose root type the schema lacks.
   return root!
 }
 
 /** Evaluates a cost with the operation's variable defaults under the sent variables. */
-function costWithDefaults (cost: Cost, operation: OperationDefinitionNode): (variables: Record<string, unknown>) => number {
+function costWithDefaults (
+  cost: Cost,
+  operation: OperationDefinitionNode
+): (variables: Record<string, unknown>) => number {
   if (typeof cost === 'number') return () => cost
   const defaults: Record<string, unknown> = {}
   for (const v of operation.variableDefinitions ?? []) {
@@ -454,7 +536,12 @@ class SelectionAnalysis {
   #field (parent: GraphQLObjectType, name: string, node: import('graphql').FieldNode): SelectionFacts {
     if (INTROSPECTION_FIELDS.has(name)) {
       // The schema's own description: one level, priced by its number of fields.
-      return { depth: 1, introspects: true, cost: 1 + (node.selectionSet ? this.#fieldCount(node.selectionSet) : 0), itemsCost: 0 }
+      return {
+        depth: 1,
+        introspects: true,
+        cost: 1 + (node.selectionSet ? this.#fieldCount(node.selectionSet) : 0),
+        itemsCost: 0
+      }
     }
     const field: GraphQLField<unknown, unknown> | undefined = parent.getFields()[name]
     if (!field || !node.selectionSet) return { depth: 1, introspects: false, cost: 1, itemsCost: 0 }
@@ -536,9 +623,13 @@ class SelectionAnalysis {
   #fieldCount (selectionSet: SelectionSetNode): number {
     let count = 0
     for (const selection of selectionSet.selections) {
-      if (selection.kind === Kind.FIELD) count += 1 + (selection.selectionSet ? this.#fieldCount(selection.selectionSet) : 0)
-      else if (selection.kind === Kind.INLINE_FRAGMENT) count += this.#fieldCount(selection.selectionSet)
-      else count += this.#fragmentFieldCount(selection.name.value)
+      if (selection.kind === Kind.FIELD) {
+        count += 1 + (selection.selectionSet ? this.#fieldCount(selection.selectionSet) : 0)
+      } else if (selection.kind === Kind.INLINE_FRAGMENT) {
+        count += this.#fieldCount(selection.selectionSet)
+      } else {
+        count += this.#fragmentFieldCount(selection.name.value)
+      }
     }
     return count
   }

@@ -15,7 +15,10 @@ import type { Pipeline } from './pipeline.ts'
 export interface Budgets {
   /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
   spendRequest (caller: Caller | null, ip: string): Promise<void>
-  /** Refuses an operation over the caller's budget, spends its cost units (RATE_LIMITED when exhausted): the one call every transport makes. */
+  /**
+   * Refuses an operation over the caller's budget, spends its cost units
+   * (RATE_LIMITED when exhausted): the one call every transport makes.
+   */
   chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
   /** Spends cost units of the caller's window: what is left, and when the window resets (subscription events). */
   spendCostUnits: SpendCostUnits
@@ -30,7 +33,10 @@ export interface RoomLogger {
 
 export interface GraphQLPorts {
   budgets: Budgets
-  /** Resolves an `Authorization` value ("Bearer <token>") to a caller; null when absent; throws UNAUTHENTICATED when invalid. */
+  /**
+   * Resolves an `Authorization` value ("Bearer <token>") to a
+   * caller; null when absent; throws UNAUTHENTICATED when invalid.
+   */
   authenticate (authorization: string | undefined): Caller | null
   /** The domain's dependencies (store, events, caps, cursor key), built once for every transport (app/app.ts). */
   domain: DomainDeps

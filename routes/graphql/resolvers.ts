@@ -12,9 +12,11 @@ export const resolvers: IResolvers = {
     user: (_: unknown, { id }: Args, ctx: GraphQLContext) => users.getUser(ctx.domain, id),
     users: (_: unknown, { limit }: Args, ctx: GraphQLContext) => users.listUsers(ctx.domain, limit),
     usersByIds: (_: unknown, { ids }: Args, ctx: GraphQLContext) => users.getUsers(ctx.domain, ids),
-    messages: (_: unknown, { roomId, limit }: Args, ctx: GraphQLContext) => messages.listMessages(ctx.domain, roomId, limit),
+    messages: (_: unknown, { roomId, limit }: Args, ctx: GraphQLContext) =>
+      messages.listMessages(ctx.domain, roomId, limit),
     usersConnection: (_: unknown, args: Args, ctx: GraphQLContext) => users.listUsersPage(ctx.domain, args),
-    messagesConnection: (_: unknown, { roomId, ...page }: Args, ctx: GraphQLContext) => messages.listMessagesPage(ctx.domain, roomId, page)
+    messagesConnection: (_: unknown, { roomId, ...page }: Args, ctx: GraphQLContext) =>
+      messages.listMessagesPage(ctx.domain, roomId, page)
   },
   // A message's author comes from the request's user loader: the authors of a page of messages are
   // requested in the same tick and read in one batch.
@@ -25,6 +27,7 @@ export const resolvers: IResolvers = {
     createUser: (_: unknown, { input }: Args, ctx: GraphQLContext) => users.createUser(ctx.domain, input),
     updateUser: (_: unknown, { id, input }: Args, ctx: GraphQLContext) => users.updateUser(ctx.domain, id, input),
     deleteUser: (_: unknown, { id }: Args, ctx: GraphQLContext) => users.deleteUser(ctx.domain, id),
-    postMessage: (_: unknown, { roomId, content }: Args, ctx: GraphQLContext) => messages.postMessage(ctx.domain, roomId, content)
+    postMessage: (_: unknown, { roomId, content }: Args, ctx: GraphQLContext) =>
+      messages.postMessage(ctx.domain, roomId, content)
   }
 }

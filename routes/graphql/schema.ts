@@ -11,7 +11,8 @@ import type { GraphQLContext } from './context.ts'
 export const schemaSDL = readFileSync(new URL('./schema.graphql', import.meta.url), 'utf8')
 
 function requirementsOf (directive: DirectiveNode): AccessRequirement[] {
-  const requires = directive.arguments?.find((a: ArgumentNode) => a.name.value === 'requires')?.value as ListValueNode | undefined
+  const requires = directive.arguments?.find((a: ArgumentNode) => a.name.value === 'requires')?.value as
+    ListValueNode | undefined
   return (requires?.values ?? []).map((v) => (v as { value: string }).value as AccessRequirement)
 }
 

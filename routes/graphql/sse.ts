@@ -29,7 +29,9 @@ const EVENT_STREAM_HEADERS = {
 export interface SseOptions {
   start: StartOperation
   formatErrors (err: unknown): unknown[]
-  /** Registers a running stream's stop function (graceful shutdown: the stream completes); returns its unregistration. */
+  /**
+   * Registers a running stream's stop function (graceful shutdown: the stream completes); returns its unregistration.
+   */
   track (stop: () => void): () => void
   /** Unsent bytes past which a stream is cut. */
   maxBufferedBytes: number

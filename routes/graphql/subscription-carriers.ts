@@ -84,7 +84,10 @@ const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
  * then in subscriber mode) and reconnect, and plugins/events.ts drops publishes while the publisher is not ready.
  */
 async function pubSubReady (emitter: unknown, timeoutMs: number): Promise<void> {
-  const { subConn, pubConn } = emitter as { subConn?: NodeJS.EventEmitter & { status: string }; pubConn?: NodeJS.EventEmitter & { status: string } }
+  const { subConn, pubConn } = emitter as {
+    subConn?: NodeJS.EventEmitter & { status: string }
+    pubConn?: NodeJS.EventEmitter & { status: string }
+  }
   if (!subConn || !pubConn) return
   await Promise.all([subConn, pubConn].map(async (connection) => {
     if (connection.status === 'ready') return
@@ -100,7 +103,10 @@ async function pubSubReady (emitter: unknown, timeoutMs: number): Promise<void> 
  * Registers the WebSocket side of GET /graphql (before that route is added: @fastify/websocket wires
  * routes as they are added) and makes the SSE carrier, over the room's core.
  */
-export async function registerSubscriptionCarriers (app: FastifyInstance, { ports, schema, pipeline, errorOptions }: RoomCore): Promise<SubscriptionCarriers> {
+export async function registerSubscriptionCarriers (
+  app: FastifyInstance,
+  { ports, schema, pipeline, errorOptions }: RoomCore
+): Promise<SubscriptionCarriers> {
   const { ws, limits } = ports.config
   const connections = new Set<GraphQLWebSocket>()
   const eventStreams = new Set<() => void>()
@@ -160,11 +166,17 @@ export async function registerSubscriptionCarriers (app: FastifyInstance, { port
       throw new AppError('FORBIDDEN', `WebSocket connections from origin ${origin} are not allowed`)
     }
     const offered = request.headers['sec-websocket-protocol']
-    if (offered !== undefined && !offered.split(',').some((p) => SUBPROTOCOLS.includes(p.trim() as typeof SUBPROTOCOLS[number]))) {
+    if (
+      offered !== undefined &&
+      !offered.split(',').some((p) => SUBPROTOCOLS.includes(p.trim() as (typeof SUBPROTOCOLS)[number]))
+    ) {
       throw new AppError('BAD_REQUEST', `Unsupported WebSocket subprotocol: use ${SUBPROTOCOLS.join(' or ')}`)
     }
     if (counter.isFull(`ip:${request.ip}`)) {
-      throw new AppError('RATE_LIMITED', `Too many connections from this address: at most ${ws.maxConnectionsPerClient}`)
+      throw new AppError(
+        'RATE_LIMITED',
+        `Too many connections from this address: at most ${ws.maxConnectionsPerClient}`
+      )
     }
   })
 
@@ -194,11 +206,18 @@ export async function registerSubscriptionCarriers (app: FastifyInstance, { port
   async function serveEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     if (shuttingDown) throw new AppError('SERVICE_UNAVAILABLE', 'Server shutting down')
     const release = counter.acquire([`ip:${request.ip}`, ...userKey(request.caller)])
-    if (!release) throw new AppError('RATE_LIMITED', `Too many connections for this client: at most ${ws.maxConnectionsPerClient}`)
+    if (!release) {
+      throw new AppError('RATE_LIMITED', `Too many connections for this client: at most ${ws.maxConnectionsPerClient}`)
+    }
     try {
       reply.hijack()
       await writeEventStream({
-        operation: { params: request.body as GraphQLRequestParams, transport: 'SSE', caller: request.caller, ip: request.ip },
+        operation: {
+          params: request.body as GraphQLRequestParams,
+          transport: 'SSE',
+          caller: request.caller,
+          ip: request.ip
+        },
         response: reply.raw,
         headers: reply.getHeaders() as OutgoingHttpHeaders
       })

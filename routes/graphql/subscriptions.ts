@@ -58,17 +58,23 @@ export interface SubscriptionResolverOptions {
 }
 
 /** The Subscription resolvers, in Mercurius's { subscribe, resolve } form. */
-export function subscriptionResolvers ({ roomTopic, maxCountTarget, countIntervalMs = COUNT_INTERVAL_MS }: SubscriptionResolverOptions) {
+export function subscriptionResolvers ({
+  roomTopic,
+  maxCountTarget,
+  countIntervalMs = COUNT_INTERVAL_MS
+}: SubscriptionResolverOptions) {
   return {
     count: {
-      subscribe: (_root: unknown, { target }: { target: number }) => countUpTo(assertCountTarget(target, maxCountTarget), countIntervalMs),
+      subscribe: (_root: unknown, { target }: { target: number }) =>
+        countUpTo(assertCountTarget(target, maxCountTarget), countIntervalMs),
       resolve: (value: number) => value
     },
     messageAdded: {
       // The room's events are delivered by the fan-out hub (fanout.ts), which executes each
       // like a request of its own: a fresh domain context and loaders per event and group, so a
       // long-lived subscription neither serves stale rows nor accumulates a cache.
-      subscribe: (_root: unknown, { roomId }: { roomId: string }) => new TopicEvents(roomTopic(normalizeRoomId(roomId))),
+      subscribe: (_root: unknown, { roomId }: { roomId: string }) =>
+        new TopicEvents(roomTopic(normalizeRoomId(roomId))),
       resolve: (event: DomainEvent) => event.message
     }
   }

@@ -18,7 +18,13 @@
 //   (policy violation; graphql-ws clients do not retry it);
 // - a subscriber whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES is closed with 4503 (a private
 //   code: 1013 already means "too many connections" here; graphql-ws clients retry it with back-off).
-import { CloseCode, DEPRECATED_GRAPHQL_WS_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL, MessageType, parseMessage } from 'graphql-ws'
+import {
+  CloseCode,
+  DEPRECATED_GRAPHQL_WS_PROTOCOL,
+  GRAPHQL_TRANSPORT_WS_PROTOCOL,
+  MessageType,
+  parseMessage
+} from 'graphql-ws'
 import type { WebSocket } from 'ws'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError } from '../../app/errors.ts'
@@ -72,7 +78,8 @@ const CREDENTIAL_LIKE = /auth|token|bearer|jwt|credential|session|secret|passwor
 const READ_POSITIONS = new Set<string>([...CREDENTIAL_KEYS, ...HEADER_KEYS.map((key) => `headers.${key}`)])
 const BARE_JWT = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*$/
 
-const isRecord = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === 'object' && !Array.isArray(value)
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === 'object' && !Array.isArray(value)
 
 /**
  * The connection_init payload's credential as an Authorization value ("Bearer <JWT>"); undefined when
@@ -83,24 +90,37 @@ export function credentialOf (payload: unknown): string | undefined {
   if (payload === undefined || payload === null) return undefined
   if (!isRecord(payload)) throw new AppError('UNAUTHENTICATED', 'connection_init payload must be an object')
   const headers = payload.headers
-  if (headers !== undefined && headers !== null && !isRecord(headers)) throw new AppError('UNAUTHENTICATED', 'connection_init payload.headers must be an object')
+  if (headers !== undefined && headers !== null && !isRecord(headers)) {
+    throw new AppError('UNAUTHENTICATED', 'connection_init payload.headers must be an object')
+  }
   const found: { where: string; value: unknown }[] = [
     ...CREDENTIAL_KEYS.map((key) => ({ where: key, value: payload[key] })),
     ...HEADER_KEYS.map((key) => ({ where: `headers.${key}`, value: headers?.[key] }))
   ].filter(({ value }) => value !== undefined && value !== null && value !== '')
   const unknown = [...Object.keys(payload), ...Object.keys(headers ?? {}).map((key) => `headers.${key}`)]
     .filter((key) => CREDENTIAL_LIKE.test(key) && !READ_POSITIONS.has(key))
-  if (unknown.length > 0) throw new AppError('UNAUTHENTICATED', `Unrecognised credential ${unknown[0]}: send the token as authToken (or authorization, token, headers.Authorization)`)
+  if (unknown.length > 0) {
+    throw new AppError(
+      'UNAUTHENTICATED',
+      `Unrecognised credential ${unknown[0]}: send the token as authToken (or authorization, token, headers.Authorization)`
+    )
+  }
   if (found.length === 0) return undefined
   const values = new Set<string>()
   for (const { where, value } of found) {
-    if (typeof value !== 'string') throw new AppError('UNAUTHENTICATED', `${where} must be a string: "Bearer <token>" or the token itself`)
+    if (typeof value !== 'string') {
+      throw new AppError('UNAUTHENTICATED', `${where} must be a string: "Bearer <token>" or the token itself`)
+    }
     values.add(BARE_JWT.test(value) ? `Bearer ${value}` : value)
   }
-  if (values.size > 1) throw new AppError('UNAUTHENTICATED', `Different credentials in ${found.map(({ where }) => where).join(' and ')}: send one`)
+  if (values.size > 1) {
+    throw new AppError(
+      'UNAUTHENTICATED',
+      `Different credentials in ${found.map(({ where }) => where).join(' and ')}: send one`
+    )
+  }
   return [...values][0]
 }
-
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref())
 
@@ -140,7 +160,11 @@ const transportWs: Dialect = {
   // graphql-ws's own validation: shapes and types of every message of its protocol.
   parse: (data) => {
     const message = parseMessage(data)
-    return { type: message.type, id: 'id' in message ? message.id : undefined, payload: 'payload' in message ? message.payload : undefined }
+    return {
+      type: message.type,
+      id: 'id' in message ? message.id : undefined,
+      payload: 'payload' in message ? message.payload : undefined
+    }
   },
   init: MessageType.ConnectionInit,
   ack: JSON.stringify({ type: MessageType.ConnectionAck }),
@@ -152,7 +176,13 @@ const transportWs: Dialect = {
   other (connection, message) {
     if (message.type === MessageType.Ping) {
       // Answered like graphql-ws does (its payload echoed); the frame has paid its budget already.
-      connection.send(JSON.stringify(message.payload === undefined ? { type: MessageType.Pong } : { type: MessageType.Pong, payload: message.payload }))
+      connection.send(
+        JSON.stringify(
+          message.payload === undefined
+            ? { type: MessageType.Pong }
+            : { type: MessageType.Pong, payload: message.payload }
+        )
+      )
       return true
     }
     return message.type === MessageType.Pong
@@ -169,8 +199,14 @@ const legacyWs: Dialect = {
     }
     const { type, id, payload } = (message ?? {}) as { type?: unknown; id?: unknown; payload?: unknown }
     if (typeof type !== 'string') throw new Error(`Invalid message type ${JSON.stringify(type) ?? 'undefined'}`)
-    if (type === 'start' && (typeof id !== 'string' || id === '')) throw new Error('Invalid message: id must be a non-empty string')
-    return { type, id: id === undefined ? undefined : String(id), payload: type === 'start' && (payload === null || typeof payload !== 'object') ? {} : payload }
+    if (type === 'start' && (typeof id !== 'string' || id === '')) {
+      throw new Error('Invalid message: id must be a non-empty string')
+    }
+    return {
+      type,
+      id: id === undefined ? undefined : String(id),
+      payload: type === 'start' && (payload === null || typeof payload !== 'object') ? {} : payload
+    }
   },
   init: 'connection_init',
   ack: JSON.stringify({ type: 'connection_ack' }),
@@ -238,7 +274,9 @@ class Connection {
     // ws hands messages over as Buffers (its default binaryType); the budget counts their bytes.
     socket.on('message', (data: Buffer) => {
       if (!this.spend(data.length)) return
-      this.receive(String(data)).catch(() => closeSocket(socket, CloseCode.InternalServerError, 'Internal server error'))
+      this.receive(String(data)).catch(() =>
+        closeSocket(socket, CloseCode.InternalServerError, 'Internal server error')
+      )
     })
     // Protocol-level pings (ws answers them itself) are frames too.
     socket.on('ping', (data: Buffer) => { this.spend(data.length) })
@@ -262,7 +300,11 @@ class Connection {
     this.budgetBytes += bytes
     const { maxMessagesPerSecond, maxReceivedBytesPerSecond } = this.options
     if (this.budgetMessages <= maxMessagesPerSecond && this.budgetBytes <= maxReceivedBytesPerSecond) return true
-    closeSocket(this.socket, OVER_BUDGET_CLOSE_CODE, `Too many messages: at most ${maxMessagesPerSecond} messages and ${maxReceivedBytesPerSecond} bytes a second`)
+    closeSocket(
+      this.socket,
+      OVER_BUDGET_CLOSE_CODE,
+      `Too many messages: at most ${maxMessagesPerSecond} messages and ${maxReceivedBytesPerSecond} bytes a second`
+    )
     return false
   }
 
@@ -288,7 +330,11 @@ class Connection {
   private abandon (): void {
     if (this.closing) return
     this.closing = true
-    closeSocket(this.socket, SLOW_READER_CLOSE_CODE, `Subscriber too slow: more than ${this.options.maxBufferedBytes} bytes unsent`)
+    closeSocket(
+      this.socket,
+      SLOW_READER_CLOSE_CODE,
+      `Subscriber too slow: more than ${this.options.maxBufferedBytes} bytes unsent`
+    )
     setTimeout(() => this.socket.terminate(), SLOW_READER_GRACE_MS).unref()
   }
 
@@ -301,7 +347,9 @@ class Connection {
     else this.sendMessage(MessageType.Complete, operation.id)
   }
 
-  /** Authenticates connection_init and takes the user's connection slot; the refusal's close code and reason, or null. */
+  /**
+   * Authenticates connection_init and takes the user's connection slot; the refusal's close code and reason, or null.
+   */
   private identify (payload: unknown): { code: number; reason: string } | null {
     let caller: Caller | null
     try {
@@ -343,7 +391,9 @@ class Connection {
     switch (message.type) {
       case dialect.init: {
         // A second connection_init would re-run authentication and swap the connection's identity.
-        if (this.initReceived) return closeSocket(socket, CloseCode.TooManyInitialisationRequests, 'Too many initialisation requests')
+        if (this.initReceived) {
+          return closeSocket(socket, CloseCode.TooManyInitialisationRequests, 'Too many initialisation requests')
+        }
         this.initReceived = true
         const refused = this.identify(message.payload)
         if (refused) {
@@ -360,7 +410,9 @@ class Connection {
       case dialect.start: {
         if (!this.acknowledged) return closeSocket(socket, CloseCode.Unauthorized, 'Unauthorized')
         const id = message.id!
-        if (this.operations.has(id)) return closeSocket(socket, CloseCode.SubscriberAlreadyExists, `Subscriber for ${id} already exists`)
+        if (this.operations.has(id)) {
+          return closeSocket(socket, CloseCode.SubscriberAlreadyExists, `Subscriber for ${id} already exists`)
+        }
         return this.run(new Operation(this, id), message.payload as GraphQLRequestParams)
       }
       case dialect.stop: {
@@ -372,7 +424,9 @@ class Connection {
         return
       }
       default:
-        if (!dialect.other(this, message)) closeSocket(socket, CloseCode.BadRequest, `Invalid message type ${JSON.stringify(message.type)}`)
+        if (!dialect.other(this, message)) {
+          closeSocket(socket, CloseCode.BadRequest, `Invalid message type ${JSON.stringify(message.type)}`)
+        }
     }
   }
 
@@ -381,7 +435,11 @@ class Connection {
     this.operations.set(id, operation)
     try {
       const max = this.options.maxOperations
-      if (this.operations.size > max) throw new AppError('RATE_LIMITED', `Too many active subscriptions on this connection: at most ${max}`, { maxSubscriptions: max })
+      if (this.operations.size > max) {
+        throw new AppError('RATE_LIMITED', `Too many active subscriptions on this connection: at most ${max}`, {
+          maxSubscriptions: max
+        })
+      }
       const started = await this.options.start({ params, transport: 'WS', caller: this.caller, ip: this.ip }, operation)
       // The client completed the operation, or left, or the server is closing, while it was admitted.
       if (this.operations.get(id) !== operation || this.closing || this.closed) {
@@ -414,20 +472,35 @@ class Connection {
     for (const operation of [...this.operations.values()]) this.finish(operation)
     this.closing = true
     const deadline = Date.now() + graceMs
-    while (this.socket.bufferedAmount > 0 && this.socket.readyState === this.socket.OPEN && Date.now() < deadline) await delay(10)
+    while (this.socket.bufferedAmount > 0 && this.socket.readyState === this.socket.OPEN && Date.now() < deadline) {
+      await delay(10)
+    }
     closeSocket(this.socket, 1001, 'Server shutting down')
   }
 }
 
 /** Serves one upgraded socket in the subprotocol it agreed (a client naming none speaks graphql-transport-ws). */
-export function openConnection (socket: WebSocket, ip: string, options: WebSocketOptions): GraphQLWebSocket & { closed: Promise<void> } {
-  const connection = new Connection(socket, ip, options, socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL ? legacyWs : transportWs)
-  const closed = new Promise<void>((resolve) => socket.once('close', () => {
-    connection.released()
-    resolve()
-  }))
+export function openConnection (
+  socket: WebSocket,
+  ip: string,
+  options: WebSocketOptions
+): GraphQLWebSocket & { closed: Promise<void> } {
+  const connection = new Connection(
+    socket,
+    ip,
+    options,
+    socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL ? legacyWs : transportWs
+  )
+  const closed = new Promise<void>((resolve) =>
+    socket.once('close', () => {
+      connection.released()
+      resolve()
+    })
+  )
   return {
-    get activeSubscriptions () { return connection.activeSubscriptions },
+    get activeSubscriptions () {
+      return connection.activeSubscriptions
+    },
     shutdown: (graceMs) => connection.shutdown(graceMs),
     closed
   }

@@ -1,5 +1,6 @@
 // The SOAP envelope: read with the hardened XML reader (xml.ts: no DOCTYPE, no entity expansion,
-// well-formed, namespace-resolved, values kept as text, elements and attributes capped), then checked against the SOAP version the
+// well-formed, namespace-resolved, values kept as text, elements
+// and attributes capped), then checked against the SOAP version the
 // Content-Type announced. The size cap is Fastify's bodyLimit, applied before this.
 import { SoapFault } from './faults.ts'
 import { DEFAULT_XML_LIMITS, XmlError, parseXml as parseXmlText, type XmlElement, type XmlLimits } from './xml.ts'
@@ -54,16 +55,30 @@ export function parseEnvelope (xml: string, version: SoapVersion, limits: XmlLim
     throw new SoapFault('VersionMismatch', 'BAD_REQUEST', 'The root element is not a SOAP Envelope')
   }
   if (root.ns !== envNs) {
-    throw new SoapFault('VersionMismatch', 'BAD_REQUEST', `A SOAP ${version === '1.1' ? '1.2' : '1.1'} envelope was sent with the Content-Type of SOAP ${version}`)
+    throw new SoapFault(
+      'VersionMismatch',
+      'BAD_REQUEST',
+      `A SOAP ${version === '1.1' ? '1.2' : '1.1'} envelope was sent with the Content-Type of SOAP ${version}`
+    )
   }
   let header: XmlElement | undefined
   let body: XmlElement | undefined
   for (const part of root.children) {
     if (part.ns === envNs && part.local === 'Header' && !header && !body) header = part
     else if (part.ns === envNs && part.local === 'Body' && !body) body = part
-    else throw SoapFault.client('BAD_REQUEST', `Unexpected element {${part.ns}}${part.local} in the Envelope: expected an optional Header and then a Body`)
+    else {
+      throw SoapFault.client(
+        'BAD_REQUEST',
+        `Unexpected element {${part.ns}}${part.local} in the Envelope: expected an optional Header and then a Body`
+      )
+    }
   }
   if (!body) throw SoapFault.client('BAD_REQUEST', 'The Envelope has no Body')
-  if (body.children.length !== 1) throw SoapFault.client('BAD_REQUEST', `The Body must hold exactly one element (the operation); it holds ${body.children.length}`)
+  if (body.children.length !== 1) {
+    throw SoapFault.client(
+      'BAD_REQUEST',
+      `The Body must hold exactly one element (the operation); it holds ${body.children.length}`
+    )
+  }
   return { version, headers: header?.children ?? [], operation: body.children[0]! }
 }

@@ -4,7 +4,8 @@
 // SOAP 1.2: Code/Reason/Detail, HTTP 400 for Sender faults and 500 otherwise (SOAP 1.2 part 2, table 20).
 // Except throttling, in both versions: RATE_LIMITED is HTTP 429 with Retry-After, as every HTTP client,
 // proxy and retry policy understands it (a 500 would read as a server failure and be retried at once).
-// WS-Security failures use the WSS fault codes wsse:InvalidSecurity and wsse:FailedAuthentication (the faultcode in 1.1, a
+// WS-Security failures use the WSS fault codes wsse:InvalidSecurity
+// and wsse:FailedAuthentication (the faultcode in 1.1, a
 // Subcode of Sender in 1.2), never a bare HTTP 401.
 import { AppError, ErrorCodes, Messages, type ErrorCode } from '../../app/errors.ts'
 import type { SoapVersion } from './envelope.ts'
@@ -23,7 +24,12 @@ export class SoapFault extends Error {
   /** Seconds after which a refused (RATE_LIMITED) call may be retried. */
   readonly retryAfter: number | undefined
 
-  constructor (kind: FaultKind, code: ErrorCode, message: string, extra: { wsseCode?: string; notUnderstood?: Array<{ ns: string; local: string }>; retryAfter?: number } = {}) {
+  constructor (
+    kind: FaultKind,
+    code: ErrorCode,
+    message: string,
+    extra: { wsseCode?: string; notUnderstood?: Array<{ ns: string; local: string }>; retryAfter?: number } = {}
+  ) {
     super(message)
     this.name = 'SoapFault'
     this.kind = kind
@@ -53,7 +59,9 @@ export class SoapFault extends Error {
       // "Must be logged in" from the domain means the message carried no usable credentials.
       if (err.code === 'UNAUTHENTICATED') return SoapFault.failedAuthentication(err.message)
       const retryAfter = err.details?.retryAfter
-      return new SoapFault(ErrorCodes[err.code].sender ? 'Client' : 'Server', err.code, err.message, { retryAfter: typeof retryAfter === 'number' ? retryAfter : undefined })
+      return new SoapFault(ErrorCodes[err.code].sender ? 'Client' : 'Server', err.code, err.message, {
+        retryAfter: typeof retryAfter === 'number' ? retryAfter : undefined
+      })
     }
     return new SoapFault('Server', 'INTERNAL_SERVER_ERROR', Messages.internal)
   }
@@ -63,6 +71,7 @@ const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;'
 // What needs escaping, and what XML 1.0 cannot carry at all, even as a character reference (C0 controls
 // other than tab/LF/CR, U+FFFE/U+FFFF, lone surrogates): those become U+FFFD, so the writer never
 // produces a document a parser must refuse, whatever the store holds (the domain refuses them on input).
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
 const SPECIAL = /[&<>"'\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 const SPECIALS = new RegExp(SPECIAL.source, 'g')
 
@@ -84,12 +93,14 @@ export interface SoapResponse {
 /** Throttling keeps its HTTP meaning in both SOAP versions (see the top of this file). */
 function throttled (fault: SoapFault, response: SoapResponse): SoapResponse {
   response.fault = fault.code
-  return fault.code === 'RATE_LIMITED' ? { ...response, status: ErrorCodes.RATE_LIMITED.status, retryAfter: fault.retryAfter } : response
+  return fault.code === 'RATE_LIMITED'
+    ? { ...response, status: ErrorCodes.RATE_LIMITED.status, retryAfter: fault.retryAfter }
+    : response
 }
 
 export const CONTENT_TYPE: Record<SoapVersion, string> = {
-  '1.1': 'text/xml; charset=utf-8',
-  '1.2': 'application/soap+xml; charset=utf-8'
+  1.1: 'text/xml; charset=utf-8',
+  1.2: 'application/soap+xml; charset=utf-8'
 }
 
 function detail (fault: SoapFault, serviceNs: string): string {
@@ -110,7 +121,9 @@ export function faultResponse (fault: SoapFault, version: SoapVersion, serviceNs
     return throttled(fault, { status: 500, contentType: CONTENT_TYPE['1.1'], body })
   }
   const value = fault.kind === 'Client' ? 'Sender' : fault.kind === 'Server' ? 'Receiver' : fault.kind
-  const subcode = fault.wsseCode ? `<env:Subcode><env:Value ${WSSE_DECL}>wsse:${fault.wsseCode}</env:Value></env:Subcode>` : ''
+  const subcode = fault.wsseCode
+    ? `<env:Subcode><env:Value ${WSSE_DECL}>wsse:${fault.wsseCode}</env:Value></env:Subcode>`
+    : ''
   let header = ''
   if (fault.notUnderstood.length > 0) {
     header = '<env:Header>' + fault.notUnderstood.map((q) => q.ns === ''

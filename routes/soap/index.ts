@@ -79,7 +79,11 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   })
 
   app.removeAllContentTypeParsers()
-  app.addContentTypeParser(['text/xml', 'application/soap+xml'], { parseAs: 'string', bodyLimit: config.bodyLimitBytes }, (_request, body, done) => done(null, body))
+  app.addContentTypeParser(
+    ['text/xml', 'application/soap+xml'],
+    { parseAs: 'string', bodyLimit: config.bodyLimitBytes },
+    (_request, body, done) => done(null, body)
+  )
 
   // With tracing on, each POST runs under a SOAP operation span (app/tracing.ts); off, the service's own handle.
   const { tracing } = app
@@ -96,7 +100,9 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
 
   app.setErrorHandler(async (error: FastifyError, request, reply) => {
     const version = versionByPath.get(request.routeOptions.url ?? '') ?? SERVICE_VERSIONS[0]!
-    const fault = SoapFault.from(error instanceof SoapFault ? error : fastifyErrorAsAppError(error, FASTIFY_ERROR_WORDS))
+    const fault = SoapFault.from(
+      error instanceof SoapFault ? error : fastifyErrorAsAppError(error, FASTIFY_ERROR_WORDS)
+    )
     if (fault.code === 'INTERNAL_SERVER_ERROR') request.log.error({ err: error }, 'SOAP request failed')
     // Refused before the handler (media type, body size): it authenticated nobody, so it counts on the address.
     if (request.method === 'POST') await app.spendRequest(null, request.ip).catch(() => {})
@@ -123,7 +129,12 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   function addressOf (version: ServiceVersion, request: FastifyRequest): string {
     if (config.soap.publicUrl) return config.soap.publicUrl + version.path
     if (trusted(request.socket.remoteAddress) && request.headers['x-forwarded-host'] !== undefined) {
-      if (!HOST.test(request.host)) throw new AppError('BAD_REQUEST', 'The forwarded host is not a host name; set SOAP_PUBLIC_URL to publish the WSDL')
+      if (!HOST.test(request.host)) {
+        throw new AppError(
+          'BAD_REQUEST',
+          'The forwarded host is not a host name; set SOAP_PUBLIC_URL to publish the WSDL'
+        )
+      }
       return `${request.protocol}://${request.host}${version.path}`
     }
     return `${request.protocol}://${listeningAuthority(request)}${version.path}`
@@ -134,7 +145,9 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     const etag = `"${createHash('sha256').update(wsdl).digest('base64url').slice(0, 27)}"`
     reply.header('etag', etag).header('cache-control', WSDL_CACHE_CONTROL)
     // The address may follow the forwarded host: a shared cache must key on it.
-    if (config.soap.publicUrl === null && config.trustProxy.length > 0) reply.header('vary', 'X-Forwarded-Host, X-Forwarded-Proto')
+    if (config.soap.publicUrl === null && config.trustProxy.length > 0) {
+      reply.header('vary', 'X-Forwarded-Host, X-Forwarded-Proto')
+    }
     const ifNoneMatch = request.headers['if-none-match']
     if (ifNoneMatch !== undefined && (ifNoneMatch.trim() === '*' || ifNoneMatch.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag))) {
       return reply.code(304).send()
@@ -171,7 +184,10 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
         throw new AppError('NOT_FOUND', `The contract is one document with its schema inline: GET ${version.path}?wsdl`)
       }
       reply.header('allow', 'POST')
-      throw new AppError('METHOD_NOT_ALLOWED', `POST a SOAP envelope to ${version.path}, or GET ${version.path}?wsdl for the contract`)
+      throw new AppError(
+        'METHOD_NOT_ALLOWED',
+        `POST a SOAP envelope to ${version.path}, or GET ${version.path}?wsdl for the contract`
+      )
     })
   }
 }

@@ -3,7 +3,7 @@
 // and the WSDL (wsdl.ts) are all generated from it, so they cannot drift apart.
 // Versions: v2 is a non-breaking extension of v1 (it adds createdAt to User and the ListUsers operation,
 // which later gained optional paging elements); a breaking change would be a v3 beside them.
-import { WRITE_RULES, visibleUser, type WriteRule } from '../../app/domain/authorization.ts'
+import { WRITE_RULES, visibleUser, type VisibleUser, type WriteRule } from '../../app/domain/authorization.ts'
 import type { DomainContext } from '../../app/domain/context.ts'
 import { DEFAULT_PAGE_SIZE, assertPageSize, type InputCaps } from '../../app/domain/input.ts'
 import { createUser, deleteUser, getExistingUser, listUsersPage, updateUser } from '../../app/domain/users.ts'
@@ -23,7 +23,7 @@ export interface Field {
 
 export type Args = Record<string, string | number | boolean | null | undefined>
 /** An operation's answer: the value of each output element by name; an undefined one is left out. */
-export type Result = Record<string, UserRow | UserRow[] | boolean | string | undefined>
+export type Result = Record<string, VisibleUser | VisibleUser[] | boolean | string | undefined>
 
 export interface Operation {
   name: string
@@ -67,18 +67,35 @@ const operations: Operation[] = [
   {
     name: 'CreateUser',
     since: 1,
-    input: [{ name: 'name', type: 'string' }, { name: 'email', type: 'string' }],
+    input: [
+      { name: 'name', type: 'string' },
+      { name: 'email', type: 'string' }
+    ],
     output: [{ name: 'user', type: 'User' }],
     write: WRITE_RULES.createUser,
-    run: async (ctx, args) => ({ user: visibleUser(ctx.caller, await createUser(ctx, { name: args.name as string, email: args.email as string })) })
+    run: async (ctx, args) => ({
+      user: visibleUser(ctx.caller, await createUser(ctx, { name: args.name as string, email: args.email as string }))
+    })
   },
   {
     name: 'UpdateUser',
     since: 1,
-    input: [{ name: 'id', type: 'string' }, { name: 'name', type: 'string', optional: true }, { name: 'email', type: 'string', optional: true }],
+    input: [
+      { name: 'id', type: 'string' },
+      { name: 'name', type: 'string', optional: true },
+      { name: 'email', type: 'string', optional: true }
+    ],
     output: [{ name: 'user', type: 'User' }],
     write: WRITE_RULES.updateUser,
-    run: async (ctx, args) => ({ user: visibleUser(ctx.caller, await updateUser(ctx, args.id as string, { name: args.name as string | null | undefined, email: args.email as string | null | undefined })) })
+    run: async (ctx, args) => ({
+      user: visibleUser(
+        ctx.caller,
+        await updateUser(ctx, args.id as string, {
+          name: args.name as string | null | undefined,
+          email: args.email as string | null | undefined
+        })
+      )
+    })
   },
   {
     name: 'DeleteUser',
@@ -94,16 +111,28 @@ const operations: Operation[] = [
     // limit: the first page only (as first shipped). pageSize/pageToken: keyset paging, the same pages
     // as GraphQL's usersConnection; nextPageToken (a signed cursor) is answered only to a paging call
     // that has more to read, so clients built before paging never see an element they do not know.
-    input: [{ name: 'limit', type: 'int', optional: true }, { name: 'pageSize', type: 'int', optional: true }, { name: 'pageToken', type: 'string', optional: true }],
-    output: [{ name: 'user', type: 'User', optional: true, many: true }, { name: 'nextPageToken', type: 'string', optional: true }],
+    input: [
+      { name: 'limit', type: 'int', optional: true },
+      { name: 'pageSize', type: 'int', optional: true },
+      { name: 'pageToken', type: 'string', optional: true }
+    ],
+    output: [
+      { name: 'user', type: 'User', optional: true, many: true },
+      { name: 'nextPageToken', type: 'string', optional: true }
+    ],
     write: null,
     run: async (ctx, args) => {
       const paging = args.pageSize != null || args.pageToken != null
-      if (paging && args.limit != null) throw badInput('ListUsers: send limit or pageSize/pageToken, not both', { field: 'limit' })
-      const page = await listUsersPage(ctx, { first: pageSizeOf(args), after: args.pageToken as string | null | undefined })
+      if (paging && args.limit != null) {
+        throw badInput('ListUsers: send limit or pageSize/pageToken, not both', { field: 'limit' })
+      }
+      const page = await listUsersPage(ctx, {
+        first: pageSizeOf(args),
+        after: args.pageToken as string | null | undefined
+      })
       return {
         user: page.edges.map(({ node }) => visibleUser(ctx.caller, node)),
-        nextPageToken: paging && page.pageInfo.hasNextPage ? page.pageInfo.endCursor ?? undefined : undefined
+        nextPageToken: paging && page.pageInfo.hasNextPage ? (page.pageInfo.endCursor ?? undefined) : undefined
       }
     }
   }
@@ -115,7 +144,9 @@ function serviceVersion (number: number): ServiceVersion {
     number,
     serviceName: 'UserService',
     path: `/v${number}/UserService`,
-    userFields: userFields.filter((f) => f.since <= number).map(({ name, type, optional }) => ({ name, type, optional })),
+    userFields: userFields
+      .filter((f) => f.since <= number)
+      .map(({ name, type, optional }) => ({ name, type, optional })),
     operations: new Map(operations.filter((o) => o.since <= number).map((o) => [o.name, o]))
   }
 }
@@ -136,12 +167,19 @@ export function namespaceOf (version: ServiceVersion, namespaceBase: string): st
  * 1 plus one per field of the version's User, a list of users its page size times the fields of one,
  * a boolean 1; a write adds what a GraphQL mutation field adds on top of its selection (mutationCost - 1).
  */
-export function costOf (operation: Operation, args: Args, version: ServiceVersion, limits: Pick<InputCaps, 'maxPageSize'> & { mutationCost: number }): number {
+export function costOf (
+  operation: Operation,
+  args: Args,
+  version: ServiceVersion,
+  limits: Pick<InputCaps, 'maxPageSize'> & { mutationCost: number }
+): number {
   const perUser = version.userFields.length
   const main = operation.output[0]!
   let cost = 1
   if (main.type === 'User') {
-    cost = main.many ? assertPageSize(pageSizeOf(args), limits, args.pageSize != null ? 'pageSize' : 'limit') * perUser : 1 + perUser
+    cost = main.many
+      ? assertPageSize(pageSizeOf(args), limits, args.pageSize != null ? 'pageSize' : 'limit') * perUser
+      : 1 + perUser
   }
   return operation.write ? cost + limits.mutationCost - 1 : cost
 }

@@ -8,10 +8,28 @@
 import { createDomainContext, withinDeadline, type Caller, type Events } from '../../app/domain/context.ts'
 import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
 import { AppError, Messages, badInput } from '../../app/errors.ts'
-import type { Store, UserRow } from '../../app/store/types.ts'
-import { NS, attribute, envelopeNamespace, parseEnvelope, type SoapVersion, type XmlElement, type XmlLimits } from './envelope.ts'
+import type { Store } from '../../app/store/types.ts'
+import type { VisibleUser } from '../../app/domain/authorization.ts'
+import {
+  NS,
+  attribute,
+  envelopeNamespace,
+  parseEnvelope,
+  type SoapVersion,
+  type XmlElement,
+  type XmlLimits
+} from './envelope.ts'
 import { CONTENT_TYPE, SoapFault, WSSE_NS, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
-import { costOf, namespaceOf, soapActionOf, type Args, type Field, type Operation, type Result, type ServiceVersion } from './operations.ts'
+import {
+  costOf,
+  namespaceOf,
+  soapActionOf,
+  type Args,
+  type Field,
+  type Operation,
+  type Result,
+  type ServiceVersion
+} from './operations.ts'
 import type { WsSecurity } from './ws-security.ts'
 
 export interface SoapRequest {
@@ -78,7 +96,9 @@ function securityHeader (headers: XmlElement[], version: SoapVersion): XmlElemen
   for (const header of headers) {
     if (!addressedToUs(header, version)) continue
     if (header.ns === WSSE_NS && header.local === 'Security') {
-      if (security) throw SoapFault.failedAuthentication('Only one wsse:Security header may be addressed to this service')
+      if (security) {
+        throw SoapFault.failedAuthentication('Only one wsse:Security header may be addressed to this service')
+      }
       security = header
     } else if (mustUnderstand(header, version)) {
       notUnderstood.push({ ns: header.ns, local: header.local })
@@ -97,15 +117,20 @@ function readArgs (operation: Operation, element: XmlElement, namespace: string,
   for (const node of element.children) {
     // Children are qualified (elementFormDefault="qualified"); unqualified ones are accepted too, as
     // several toolkits send them that way. Any other namespace is not ours.
-    const field = (node.ns === namespace || node.ns === '') ? operation.input.find((f) => f.name === node.local) : undefined
+    const field =
+      node.ns === namespace || node.ns === '' ? operation.input.find((f) => f.name === node.local) : undefined
     if (!field) throw badInput(`${operation.name} has no element {${node.ns}}${node.local}`, { field: node.local })
-    if (Object.hasOwn(args, field.name)) throw badInput(`${operation.name}: the element ${field.name} appears more than once`, { field: field.name })
+    if (Object.hasOwn(args, field.name)) {
+      throw badInput(`${operation.name}: the element ${field.name} appears more than once`, { field: field.name })
+    }
     if (node.children.length > 0) throw badInput(`${operation.name}: ${field.name} must be text`, { field: field.name })
     const nil = attribute(node, NS.xsi, 'nil')?.trim()
     args[field.name] = nil === 'true' || nil === '1' ? null : scalar(field, node.text, operation.name)
   }
   for (const field of operation.input) {
-    if (!field.optional && args[field.name] == null) throw badInput(`${operation.name}: the element ${field.name} is required`, { field: field.name })
+    if (!field.optional && args[field.name] == null) {
+      throw badInput(`${operation.name}: the element ${field.name} is required`, { field: field.name })
+    }
   }
   assertWithinCaps(args, caps, operation.name)
   return args
@@ -122,7 +147,9 @@ function scalar (field: Field, value: string, operationName: string): string | n
     }
     case 'boolean': {
       const trimmed = value.trim()
-      if (!['true', 'false', '1', '0'].includes(trimmed)) throw badInput(`${operationName}: ${field.name} must be an xs:boolean`, { field: field.name })
+      if (!['true', 'false', '1', '0'].includes(trimmed)) {
+        throw badInput(`${operationName}: ${field.name} must be an xs:boolean`, { field: field.name })
+      }
       return trimmed === 'true' || trimmed === '1'
     }
     default:
@@ -131,10 +158,10 @@ function scalar (field: Field, value: string, operationName: string): string | n
   }
 }
 
-function userXml (user: UserRow, fields: Field[], element: string): string {
+function userXml (user: VisibleUser, fields: Field[], element: string): string {
   let xml = `<${element}>`
   for (const field of fields) {
-    const value = user[field.name as keyof UserRow]
+    const value = user[field.name as keyof VisibleUser]
     if (value === null || value === undefined) continue
     xml += `<${field.name}>${escapeXml(String(value))}</${field.name}>`
   }
@@ -146,8 +173,7 @@ function resultXml (result: Result, output: Field[], userFields: Field[]): strin
   for (const field of output) {
     const value = result[field.name]
     if (value === undefined) continue
-    if (typeof value === 'boolean' || typeof value === 'string') xml += `<${field.name}>${escapeXml(String(value))}</${field.name}>`
-    else if (Array.isArray(value)) xml += value.map((u) => userXml(u, userFields, field.name)).join('')
+    if (typeof value === 'boolean' || typeof value === 'string') { xml += `<${field.name}>${escapeXml(String(value))}</${field.name}>` } else if (Array.isArray(value)) xml += value.map((u) => userXml(u, userFields, field.name)).join('')
     else xml += userXml(value, userFields, field.name)
   }
   return xml
@@ -165,8 +191,13 @@ export function createSoapService (options: SoapServiceOptions) {
   function preparedFor (version: ServiceVersion) {
     let p = prepared.get(version)
     if (!p) {
-      const open = (v: SoapVersion) => `<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="${envelopeNamespace(v)}"><soap:Body>`
-      p = { namespace: namespaceOf(version, options.namespaceBase), open: { '1.1': open('1.1'), '1.2': open('1.2') }, close: '</soap:Body></soap:Envelope>' }
+      const open = (v: SoapVersion) =>
+        `<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="${envelopeNamespace(v)}"><soap:Body>`
+      p = {
+        namespace: namespaceOf(version, options.namespaceBase),
+        open: { 1.1: open('1.1'), 1.2: open('1.2') },
+        close: '</soap:Body></soap:Envelope>'
+      }
       prepared.set(version, p)
     }
     return p
@@ -178,20 +209,34 @@ export function createSoapService (options: SoapServiceOptions) {
       const action = raw.trim().replace(/^"(.*)"$/, '$1')
       // An empty SOAPAction ("") means "the request URI": it names no operation and contradicts none.
       if (action !== '' && action !== expected) {
-        throw SoapFault.client('BAD_REQUEST', `The SOAP action "${action}" does not match the Body's operation ${operation.name} (expected "${expected}")`)
+        throw SoapFault.client(
+          'BAD_REQUEST',
+          `The SOAP action "${action}" does not match the Body's operation ${operation.name} (expected "${expected}")`
+        )
       }
     }
   }
 
-  /** The authenticated caller of a message and its operation; a message that authenticates nobody is counted on the address. */
-  async function authenticated (version: ServiceVersion, request: SoapRequest, namespace: string, admission: Admission) {
+  /**
+   * The authenticated caller of a message and its operation; a
+   * message that authenticates nobody is counted on the address.
+   */
+  async function authenticated (
+    version: ServiceVersion,
+    request: SoapRequest,
+    namespace: string,
+    admission: Admission
+  ) {
     try {
       const envelope = parseEnvelope(request.envelope, request.soapVersion, options.xmlLimits)
       const security = securityHeader(envelope.headers, request.soapVersion)
       const element = envelope.operation
       const operation = element.ns === namespace ? version.operations.get(element.local) : undefined
       if (!operation) {
-        throw SoapFault.client('OPERATION_NOT_FOUND', `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`)
+        throw SoapFault.client(
+          'OPERATION_NOT_FOUND',
+          `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`
+        )
       }
       checkActions(request.actions, soapActionOf(namespace, operation), operation)
       const caller = await wsSecurity.authenticate(security, admission.checkAddress)
@@ -202,7 +247,12 @@ export function createSoapService (options: SoapServiceOptions) {
     }
   }
 
-  async function execute (version: ServiceVersion, request: SoapRequest, namespace: string, admission: Admission): Promise<string> {
+  async function execute (
+    version: ServiceVersion,
+    request: SoapRequest,
+    namespace: string,
+    admission: Admission
+  ): Promise<string> {
     const { caller, operation, element } = await authenticated(version, request, namespace, admission)
     await admission.spendRequest(caller)
     const args = readArgs(operation, element, namespace, caps)
@@ -218,11 +268,20 @@ export function createSoapService (options: SoapServiceOptions) {
   }
 
   /** Answers one SOAP request of `version`; faults are responses too. `onInternalError` sees unexpected errors. */
-  async function handle (version: ServiceVersion, request: SoapRequest, admission: Admission, onInternalError: (err: unknown) => void = () => {}): Promise<SoapResponse> {
+  async function handle (
+    version: ServiceVersion,
+    request: SoapRequest,
+    admission: Admission,
+    onInternalError: (err: unknown) => void = () => {}
+  ): Promise<SoapResponse> {
     const p = preparedFor(version)
     try {
       const body = await execute(version, request, p.namespace, admission)
-      return { status: 200, contentType: CONTENT_TYPE[request.soapVersion], body: p.open[request.soapVersion] + body + p.close }
+      return {
+        status: 200,
+        contentType: CONTENT_TYPE[request.soapVersion],
+        body: p.open[request.soapVersion] + body + p.close
+      }
     } catch (err) {
       const fault = SoapFault.from(err)
       if (fault.code === 'INTERNAL_SERVER_ERROR') onInternalError(err)

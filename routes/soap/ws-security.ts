@@ -69,7 +69,9 @@ export function memoryNonceCache (maxEntries = 200_000): NonceCache {
       }
       const expires = seen.get(key)
       if (expires !== undefined && expires > now) return false
-      if (seen.size >= maxEntries) throw new AppError('SERVICE_UNAVAILABLE', 'Too many WS-Security nonces in flight; retry later')
+      if (seen.size >= maxEntries) {
+        throw new AppError('SERVICE_UNAVAILABLE', 'Too many WS-Security nonces in flight; retry later')
+      }
       seen.set(key, now + ttlMs)
       return true
     }
@@ -154,15 +156,21 @@ export function createWsSecurity (options: WsSecurityOptions) {
   function checkFresh (created: string, what: string, now: number): void {
     const at = instant(created, what)
     if (at > now + CLOCK_SKEW_MS) throw SoapFault.failedAuthentication(`${what} is in the future`)
-    if (now - at > maxAgeMs) throw SoapFault.failedAuthentication(`${what} is older than ${Math.round(maxAgeMs / 1000)} seconds`)
+    if (now - at > maxAgeMs) {
+      throw SoapFault.failedAuthentication(`${what} is older than ${Math.round(maxAgeMs / 1000)} seconds`)
+    }
   }
 
   function readToken (element: XmlElement): UsernameToken {
     const username = text(child(element, WSSE_NS, 'Username'))
     const passwordElement = child(element, WSSE_NS, 'Password')
-    if (!username || !passwordElement) throw SoapFault.failedAuthentication('The UsernameToken needs a Username and a Password')
+    if (!username || !passwordElement) {
+      throw SoapFault.failedAuthentication('The UsernameToken needs a Username and a Password')
+    }
     const type = attribute(passwordElement, '', 'Type') ?? PASSWORD_TEXT
-    if (type !== PASSWORD_TEXT && type !== PASSWORD_DIGEST) throw SoapFault.failedAuthentication(`Unsupported password type ${type}`)
+    if (type !== PASSWORD_TEXT && type !== PASSWORD_DIGEST) {
+      throw SoapFault.failedAuthentication(`Unsupported password type ${type}`)
+    }
     const nonceElement = child(element, WSSE_NS, 'Nonce')
     let nonce: Buffer | null = null
     if (nonceElement) {
@@ -181,10 +189,18 @@ export function createWsSecurity (options: WsSecurityOptions) {
   }
 
   /** True when the token's password is the partner's; every refusal has cost one scrypt verification. */
-  async function passwordMatches (entry: PartnerEntry | null, token: UsernameToken, beforeScrypt: () => Promise<void>): Promise<boolean> {
+  async function passwordMatches (
+    entry: PartnerEntry | null,
+    token: UsernameToken,
+    beforeScrypt: () => Promise<void>
+  ): Promise<boolean> {
     if (entry && token.digest) {
       if (entry.password) {
-        const expected = createHash('sha1').update(token.nonce!).update(token.created!, 'utf8').update(entry.password).digest()
+        const expected = createHash('sha1')
+          .update(token.nonce!)
+          .update(token.created!, 'utf8')
+          .update(entry.password)
+          .digest()
         const given = Buffer.from(token.password.trim(), 'base64')
         if (given.length === expected.length && timingSafeEqual(given, expected)) return true
       }
@@ -212,7 +228,10 @@ export function createWsSecurity (options: WsSecurityOptions) {
    * fault otherwise. `beforeScrypt` runs before each scrypt verification (the carrier refuses there a
    * client that has spent its budget, before the costly work rather than after).
    */
-  async function authenticate (security: XmlElement | undefined, beforeScrypt: () => Promise<void> = async () => {}): Promise<Caller> {
+  async function authenticate (
+    security: XmlElement | undefined,
+    beforeScrypt: () => Promise<void> = async () => {}
+  ): Promise<Caller> {
     if (!security) throw SoapFault.invalidSecurity('A wsse:Security header with a UsernameToken is required')
     const now = clock()
 
@@ -242,7 +261,11 @@ export function createWsSecurity (options: WsSecurityOptions) {
     // Claimed after authentication, so nobody can burn a partner's nonce with a forged message; keyed
     // by the partner's user and the nonce's bytes (canonical Base64 of them).
     if (token.nonce) {
-      const fresh = await nonces.claim(`${entry.partner.caller.id}:${token.nonce.toString('base64')}`, maxAgeMs + CLOCK_SKEW_MS, now)
+      const fresh = await nonces.claim(
+        `${entry.partner.caller.id}:${token.nonce.toString('base64')}`,
+        maxAgeMs + CLOCK_SKEW_MS,
+        now
+      )
       if (!fresh) throw SoapFault.failedAuthentication('The Nonce has already been used (replayed message)')
     }
     return entry.partner.caller

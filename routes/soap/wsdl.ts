@@ -18,7 +18,10 @@ const SP = 'http://docs.oasis-open.org/ws-sx/ws-securitypolicy/200702'
 const WSU = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
 const USERNAME_TOKEN_POLICY = 'UsernameTokenPolicy'
 
-/** xmlbuilder2's node builder, as its documented entry point returns it (the type itself is not exported from the package root). */
+/**
+ * xmlbuilder2's node builder, as its documented entry point returns
+ * it (the type itself is not exported from the package root).
+ */
 type XMLBuilder = ReturnType<typeof create>
 
 function typeName (field: Field): string {
@@ -61,9 +64,16 @@ export function buildWsdl (version: ServiceVersion, namespaceBase: string, addre
     name,
     targetNamespace: ns
   })
-  defs.ele(WSDL, 'wsdl:documentation').txt(`${name} ${version.id}. Authenticate with a WS-Security UsernameToken (PasswordText or PasswordDigest with Nonce and Created).`)
+  defs
+    .ele(WSDL, 'wsdl:documentation')
+    .txt(
+      `${name} ${version.id}. Authenticate with a WS-Security UsernameToken (PasswordText or PasswordDigest with Nonce and Created).`
+    )
 
-  const schema = defs.ele(WSDL, 'wsdl:types').ele(XS, 'xs:schema').att({ targetNamespace: ns, elementFormDefault: 'qualified' })
+  const schema = defs
+    .ele(WSDL, 'wsdl:types')
+    .ele(XS, 'xs:schema')
+    .att({ targetNamespace: ns, elementFormDefault: 'qualified' })
   sequence(schema.ele(XS, 'xs:complexType').att('name', 'User'), version.userFields)
   for (const op of operations) {
     sequence(schema.ele(XS, 'xs:element').att('name', op.name).ele(XS, 'xs:complexType'), op.input)
@@ -75,10 +85,22 @@ export function buildWsdl (version: ServiceVersion, namespaceBase: string, addre
   ])
 
   for (const op of operations) {
-    defs.ele(WSDL, 'wsdl:message').att('name', `${op.name}Request`).ele(WSDL, 'wsdl:part').att({ name: 'parameters', element: `tns:${op.name}` })
-    defs.ele(WSDL, 'wsdl:message').att('name', `${op.name}Response`).ele(WSDL, 'wsdl:part').att({ name: 'parameters', element: `tns:${op.name}Response` })
+    defs
+      .ele(WSDL, 'wsdl:message')
+      .att('name', `${op.name}Request`)
+      .ele(WSDL, 'wsdl:part')
+      .att({ name: 'parameters', element: `tns:${op.name}` })
+    defs
+      .ele(WSDL, 'wsdl:message')
+      .att('name', `${op.name}Response`)
+      .ele(WSDL, 'wsdl:part')
+      .att({ name: 'parameters', element: `tns:${op.name}Response` })
   }
-  defs.ele(WSDL, 'wsdl:message').att('name', 'ServiceFault').ele(WSDL, 'wsdl:part').att({ name: 'fault', element: 'tns:ServiceFault' })
+  defs
+    .ele(WSDL, 'wsdl:message')
+    .att('name', 'ServiceFault')
+    .ele(WSDL, 'wsdl:part')
+    .att({ name: 'fault', element: 'tns:ServiceFault' })
 
   // Every message carries a WS-Security UsernameToken (a supporting token, sent to the service each time).
   defs.ele(WSP, 'wsp:Policy').att(WSU, 'wsu:Id', USERNAME_TOKEN_POLICY)
@@ -95,7 +117,10 @@ export function buildWsdl (version: ServiceVersion, namespaceBase: string, addre
     o.ele(WSDL, 'wsdl:fault').att({ name: 'ServiceFault', message: 'tns:ServiceFault' })
   }
 
-  for (const [binding, bindingNs, prefix] of [[`${name}Soap`, SOAP11, 'soap'], [`${name}Soap12`, SOAP12, 'soap12']] as const) {
+  for (const [binding, bindingNs, prefix] of [
+    [`${name}Soap`, SOAP11, 'soap'],
+    [`${name}Soap12`, SOAP12, 'soap12']
+  ] as const) {
     const b = defs.ele(WSDL, 'wsdl:binding').att({ name: binding, type: `tns:${name}PortType` })
     b.ele(WSP, 'wsp:PolicyReference').att('URI', `#${USERNAME_TOKEN_POLICY}`)
     b.ele(bindingNs, `${prefix}:binding`).att({ style: 'document', transport: HTTP_TRANSPORT })
@@ -104,13 +129,24 @@ export function buildWsdl (version: ServiceVersion, namespaceBase: string, addre
       o.ele(bindingNs, `${prefix}:operation`).att({ soapAction: soapActionOf(ns, op), style: 'document' })
       o.ele(WSDL, 'wsdl:input').ele(bindingNs, `${prefix}:body`).att('use', 'literal')
       o.ele(WSDL, 'wsdl:output').ele(bindingNs, `${prefix}:body`).att('use', 'literal')
-      o.ele(WSDL, 'wsdl:fault').att('name', 'ServiceFault').ele(bindingNs, `${prefix}:fault`).att({ name: 'ServiceFault', use: 'literal' })
+      o.ele(WSDL, 'wsdl:fault')
+        .att('name', 'ServiceFault')
+        .ele(bindingNs, `${prefix}:fault`)
+        .att({ name: 'ServiceFault', use: 'literal' })
     }
   }
 
   const service = defs.ele(WSDL, 'wsdl:service').att('name', name)
-  service.ele(WSDL, 'wsdl:port').att({ name: `${name}Soap`, binding: `tns:${name}Soap` }).ele(SOAP11, 'soap:address').att('location', address)
-  service.ele(WSDL, 'wsdl:port').att({ name: `${name}Soap12`, binding: `tns:${name}Soap12` }).ele(SOAP12, 'soap12:address').att('location', address)
+  service
+    .ele(WSDL, 'wsdl:port')
+    .att({ name: `${name}Soap`, binding: `tns:${name}Soap` })
+    .ele(SOAP11, 'soap:address')
+    .att('location', address)
+  service
+    .ele(WSDL, 'wsdl:port')
+    .att({ name: `${name}Soap12`, binding: `tns:${name}Soap12` })
+    .ele(SOAP12, 'soap12:address')
+    .att('location', address)
 
   return doc.end({ prettyPrint: true })
 }

@@ -55,6 +55,7 @@ export const XML_NS = 'http://www.w3.org/XML/1998/namespace'
 export const XMLNS_NS = 'http://www.w3.org/2000/xmlns/'
 
 // XML 1.0 forbids these characters anywhere in a document (lone surrogates are no characters at all).
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
 const FORBIDDEN_CHARS = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 const PREDEFINED: Record<string, string> = { lt: '<', gt: '>', amp: '&', quot: '"', apos: "'" }
 const REFERENCE = /&(?:([a-zA-Z][\w.-]*)|#([0-9]+)|#x([0-9a-fA-F]+));/g
@@ -63,19 +64,29 @@ const REFERENCE = /&(?:([a-zA-Z][\w.-]*)|#([0-9]+)|#x([0-9a-fA-F]+));/g
 function decode (raw: string, at: number): string {
   if (raw.indexOf('&') === -1) return raw
   let references = 0
-  const decoded = raw.replace(REFERENCE, (match, name: string | undefined, dec: string | undefined, hex: string | undefined) => {
-    references++
-    if (name !== undefined) {
-      const value = PREDEFINED[name]
-      if (value === undefined) throw new XmlError(`undefined entity &${name}; near offset ${at}`)
-      return value
+  const decoded = raw.replace(
+    REFERENCE,
+    (match, name: string | undefined, dec: string | undefined, hex: string | undefined) => {
+      references++
+      if (name !== undefined) {
+        const value = PREDEFINED[name]
+        if (value === undefined) throw new XmlError(`undefined entity &${name}; near offset ${at}`)
+        return value
+      }
+      const code = dec !== undefined ? parseInt(dec, 10) : parseInt(hex!, 16)
+      if (!(
+        code === 0x9 ||
+        code === 0xa ||
+        code === 0xd ||
+        (code >= 0x20 && code <= 0xd7ff) ||
+        (code >= 0xe000 && code <= 0xfffd) ||
+        (code >= 0x10000 && code <= 0x10ffff)
+      )) {
+        throw new XmlError(`invalid character reference ${match} near offset ${at}`)
+      }
+      return String.fromCodePoint(code)
     }
-    const code = dec !== undefined ? parseInt(dec, 10) : parseInt(hex!, 16)
-    if (!(code === 0x9 || code === 0xA || code === 0xD || (code >= 0x20 && code <= 0xD7FF) || (code >= 0xE000 && code <= 0xFFFD) || (code >= 0x10000 && code <= 0x10FFFF))) {
-      throw new XmlError(`invalid character reference ${match} near offset ${at}`)
-    }
-    return String.fromCodePoint(code)
-  })
+  )
   // Every '&' must have started one of the references replaced above.
   let ampersands = 0
   for (let i = raw.indexOf('&'); i !== -1; i = raw.indexOf('&', i + 1)) ampersands++
@@ -87,9 +98,20 @@ function decode (raw: string, at: number): string {
 // BMP (#x10000-#xEFFFF are name characters) are a high surrogate up to #xDB7F followed by a low one.
 function isNameStart (c: number): boolean {
   if (c < 0x80) return (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95 || c === 58
-  return (c >= 0xC0 && c <= 0xD6) || (c >= 0xD8 && c <= 0xF6) || (c >= 0xF8 && c <= 0x2FF) || (c >= 0x370 && c <= 0x37D) ||
-    (c >= 0x37F && c <= 0x1FFF) || c === 0x200C || c === 0x200D || (c >= 0x2070 && c <= 0x218F) || (c >= 0x2C00 && c <= 0x2FEF) ||
-    (c >= 0x3001 && c <= 0xD7FF) || (c >= 0xF900 && c <= 0xFDCF) || (c >= 0xFDF0 && c <= 0xFFFD)
+  return (
+    (c >= 0xc0 && c <= 0xd6) ||
+    (c >= 0xd8 && c <= 0xf6) ||
+    (c >= 0xf8 && c <= 0x2ff) ||
+    (c >= 0x370 && c <= 0x37d) ||
+    (c >= 0x37f && c <= 0x1fff) ||
+    c === 0x200c ||
+    c === 0x200d ||
+    (c >= 0x2070 && c <= 0x218f) ||
+    (c >= 0x2c00 && c <= 0x2fef) ||
+    (c >= 0x3001 && c <= 0xd7ff) ||
+    (c >= 0xf900 && c <= 0xfdcf) ||
+    (c >= 0xfdf0 && c <= 0xfffd)
+  )
 }
 
 function isNameChar (c: number): boolean {
@@ -145,7 +167,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
     while (pos < n && (width = nameCharAt(s, pos, false)) > 0) pos += width
     const name = s.slice(start, pos)
     const colon = name.indexOf(':')
-    if (colon === 0 || colon === name.length - 1 || (colon !== -1 && name.indexOf(':', colon + 1) !== -1)) fail(`invalid qualified name "${name}"`)
+    if (colon === 0 || colon === name.length - 1 || (colon !== -1 && name.indexOf(':', colon + 1) !== -1)) {
+      fail(`invalid qualified name "${name}"`)
+    }
     return name
   }
 
@@ -181,7 +205,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
     // Namespaces in XML: no colon in a target. The target ends at whitespace or "?" (XML wants whitespace
     // before the data; saxes, the reference of the differential test, also takes "<?t?data?>").
     if (target.includes(':')) fail('a colon in a processing instruction target')
-    if (s.charCodeAt(pos) !== 63 && !isSpace(s.charCodeAt(pos))) fail('expected whitespace after the processing instruction target')
+    if (s.charCodeAt(pos) !== 63 && !isSpace(s.charCodeAt(pos))) {
+      fail('expected whitespace after the processing instruction target')
+    }
     const end = s.indexOf('?>', pos)
     if (end === -1) fail('unterminated processing instruction')
     pos = end + 2
@@ -189,7 +215,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
   }
 
   function openElement (): void {
-    if (++elements > limits.maxElements) throw new XmlError(`The message has more than ${limits.maxElements} elements`, true)
+    if (++elements > limits.maxElements) {
+      throw new XmlError(`The message has more than ${limits.maxElements} elements`, true)
+    }
     pos++ // '<'
     const qname = readName()
     const raw: Array<[string, string, number]> = []
@@ -208,7 +236,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
       }
       if (pos >= n) fail(`unterminated start tag <${qname}`)
       if (!spaced) fail('expected whitespace between attributes')
-      if (raw.length >= limits.maxAttributes) throw new XmlError(`An element has more than ${limits.maxAttributes} attributes`, true)
+      if (raw.length >= limits.maxAttributes) {
+        throw new XmlError(`An element has more than ${limits.maxAttributes} attributes`, true)
+      }
       const at = pos
       const name = readName()
       skipSpace()
@@ -243,7 +273,9 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
         // A namespace name is a URI: whitespace in it (any, Unicode's too) is a mistake that parsers
         // treat differently (saxes trims it, others keep it): refused.
         if (/\s/.test(uri)) throw new XmlError(`whitespace in the namespace name "${uri}"`, true)
-        if (prefix === 'xmlns' || (prefix === 'xml') !== (uri === XML_NS) || uri === XMLNS_NS) fail(`the prefix ${prefix} or the namespace ${uri} is reserved`)
+        if (prefix === 'xmlns' || (prefix === 'xml') !== (uri === XML_NS) || uri === XMLNS_NS) {
+          fail(`the prefix ${prefix} or the namespace ${uri} is reserved`)
+        }
         if (scope === parentScope) scope = new Map(parentScope)
         scope.set(prefix, uri)
       }
@@ -270,7 +302,13 @@ export function parseXml (xml: string, limits: XmlLimits = DEFAULT_XML_LIMITS): 
       }
       attributes.push({ ns: attrNs!, local, value: decode(value, at) })
     }
-    const element: XmlElement = { ns: ns!, local: colon === -1 ? qname : qname.slice(colon + 1), attributes, children: [], text: '' }
+    const element: XmlElement = {
+      ns: ns!,
+      local: colon === -1 ? qname : qname.slice(colon + 1),
+      attributes,
+      children: [],
+      text: ''
+    }
     if (stack.length > 0) stack[stack.length - 1]!.element.children.push(element)
     else root = element
     if (!selfClosing) {

@@ -32,7 +32,9 @@ export const PARTNER_SECRET_KEY = 'cluster-partner-key-that-is-long-enough-01234
 export const LB_ADDRESS = '127.0.0.2'
 /** The SOAP partner account every cluster has (bound to user 5, SERVICE). */
 export const PARTNER = { login: 'partner', password: 'partner-s3cret' }
-/** The public address written into the WSDL and the SOAP namespaces: the load balancer's, the same on every instance. */
+/**
+ * The public address written into the WSDL and the SOAP namespaces: the load balancer's, the same on every instance.
+ */
 export const SOAP_PUBLIC_URL = 'https://api.example.com'
 
 export interface TestLike {
@@ -61,7 +63,11 @@ export function uniqueName (prefix: string): string {
 
 export function requireTool (name: string, hint: string): string {
   // (/usr/sbin is where Debian puts nginx, and not every PATH has it.)
-  const found = spawnSync('sh', ['-c', `command -v ${name} || { test -x /usr/sbin/${name} && echo /usr/sbin/${name}; }`], { encoding: 'utf8' })
+  const found = spawnSync(
+    'sh',
+    ['-c', `command -v ${name} || { test -x /usr/sbin/${name} && echo /usr/sbin/${name}; }`],
+    { encoding: 'utf8' }
+  )
   const path = found.stdout.trim()
   if (found.status !== 0 || path === '') throw new Error(`${name} is not installed: ${hint}`)
   return path
@@ -79,38 +85,63 @@ function agentFor (localAddress: string): http.Agent {
 }
 
 /** One HTTP request from a chosen local address (127.0.0.x), on a keep-alive agent of that address. */
-export function request (url: string, options: { method?: string; headers?: Record<string, string>; body?: string; from?: string; timeoutMs?: number } = {}): Promise<HttpResponse> {
+export function request (
+  url: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string; from?: string; timeoutMs?: number } = {}
+): Promise<HttpResponse> {
   const from = options.from ?? '127.0.0.1'
   return new Promise((resolve, reject) => {
-    const req = http.request(url, {
-      method: options.method ?? 'GET',
-      headers: { ...(options.body !== undefined ? { 'content-length': String(Buffer.byteLength(options.body)) } : {}), ...options.headers },
-      agent: agentFor(from)
-    }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8')
-        resolve({ status: res.statusCode!, headers: res.headers, text, json: () => JSON.parse(text) })
-      })
-      res.on('error', reject)
-    })
-    req.setTimeout(options.timeoutMs ?? 30_000, () => req.destroy(new Error(`no answer from ${url} within ${options.timeoutMs ?? 30_000} ms`)))
+    const req = http.request(
+      url,
+      {
+        method: options.method ?? 'GET',
+        headers: {
+          ...(options.body !== undefined ? { 'content-length': String(Buffer.byteLength(options.body)) } : {}),
+          ...options.headers
+        },
+        agent: agentFor(from)
+      },
+      (res) => {
+        const chunks: Buffer[] = []
+        res.on('data', (c: Buffer) => chunks.push(c))
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8')
+          resolve({ status: res.statusCode!, headers: res.headers, text, json: () => JSON.parse(text) })
+        })
+        res.on('error', reject)
+      }
+    )
+    req.setTimeout(options.timeoutMs ?? 30_000, () =>
+      req.destroy(new Error(`no answer from ${url} within ${options.timeoutMs ?? 30_000} ms`))
+    )
     req.on('error', reject)
     req.end(options.body)
   })
 }
 
-export async function gql (baseUrl: string, query: string, variables?: Record<string, unknown>, options: { token?: string; from?: string; headers?: Record<string, string>; timeoutMs?: number } = {}) {
+export async function gql (
+  baseUrl: string,
+  query: string,
+  variables?: Record<string, unknown>,
+  options: { token?: string; from?: string; headers?: Record<string, string>; timeoutMs?: number } = {}
+) {
   const response = await request(`${baseUrl}/graphql`, {
     method: 'POST',
     from: options.from,
     timeoutMs: options.timeoutMs,
-    headers: { 'content-type': 'application/json', ...(options.token ? { authorization: `Bearer ${options.token}` } : {}), ...options.headers },
+    headers: {
+      'content-type': 'application/json',
+      ...(options.token ? { authorization: `Bearer ${options.token}` } : {}),
+      ...options.headers
+    },
     body: JSON.stringify({ query, variables })
   })
   let body: any
-  try { body = response.json() } catch { body = { raw: response.text } }
+  try {
+    body = response.json()
+  } catch {
+    body = { raw: response.text }
+  }
   return { status: response.status, headers: response.headers, body }
 }
 
@@ -127,7 +158,10 @@ export interface Database {
   query<R extends pg.QueryResultRow = any> (text: string, values?: unknown[]): Promise<pg.QueryResult<R>>
 }
 
-/** A schema of the test's own, migrated and loaded with the demo users (1 ADMIN, 2-4 USER, 5 SERVICE) and PARTNER; dropped at the end. */
+/**
+ * A schema of the test's own, migrated and loaded with the demo users
+ * (1 ADMIN, 2-4 USER, 5 SERVICE) and PARTNER; dropped at the end.
+ */
 export async function createDatabase (t: TestLike): Promise<Database> {
   const schema = uniqueName('cluster')
   const admin = new pg.Client({ connectionString: PG_URL })
@@ -149,12 +183,18 @@ export async function createDatabase (t: TestLike): Promise<Database> {
   return { url: PG_URL, schema, query: (text, values) => pool.query(text, values) }
 }
 
-/** Ends the PostgreSQL connections of one application_name (the instances of one test), as an operator or a failover would. */
+/**
+ * Ends the PostgreSQL connections of one application_name (the
+ * instances of one test), as an operator or a failover would.
+ */
 export async function terminateBackends (applicationName: string): Promise<number> {
   const client = new pg.Client({ connectionString: PG_URL })
   await client.connect()
   try {
-    const { rows } = await client.query<{ ended: boolean }>('SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()', [applicationName])
+    const { rows } = await client.query<{ ended: boolean }>(
+      'SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()',
+      [applicationName]
+    )
     return rows.filter((r) => r.ended).length
   } finally {
     await client.end()
@@ -176,7 +216,13 @@ export async function startPrivateRedis (t: TestLike): Promise<PrivateRedis> {
   const port = await freePort()
   let child: ChildProcess | null = null
   const start = async () => {
-    child = track(spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'], { stdio: 'ignore' }))
+    child = track(
+      spawn(
+        bin,
+        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'],
+        { stdio: 'ignore' }
+      )
+    )
     for (let i = 0; i < 100; i++) {
       if (await pingRedis(port)) return
       await sleep(50)
@@ -260,7 +306,13 @@ export async function startInstance (t: TestLike, name: string, env: Record<stri
     output: () => output,
     process: null,
     async start () {
-      const child = track(spawn(process.execPath, [join(REPO, 'app/server.ts')], { cwd: REPO, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] }))
+      const child = track(
+        spawn(process.execPath, [join(REPO, 'app/server.ts')], {
+          cwd: REPO,
+          env: fullEnv,
+          stdio: ['ignore', 'pipe', 'pipe']
+        })
+      )
       instance.process = child
       let partial = ''
       child.stdout!.on('data', (chunk: Buffer) => {
@@ -277,7 +329,9 @@ export async function startInstance (t: TestLike, name: string, env: Record<stri
       child.once('exit', (code, signal) => { output += `\n[exited: code ${code}, signal ${signal}]\n` })
       const deadline = Date.now() + 30_000
       while (Date.now() < deadline) {
-        if (child.exitCode !== null) throw new Error(`instance ${name} exited with ${child.exitCode} while starting:\n${output}`)
+        if (child.exitCode !== null) {
+          throw new Error(`instance ${name} exited with ${child.exitCode} while starting:\n${output}`)
+        }
         try {
           const ready = await request(`${instance.url}/health/ready`, { timeoutMs: 1000 })
           if (ready.status === 200) return
@@ -336,7 +390,8 @@ export async function startLoadBalancer (t: TestLike, instances: Instance[]): Pr
       add_header X-Upstream $upstream_addr always;
       include ${REPO}/deploy/nginx/locations.conf;
     }`
-  const upstreamServers = (list: Instance[]) => list.map((i) => `      server 127.0.0.1:${i.port} max_fails=1 fail_timeout=2s;`).join('\n')
+  const upstreamServers = (list: Instance[]) =>
+    list.map((i) => `      server 127.0.0.1:${i.port} max_fails=1 fail_timeout=2s;`).join('\n')
   const config = `# Rendered by test/cluster/harness.ts; proxy rules from deploy/nginx/.
 worker_processes 1;
 daemon off;
@@ -368,7 +423,9 @@ ${instances.map((_, index) => server(pinnedPorts[index]!, `graphql_pinned_${inde
   // -e: the log nginx writes before it has read the config (its compiled-in path may not be writable).
   const check = spawnSync(bin, ['-t', '-q', '-e', join(dir, 'error.log'), '-c', file, '-p', dir], { encoding: 'utf8' })
   if (check.status !== 0) throw new Error(`nginx rejected the rendered config: ${check.stderr}\n${config}`)
-  const child = track(spawn(bin, ['-e', join(dir, 'error.log'), '-c', file, '-p', dir], { stdio: ['ignore', 'ignore', 'pipe'] }))
+  const child = track(
+    spawn(bin, ['-e', join(dir, 'error.log'), '-c', file, '-p', dir], { stdio: ['ignore', 'ignore', 'pipe'] })
+  )
   let stderr = ''
   child.stderr!.on('data', (c: Buffer) => { stderr += c.toString('utf8') })
   const url = `http://127.0.0.1:${port}`
@@ -415,7 +472,10 @@ export interface Cluster {
  * Two (or `size`) instances on a fresh PostgreSQL schema and Redis (the machine's under a fresh prefix,
  * or `redisUrl`), behind nginx. `env` adds settings for every instance.
  */
-export async function startCluster (t: TestLike, options: { size?: number; env?: Record<string, string>; redisUrl?: string } = {}): Promise<Cluster> {
+export async function startCluster (
+  t: TestLike,
+  options: { size?: number; env?: Record<string, string>; redisUrl?: string } = {}
+): Promise<Cluster> {
   const db = await createDatabase(t)
   const redisUrl = options.redisUrl ?? REDIS_URL
   if (!options.redisUrl) await requireRedis(redisUrl)
@@ -426,7 +486,9 @@ export async function startCluster (t: TestLike, options: { size?: number; env?:
       const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
       await redis.connect()
       const keys: string[] = []
-      for await (const batch of redis.scanStream({ match: `${redisPrefix}*`, count: 500 })) keys.push(...(batch as string[]))
+      for await (const batch of redis.scanStream({ match: `${redisPrefix}*`, count: 500 })) {
+        keys.push(...(batch as string[]))
+      }
       if (keys.length > 0) await redis.del(...keys)
       await redis.quit()
     })
@@ -441,7 +503,9 @@ export async function startCluster (t: TestLike, options: { size?: number; env?:
     ...options.env
   }
   const names = 'abcdefgh'
-  const instances = await Promise.all(Array.from({ length: options.size ?? 2 }, (_, i) => startInstance(t, `app-${names[i]}`, env)))
+  const instances = await Promise.all(
+    Array.from({ length: options.size ?? 2 }, (_, i) => startInstance(t, `app-${names[i]}`, env))
+  )
   const lb = await startLoadBalancer(t, instances)
   return { db, instances, lb, redisUrl, redisPrefix, applicationName }
 }
@@ -452,14 +516,21 @@ async function requireRedis (url: string): Promise<void> {
 }
 
 /** Waits until `check` returns a truthy value (polling), or fails with `what`. */
-export async function eventually<T> (what: string, check: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 15_000, everyMs = 100): Promise<T> {
+export async function eventually<T> (
+  what: string,
+  check: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+  timeoutMs = 15_000,
+  everyMs = 100
+): Promise<T> {
   const deadline = Date.now() + timeoutMs
   let last: unknown
   while (Date.now() < deadline) {
     try {
       const value = await check()
       if (value) return value
-    } catch (err) { last = err }
+    } catch (err) {
+      last = err
+    }
     await sleep(everyMs)
   }
   throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`)
@@ -491,7 +562,14 @@ export async function startTcpLink (t: TestLike, targetPort: number): Promise<Tc
       a.pipe(b)
     }
   })
-  const listen = () => new Promise<void>((resolve, reject) => { server.once('error', reject); server.listen(port, '127.0.0.1', () => { server.off('error', reject); resolve() }) })
+  const listen = () =>
+    new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(port, '127.0.0.1', () => {
+        server.off('error', reject)
+        resolve()
+      })
+    })
   const cut = async () => {
     const closed = new Promise<void>((resolve) => server.close(() => resolve()))
     for (const socket of sockets) socket.destroy()
@@ -506,7 +584,11 @@ export async function startTcpLink (t: TestLike, targetPort: number): Promise<Tc
 export function soapEnvelope (operation: string, body: string): string {
   const nonce = randomBytes(16)
   const created = new Date().toISOString()
-  const digest = createHash('sha1').update(nonce).update(created, 'utf8').update(PARTNER.password, 'utf8').digest('base64')
+  const digest = createHash('sha1')
+    .update(nonce)
+    .update(created, 'utf8')
+    .update(PARTNER.password, 'utf8')
+    .digest('base64')
   const wsse = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
   const wsu = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
   const profile = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0'

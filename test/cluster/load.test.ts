@@ -10,11 +10,24 @@ import { gql, startCluster, token } from './harness.ts'
 const TOTAL = Number(process.env.CLUSTER_LOAD_TOTAL ?? 20_000)
 const CONCURRENCY = 64
 
-interface Outcome { kind: 'user' | 'message'; key: string; status: number; id?: string; code?: string; upstream?: string; answeredAt?: number }
+interface Outcome {
+  kind: 'user' | 'message'
+  key: string
+  status: number
+  id?: string
+  code?: string
+  upstream?: string
+  answeredAt?: number
+}
 
 test(`${TOTAL} mutations through the load balancer while an instance restarts gracefully: nothing acknowledged is lost`, async (t) => {
   const { lb, instances, db } = await startCluster(t, {
-    env: { RATE_LIMIT_REQUESTS: '100000000', RATE_LIMIT_COST: '1000000000', LOG_LEVEL: process.env.CLUSTER_LOG_LEVEL ?? 'warn', DATABASE_POOL_SIZE: '10' }
+    env: {
+      RATE_LIMIT_REQUESTS: '100000000',
+      RATE_LIMIT_COST: '1000000000',
+      LOG_LEVEL: process.env.CLUSTER_LOG_LEVEL ?? 'warn',
+      DATABASE_POOL_SIZE: '10'
+    }
   })
   const [a] = instances as [typeof instances[0]]
   const run = db.schema.replace(/_/g, '-')
@@ -36,7 +49,14 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
       : await gql(lb.url, 'mutation Post($room: String!, $content: String!) { postMessage(roomId: $room, content: $content) { id } }', { room: 'load', content: key }, { token: users[i % 3]! })
     const data = response.body?.data
     const id = data?.createUser?.id ?? data?.postMessage?.id
-    return { kind, key, status: response.status, id, code: response.body?.errors?.[0]?.extensions?.code, upstream: String(response.headers['x-upstream']) }
+    return {
+      kind,
+      key,
+      status: response.status,
+      id,
+      code: response.body?.errors?.[0]?.extensions?.code,
+      upstream: String(response.headers['x-upstream'])
+    }
   }
 
   async function worker () {
@@ -49,7 +69,9 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
         restart = (async () => {
           sigtermAt = performance.now()
           const exit = await a.stop()
-          t.comment(`instance ${a.name} stopped after ${i} requests sent (exit code ${exit.code}, signal ${exit.signal})`)
+          t.comment(
+            `instance ${a.name} stopped after ${i} requests sent (exit code ${exit.code}, signal ${exit.signal})`
+          )
           t.equal(exit.code, 0, 'graceful shutdown exits with 0')
           await a.start()
           t.comment(`instance ${a.name} started again at ${Math.round(performance.now() - started)} ms`)
@@ -58,7 +80,12 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
       try {
         outcomes[i] = { ...await send(i), answeredAt: performance.now() }
       } catch (err) {
-        outcomes[i] = { kind: i % 2 === 0 ? 'user' : 'message', key: `${run}-${i}`, status: 0, code: (err as Error).message }
+        outcomes[i] = {
+          kind: i % 2 === 0 ? 'user' : 'message',
+          key: `${run}-${i}`,
+          status: 0,
+          code: (err as Error).message
+        }
       }
     }
   }
@@ -66,8 +93,18 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
   // A request in flight when the instance is told to stop: its body arrives in two halves, with the
   // SIGTERM of the restart in between. Sent straight to the instance, since nginx would buffer the
   // whole body before passing it on.
-  const inFlightBody = JSON.stringify({ query: 'mutation Post($content: String!) { postMessage(roomId: "load", content: $content) { id } }', variables: { content: `${run}-in-flight` } })
-  const inFlightRequest = http.request(`${a.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(inFlightBody)), authorization: `Bearer ${users[0]}` } })
+  const inFlightBody = JSON.stringify({
+    query: 'mutation Post($content: String!) { postMessage(roomId: "load", content: $content) { id } }',
+    variables: { content: `${run}-in-flight` }
+  })
+  const inFlightRequest = http.request(`${a.url}/graphql`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'content-length': String(Buffer.byteLength(inFlightBody)),
+      authorization: `Bearer ${users[0]}`
+    }
+  })
   const inFlightAnswer = new Promise<{ status: number; body: string }>((resolve, reject) => {
     inFlightRequest.on('response', (res) => {
       let text = ''
@@ -93,10 +130,17 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
   t.ok(inFlightId, `and was acknowledged: ${inFlight.body}`)
 
   // What PostgreSQL holds.
-  const emails = await db.query<{ id: string; email: string }>('SELECT id, email FROM users WHERE email LIKE $1', [`${run}-%@load.example.com`])
-  const messages = await db.query<{ id: string; content: string }>('SELECT id::text AS id, content FROM messages WHERE room_id = $1', ['load'])
+  const emails = await db.query<{ id: string; email: string }>('SELECT id, email FROM users WHERE email LIKE $1', [
+    `${run}-%@load.example.com`
+  ])
+  const messages = await db.query<{ id: string; content: string }>(
+    'SELECT id::text AS id, content FROM messages WHERE room_id = $1',
+    ['load']
+  )
   const rowsByKey = new Map<string, string[]>()
-  for (const row of emails.rows) rowsByKey.set(row.email.split('@')[0]!, [...(rowsByKey.get(row.email.split('@')[0]!) ?? []), row.id])
+  for (const row of emails.rows) {
+    rowsByKey.set(row.email.split('@')[0]!, [...(rowsByKey.get(row.email.split('@')[0]!) ?? []), row.id])
+  }
   for (const row of messages.rows) rowsByKey.set(row.content, [...(rowsByKey.get(row.content) ?? []), row.id])
 
   const acknowledged = outcomes.filter((o) => o.status === 200 && o.id)
@@ -106,7 +150,9 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
   const duplicated = [...rowsByKey.values()].filter((ids) => ids.length > 1)
   const failedButWritten = failed.filter((o) => rowsByKey.has(o.key))
   const failures: Record<string, number> = {}
-  for (const o of failed) failures[`${o.status} ${o.code ?? ''}`.trim()] = (failures[`${o.status} ${o.code ?? ''}`.trim()] ?? 0) + 1
+  for (const o of failed) {
+    failures[`${o.status} ${o.code ?? ''}`.trim()] = (failures[`${o.status} ${o.code ?? ''}`.trim()] ?? 0) + 1
+  }
   // The instance that answered (after a retry nginx lists every instance it tried: the last one answered).
   const byUpstream: Record<string, number> = {}
   for (const o of acknowledged) {
@@ -131,7 +177,8 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
     acknowledgedByUpstream: byUpstream
   }
   t.comment(`load figures: ${JSON.stringify(figures)}`)
-  // What nginx saw go wrong upstream (connection refused: retried elsewhere; reset or closed after sending: answered 502).
+  // What nginx saw go wrong upstream (connection refused: retried
+  // elsewhere; reset or closed after sending: answered 502).
   const upstreamErrors: Record<string, number> = {}
   for (const line of lb.errorLog().split('\n')) {
     const what = /\] \d+#\d+: \*\d+ (.+?) while /.exec(line)?.[1]?.trim()

@@ -20,7 +20,15 @@ export const TEST_PARTNER_SECRET_KEY = 'test-partner-key-that-is-long-enough-012
 export function testConfig (env: Record<string, string> = {}): Config {
   // Load shedding is off unless a test turns it on: tests share two cores, and a starved test process
   // would otherwise measure its own event-loop delay and shed the test's requests.
-  return loadConfig({ JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, PORT: '0', LOG_LEVEL: 'silent', DEMO_DATA: 'false', PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0', ...env })
+  return loadConfig({
+    JWT_SECRET: TEST_JWT_SECRET,
+    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
+    PORT: '0',
+    LOG_LEVEL: 'silent',
+    DEMO_DATA: 'false',
+    PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0',
+    ...env
+  })
 }
 
 export interface TestApp {
@@ -31,7 +39,11 @@ export interface TestApp {
 }
 
 /** Builds an app on a fresh in-memory store with the demo data set (ids 1 = ADMIN, 2-4 = USER, 5 = SERVICE). */
-export async function buildTestApp (t: TestLike, env: Record<string, string> = {}, options: { store?: Store; demo?: boolean } = {}): Promise<TestApp> {
+export async function buildTestApp (
+  t: TestLike,
+  env: Record<string, string> = {},
+  options: { store?: Store; demo?: boolean } = {}
+): Promise<TestApp> {
   const config = testConfig(env)
   const store = options.store ?? openSqliteStore(':memory:')
   if (options.demo !== false) await loadDemoData(store)
@@ -44,18 +56,27 @@ export async function buildTestApp (t: TestLike, env: Record<string, string> = {
 }
 
 /** Same, listening on 127.0.0.1 with an ephemeral port; returns the base URL. */
-export async function listenTestApp (t: TestLike, env: Record<string, string> = {}, options: { store?: Store; demo?: boolean } = {}): Promise<TestApp & { url: string }> {
+export async function listenTestApp (
+  t: TestLike,
+  env: Record<string, string> = {},
+  options: { store?: Store; demo?: boolean } = {}
+): Promise<TestApp & { url: string }> {
   const built = await buildTestApp(t, env, options)
   const url = await built.app.listen({ host: '127.0.0.1', port: 0 })
   return { ...built, url }
 }
 
 /** POSTs a GraphQL request to a listening server with fetch. */
-export async function gql (url: string, query: string, variables?: Record<string, unknown>, headers: Record<string, string> = {}) {
+export async function gql (
+  url: string,
+  query: string,
+  variables?: Record<string, unknown>,
+  headers: Record<string, string> = {}
+) {
   const response = await fetch(`${url}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
     body: JSON.stringify({ query, variables })
   })
-  return { status: response.status, headers: response.headers, body: await response.json() as any }
+  return { status: response.status, headers: response.headers, body: (await response.json()) as any }
 }

@@ -8,9 +8,14 @@ import { chromium, type BrowserContext } from 'playwright-core'
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 
-export async function launchChromium (t: { fail (message: string): void; teardown (fn: () => unknown): void }): Promise<BrowserContext | null> {
+export async function launchChromium (t: {
+  fail (message: string): void
+  teardown (fn: () => unknown): void
+}): Promise<BrowserContext | null> {
   if (!existsSync(CHROMIUM)) {
-    t.fail(`Chromium not found at ${CHROMIUM}: install Debian's chromium (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`)
+    t.fail(
+      `Chromium not found at ${CHROMIUM}: install Debian's chromium (apt-get install -y chromium; .ci/run does it) or set CHROMIUM_PATH`
+    )
     return null
   }
   // Playwright adds --headless, --no-sandbox (chromiumSandbox: false) and --user-data-dir (this fresh directory).
@@ -19,7 +24,14 @@ export async function launchChromium (t: { fail (message: string): void; teardow
     executablePath: CHROMIUM,
     headless: true,
     chromiumSandbox: false,
-    args: ['--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
+    args: [
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync'
+    ]
   })
   t.teardown(async () => {
     await context.close()

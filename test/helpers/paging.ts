@@ -9,7 +9,9 @@ import { TEST_DATABASE_URL, freshSchema } from './postgres.ts'
 export const STORE_KINDS = ['sqlite', 'postgres'] as const
 export type StoreKind = typeof STORE_KINDS[number]
 
-/** An empty store of `kind`: sqlite in memory, or PostgreSQL in a schema of the test's own; closed when the test ends. */
+/**
+ * An empty store of `kind`: sqlite in memory, or PostgreSQL in a schema of the test's own; closed when the test ends.
+ */
 export async function emptyStore (t: TestLike, kind: StoreKind, label: string): Promise<Store> {
   const store = kind === 'sqlite'
     ? openSqliteStore(':memory:')
@@ -43,8 +45,20 @@ export async function seedUsers (store: Store, n: number, prefix = 'user'): Prom
  * `n` messages in `roomId`, by the authors in turn (deleting an author deletes their messages all over
  * the room), four to a created_at; the room's rows, in (createdAt, id) order.
  */
-export async function seedRoom (store: Store, roomId: string, authorIds: readonly string[], n: number): Promise<MessageRow[]> {
-  await store.insertMessages(Array.from({ length: n }, (_, i) => ({ roomId, authorId: authorIds[i % authorIds.length]!, content: `message ${i}`, createdAt: at(Math.floor(i / 4)) })))
+export async function seedRoom (
+  store: Store,
+  roomId: string,
+  authorIds: readonly string[],
+  n: number
+): Promise<MessageRow[]> {
+  await store.insertMessages(
+    Array.from({ length: n }, (_, i) => ({
+      roomId,
+      authorId: authorIds[i % authorIds.length]!,
+      content: `message ${i}`,
+      createdAt: at(Math.floor(i / 4))
+    }))
+  )
   return store.messagesPage(roomId, 'after', null, n + 1)
 }
 

@@ -14,7 +14,9 @@ export async function freshSchema (t: TestLike, label: string): Promise<string> 
   try {
     await client.connect()
   } catch (err) {
-    throw new Error(`PostgreSQL is required for this test at ${TEST_DATABASE_URL} (set TEST_DATABASE_URL): ${(err as Error).message}`)
+    throw new Error(
+      `PostgreSQL is required for this test at ${TEST_DATABASE_URL} (set TEST_DATABASE_URL): ${(err as Error).message}`
+    )
   }
   await client.end()
   t.teardown(async () => {
@@ -35,7 +37,11 @@ export async function postgresRelay (t: TestLike) {
   const sockets = new Set<Socket>()
   const relay = createServer((client) => {
     const upstream = connect(Number(target.port || 5432), target.hostname)
-    for (const s of [client, upstream]) { sockets.add(s); s.on('close', () => sockets.delete(s)); s.on('error', () => {}) }
+    for (const s of [client, upstream]) {
+      sockets.add(s)
+      s.on('close', () => sockets.delete(s))
+      s.on('error', () => {})
+    }
     client.pipe(upstream).pipe(client)
   })
   await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve))

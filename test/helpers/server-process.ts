@@ -20,18 +20,37 @@ export interface SpawnedService {
 export function processEnv (env: Record<string, string>): Record<string, string> {
   // Load shedding off unless a test sets it: test files share two cores, and a starved service would
   // shed the test's own requests (503) by measuring its event-loop delay.
-  return { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0', ...env }
+  return {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? '/tmp',
+    PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0',
+    ...env
+  }
 }
 
 /** Spawns `command` (node app/server.ts by default) and collects its output; ended by the test's teardown. */
-export function spawnService (t: TestLike, env: Record<string, string>, options: { command?: string[]; cwd?: string } = {}): SpawnedService {
+export function spawnService (
+  t: TestLike,
+  env: Record<string, string>,
+  options: { command?: string[]; cwd?: string } = {}
+): SpawnedService {
   const [file, ...args] = options.command ?? [process.execPath, `${REPO}/app/server.ts`]
-  const child = spawn(file!, args, { cwd: options.cwd ?? REPO, env: processEnv(env), stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(file!, args, {
+    cwd: options.cwd ?? REPO,
+    env: processEnv(env),
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
   let stdout = ''
   let stderr = ''
-  child.stdout.on('data', (d) => { stdout += d })
-  child.stderr.on('data', (d) => { stderr += d })
-  const exited = new Promise<number | string | null>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal)))
+  child.stdout.on('data', (d) => {
+    stdout += d
+  })
+  child.stderr.on('data', (d) => {
+    stderr += d
+  })
+  const exited = new Promise<number | string | null>((resolve) =>
+    child.on('exit', (code, signal) => resolve(code ?? signal))
+  )
   t.teardown(() => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
     // A grandchild the signal did not reach would hold the pipes, and with them this test process, open.
@@ -42,20 +61,38 @@ export function spawnService (t: TestLike, env: Record<string, string>, options:
 }
 
 /** Spawns the service and waits until it listens; `url` is the address it logged. */
-export async function startService (t: TestLike, env: Record<string, string>, options: { command?: string[]; cwd?: string } = {}): Promise<SpawnedService & { url: string }> {
+export async function startService (
+  t: TestLike,
+  env: Record<string, string>,
+  options: { command?: string[]; cwd?: string } = {}
+): Promise<SpawnedService & { url: string }> {
   const spawned = spawnService(t, env, options)
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`the service did not start:\n${spawned.stdout()}${spawned.stderr()}`)), 20000)
-    spawned.exited.then((code) => { clearTimeout(timer); reject(new Error(`the service exited (${code}):\n${spawned.stdout()}${spawned.stderr()}`)) }, () => {})
+    const timer = setTimeout(
+      () => reject(new Error(`the service did not start:\n${spawned.stdout()}${spawned.stderr()}`)),
+      20000
+    )
+    spawned.exited.then(
+      (code) => {
+        clearTimeout(timer)
+        reject(new Error(`the service exited (${code}):\n${spawned.stdout()}${spawned.stderr()}`))
+      },
+      () => {}
+    )
     spawned.child.stdout.on('data', () => {
       const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(spawned.stdout())
-      if (match) { clearTimeout(timer); resolve(match[1]!) }
+      if (match) {
+        clearTimeout(timer)
+        resolve(match[1]!)
+      }
     })
   })
   return { ...spawned, url }
 }
 
-/** A port free on 127.0.0.1 a moment ago, for a listener that cannot take port 0 (e.g. METRICS_PORT, where 0 means off). */
+/**
+ * A port free on 127.0.0.1 a moment ago, for a listener that cannot take port 0 (e.g. METRICS_PORT, where 0 means off).
+ */
 export async function freePort (): Promise<number> {
   const server = createServer()
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))

@@ -24,7 +24,11 @@ interface Service {
   stop_grace_period?: string
 }
 
-const compose = parse(read('docker-compose.yml')) as { services: Record<string, Service>; networks: Record<string, any>; volumes?: Record<string, unknown> }
+const compose = parse(read('docker-compose.yml')) as {
+  services: Record<string, Service>
+  networks: Record<string, any>
+  volumes?: Record<string, unknown>
+}
 const nginxConf = read('deploy/nginx.conf')
 /** Every setting app/config.ts reads. */
 const settings = new Set([...read('app/config.ts').matchAll(/^\s{4}([A-Z][A-Z0-9_]+): \{ type:/gm)].map((m) => m[1]!))
@@ -42,12 +46,22 @@ test('docker-compose.yml: nginx, two app replicas, PostgreSQL and Redis', async 
     t.equal(env.REDIS_URL, 'redis://redis:6379', 'Redis is the redis service')
     t.match(env.JWT_SECRET, /^\$\{JWT_SECRET:\?/, 'the JWT secret must be supplied, never defaulted')
     t.match(env.PARTNER_SECRET_KEY, /^\$\{PARTNER_SECRET_KEY:\?/)
-    t.same(service.depends_on, { postgres: { condition: 'service_healthy' }, redis: { condition: 'service_healthy' } }, `${name} starts once its stores are healthy`)
+    t.same(
+      service.depends_on,
+      { postgres: { condition: 'service_healthy' }, redis: { condition: 'service_healthy' } },
+      `${name} starts once its stores are healthy`
+    )
     t.match(JSON.stringify(service.healthcheck?.test), /\/health\/ready/, `${name} is healthy when ready`)
-    t.ok(Number.parseInt(service.stop_grace_period ?? '10') * 1000 > Number(env.SHUTDOWN_GRACE_MS ?? 10000), 'the container is given longer than the graceful shutdown')
+    t.ok(
+      Number.parseInt(service.stop_grace_period ?? '10') * 1000 > Number(env.SHUTDOWN_GRACE_MS ?? 10000),
+      'the container is given longer than the graceful shutdown'
+    )
     t.match(env.METRICS_PORT, /^[1-9]\d*$/, `${name} serves metrics on a port of their own (production serves none on the API port)`)
     t.not(env.METRICS_PORT, env.PORT)
-    t.notOk(service.ports, `${name} publishes no port: clients go through nginx, Prometheus scrapes the backend network`)
+    t.notOk(
+      service.ports,
+      `${name} publishes no port: clients go through nginx, Prometheus scrapes the backend network`
+    )
   }
   t.same(appServices[0]![1], appServices[1]![1], 'the replicas are identical')
 
@@ -58,7 +72,11 @@ test('docker-compose.yml: nginx, two app replicas, PostgreSQL and Redis', async 
 
 test('docker-compose.yml and deploy/nginx.conf: the load balancer of the cluster test', async (t) => {
   const nginx = compose.services.nginx!
-  t.same(nginx.depends_on, Object.fromEntries(appServices.map(([name]) => [name, { condition: 'service_healthy' }])), 'nginx starts once both replicas are healthy')
+  t.same(
+    nginx.depends_on,
+    Object.fromEntries(appServices.map(([name]) => [name, { condition: 'service_healthy' }])),
+    'nginx starts once both replicas are healthy'
+  )
 
   // The upstream servers are the app services, on the port they listen on.
   const upstream = [...nginxConf.matchAll(/^\s*server ([\w.-]+):(\d+)/gm)].map((m) => `${m[1]}:${m[2]}`)
@@ -79,7 +97,9 @@ test('docker-compose.yml and deploy/nginx.conf: the load balancer of the cluster
 
   // Client addresses: the replicas trust X-Forwarded-For from nginx's fixed address only.
   const lbAddress = (nginx.networks as Record<string, { ipv4_address: string }>).backend!.ipv4_address
-  for (const [name, service] of appServices) t.equal(service.environment!.TRUST_PROXY, lbAddress, `${name} trusts the load balancer only`)
+  for (const [name, service] of appServices) {
+    t.equal(service.environment!.TRUST_PROXY, lbAddress, `${name} trusts the load balancer only`)
+  }
   const subnet = compose.networks.backend.ipam.config[0].subnet as string
   t.ok(lbAddress.startsWith(subnet.split('.').slice(0, 3).join('.') + '.'), `${lbAddress} is in ${subnet}`)
 
@@ -89,7 +109,9 @@ test('docker-compose.yml and deploy/nginx.conf: the load balancer of the cluster
 })
 
 test('nginx accepts deploy/nginx.conf (with the service names pointed at this machine)', async (t) => {
-  const found = spawnSync('sh', ['-c', 'command -v nginx || { test -x /usr/sbin/nginx && echo /usr/sbin/nginx; }'], { encoding: 'utf8' })
+  const found = spawnSync('sh', ['-c', 'command -v nginx || { test -x /usr/sbin/nginx && echo /usr/sbin/nginx; }'], {
+    encoding: 'utf8'
+  })
   if (found.status !== 0) throw new Error('nginx is not installed: apt-get install -y nginx (.ci/run installs it)')
   const dir = mkdtempSync(join(tmpdir(), 'nginx-check-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
@@ -99,7 +121,11 @@ test('nginx accepts deploy/nginx.conf (with the service names pointed at this ma
     // (The container logs to its stdio; a test run has no terminal to open.)
     .replace('/dev/stderr', `${dir}/error.log`).replace('/dev/stdout', `${dir}/access.log`)
   writeFileSync(join(dir, 'nginx.conf'), rendered)
-  const check = spawnSync(found.stdout.trim(), ['-t', '-e', join(dir, 'startup.log'), '-c', join(dir, 'nginx.conf'), '-p', dir, '-g', `pid ${dir}/nginx.pid;`], { encoding: 'utf8' })
+  const check = spawnSync(
+    found.stdout.trim(),
+    ['-t', '-e', join(dir, 'startup.log'), '-c', join(dir, 'nginx.conf'), '-p', dir, '-g', `pid ${dir}/nginx.pid;`],
+    { encoding: 'utf8' }
+  )
   t.equal(check.status, 0, check.stderr)
 })
 
@@ -108,9 +134,15 @@ const composeFound = spawnSync('sh', ['-c', 'command -v docker-compose'], { enco
 test('docker-compose config -q, when Debian\'s docker-compose is installed', { skip: composeFound.status !== 0 && 'docker-compose is not installed; the structural checks above cover the file' }, async (t) => {
   const found = composeFound
   const env = { ...process.env, JWT_SECRET: 'x'.repeat(32), PARTNER_SECRET_KEY: 'y'.repeat(32) }
-  const check = spawnSync(found.stdout.trim(), ['-f', join(REPO, 'docker-compose.yml'), 'config', '-q'], { encoding: 'utf8', env })
+  const check = spawnSync(found.stdout.trim(), ['-f', join(REPO, 'docker-compose.yml'), 'config', '-q'], {
+    encoding: 'utf8',
+    env
+  })
   t.equal(check.status, 0, check.stderr)
-  const missing = spawnSync(found.stdout.trim(), ['-f', join(REPO, 'docker-compose.yml'), 'config', '-q'], { encoding: 'utf8', env: { PATH: process.env.PATH } })
+  const missing = spawnSync(found.stdout.trim(), ['-f', join(REPO, 'docker-compose.yml'), 'config', '-q'], {
+    encoding: 'utf8',
+    env: { PATH: process.env.PATH }
+  })
   t.not(missing.status, 0, 'refuses to run without the secrets')
   t.match(missing.stderr, /set JWT_SECRET/)
 })
@@ -151,12 +183,20 @@ test('Dockerfile: multi-stage, production dependencies only, non-root, health ch
   const copied = [...runtime.matchAll(/^COPY (?:--\S+ )*(\S+) /gm)].map((m) => m[1]!)
   const ignored = read('.dockerignore').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'))
   const topLevel = new Set([...runtimeFiles()].map((f) => f.split('/')[0]!))
-  t.ok(topLevel.has('app') && topLevel.has('plugins') && topLevel.has('routes'), `the service loads from ${[...topLevel].join(', ')}`)
+  t.ok(
+    topLevel.has('app') && topLevel.has('plugins') && topLevel.has('routes'),
+    `the service loads from ${[...topLevel].join(', ')}`
+  )
   for (const dir of topLevel) {
     t.ok(copied.includes(dir), `${dir}/ is copied into the image`)
     t.notOk(ignored.includes(dir), `${dir}/ is not excluded by .dockerignore`)
   }
   const manifest = /PERSISTED_MANIFEST=(\S+)/.exec(runtime)?.[1]
-  t.ok(manifest && copied.includes(manifest.split('/')[0]!) && existsSync(join(REPO, manifest)), 'the persisted-query manifest is in the image')
-  for (const excluded of ['node_modules', '.git', 'test', '.env']) t.ok(ignored.includes(excluded), `.dockerignore excludes ${excluded}`)
+  t.ok(
+    manifest && copied.includes(manifest.split('/')[0]!) && existsSync(join(REPO, manifest)),
+    'the persisted-query manifest is in the image'
+  )
+  for (const excluded of ['node_modules', '.git', 'test', '.env']) {
+    t.ok(ignored.includes(excluded), `.dockerignore excludes ${excluded}`)
+  }
 })

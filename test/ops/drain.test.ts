@@ -6,14 +6,29 @@ import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { listenTestApp } from '../helpers/app.ts'
 
-function post (url: string, agent: http.Agent): Promise<{ status: number; connection: string | undefined; reused: boolean; body: string }> {
+function post (
+  url: string,
+  agent: http.Agent
+): Promise<{ status: number; connection: string | undefined; reused: boolean; body: string }> {
   const body = JSON.stringify({ query: '{ users(limit: 1) { id } }' })
   return new Promise((resolve, reject) => {
-    const req = http.request(`${url}/graphql`, { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
-      let text = ''
-      res.on('data', (c) => { text += c })
-      res.on('end', () => resolve({ status: res.statusCode!, connection: res.headers.connection, reused: req.reusedSocket, body: text }))
-    })
+    const req = http.request(
+      `${url}/graphql`,
+      {
+        method: 'POST',
+        agent,
+        headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) }
+      },
+      (res) => {
+        let text = ''
+        res.on('data', (c) => {
+          text += c
+        })
+        res.on('end', () =>
+          resolve({ status: res.statusCode!, connection: res.headers.connection, reused: req.reusedSocket, body: text })
+        )
+      }
+    )
     req.on('error', reject)
     req.end(body)
   })
@@ -45,5 +60,8 @@ test('a request on an idle keep-alive connection during the drain is served, the
 
 test('without the drain, that connection is gone as soon as the shutdown begins', async (t) => {
   const second = await requestDuringShutdown(t, '0')
-  t.ok(second instanceof Error || !second.reused, 'the idle connection was closed at once (the request could not use it)')
+  t.ok(
+    second instanceof Error || !second.reused,
+    'the idle connection was closed at once (the request could not use it)'
+  )
 })

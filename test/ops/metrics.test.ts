@@ -1,4 +1,5 @@
-// Prometheus metrics (on the API port in development, on METRICS_PORT when set) and request ids, through a listening server.
+// Prometheus metrics (on the API port in development, on METRICS_PORT
+// when set) and request ids, through a listening server.
 import { test } from 'tap'
 import { Writable } from 'node:stream'
 import { buildApp } from '../../app/app.ts'
@@ -49,14 +50,32 @@ test('GET /metrics exposes requests, latency, GraphQL operations by name and out
   const { response, samples } = await scrape(url)
   t.equal(response.status, 200)
   t.match(response.headers.get('content-type'), /^text\/plain; version=0\.0\.4/)
-  t.equal(sample(samples, 'graphql_operations_total', { operation_name: 'ListUsers', operation_type: 'query', outcome: 'success' }), 2, 'two successful ListUsers')
-  t.equal(sample(samples, 'graphql_operations_total', { operation_name: 'Broken', outcome: 'error' }), 1, 'the invalid operation counted as an error, by the name the client sent')
+  t.equal(
+    sample(samples, 'graphql_operations_total', {
+      operation_name: 'ListUsers',
+      operation_type: 'query',
+      outcome: 'success'
+    }),
+    2,
+    'two successful ListUsers'
+  )
+  t.equal(
+    sample(samples, 'graphql_operations_total', { operation_name: 'Broken', outcome: 'error' }),
+    1,
+    'the invalid operation counted as an error, by the name the client sent'
+  )
   t.equal(sample(samples, 'graphql_errors_total', { code: 'GRAPHQL_VALIDATION_FAILED' }), 1)
   t.equal(sample(samples, 'rate_limit_rejections_total', { route: '/graphql' }), 1)
   t.ok(sample(samples, 'http_requests_total', { method: 'POST', route: '/graphql', status_code: '200' }) >= 3)
   t.equal(sample(samples, 'http_requests_total', { method: 'POST', route: '/graphql', status_code: '429' }), 1)
-  t.ok(sample(samples, 'http_request_duration_seconds_count', { method: 'POST', route: '/graphql' }) >= 5, 'latency histogram observed every request')
-  t.ok([...samples.keys()].some((k) => k.startsWith('http_request_duration_seconds_bucket{') && k.includes('le="0.005"')), 'histogram buckets')
+  t.ok(
+    sample(samples, 'http_request_duration_seconds_count', { method: 'POST', route: '/graphql' }) >= 5,
+    'latency histogram observed every request'
+  )
+  t.ok(
+    [...samples.keys()].some((k) => k.startsWith('http_request_duration_seconds_bucket{') && k.includes('le="0.005"')),
+    'histogram buckets'
+  )
   t.ok([...samples.keys()].some((k) => k.startsWith('process_cpu_user_seconds_total')), 'process metrics')
   t.ok([...samples.keys()].some((k) => k.startsWith('nodejs_eventloop_lag_seconds')), 'event loop lag')
 
@@ -73,9 +92,21 @@ test('GET /metrics exposes requests, latency, GraphQL operations by name and out
   ] as const) {
     t.equal(sample(again.samples, name, labels), sample(samples, name, labels), `${name} unchanged by a second scrape`)
   }
-  t.equal((await gql(url, 'query ListUsers { users(limit: 1) { id } }', undefined, { authorization: `Bearer ${token('2')}` })).status, 200)
+  t.equal(
+    (await gql(url, 'query ListUsers { users(limit: 1) { id } }', undefined, { authorization: `Bearer ${token('2')}` }))
+      .status,
+    200
+  )
   const third = await scrape(url)
-  t.equal(sample(third.samples, 'graphql_operations_total', { operation_name: 'ListUsers', operation_type: 'query', outcome: 'success' }), 3, 'and counts what came after it')
+  t.equal(
+    sample(third.samples, 'graphql_operations_total', {
+      operation_name: 'ListUsers',
+      operation_type: 'query',
+      outcome: 'success'
+    }),
+    3,
+    'and counts what came after it'
+  )
 })
 
 test('operation names are bounded: a client cannot grow the label set without limit', async (t) => {
@@ -91,7 +122,12 @@ test('operation names are bounded: a client cannot grow the label set without li
 
 test('every response carries a request id; the load balancer\'s x-request-id is kept; log lines carry it', async (t) => {
   const lines: string[] = []
-  const stream = new Writable({ write (chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean)); cb() } })
+  const stream = new Writable({
+    write (chunk, _enc, cb) {
+      lines.push(...String(chunk).split('\n').filter(Boolean))
+      cb()
+    }
+  })
   const config = testConfig({ LOG_LEVEL: 'info', TRUST_PROXY: '127.0.0.1' })
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)
@@ -99,15 +135,24 @@ test('every response carries a request id; the load balancer\'s x-request-id is 
   t.teardown(async () => { await app.close(); await store.close() })
   const url = await app.listen({ host: '127.0.0.1', port: 0 })
 
-  const first = await gql(url, '{ users(limit: 1) { id } }', undefined, { authorization: `Bearer ${mintToken(config.jwt, '2', 'USER')}` })
+  const first = await gql(url, '{ users(limit: 1) { id } }', undefined, {
+    authorization: `Bearer ${mintToken(config.jwt, '2', 'USER')}`
+  })
   const generated = first.headers.get('x-request-id')
   t.match(generated, /^[0-9a-f-]{36}$/, 'a UUID when the caller sends none')
   const second = await gql(url, '{ users(limit: 1) { id } }', undefined, { 'x-request-id': 'lb-0123456789abcdef' })
-  t.equal(second.headers.get('x-request-id'), 'lb-0123456789abcdef', 'the load balancer\'s id is kept, so its log and ours line up')
+  t.equal(
+    second.headers.get('x-request-id'),
+    'lb-0123456789abcdef',
+    "the load balancer's id is kept, so its log and ours line up"
+  )
 
   const logged = lines.map((l) => JSON.parse(l) as { reqId?: string; msg?: string })
   t.ok(logged.some((l) => l.reqId === generated && l.msg === 'request completed'), 'the generated id is in the log')
-  t.ok(logged.some((l) => l.reqId === 'lb-0123456789abcdef' && l.msg === 'request completed'), 'the supplied id is in the log')
+  t.ok(
+    logged.some((l) => l.reqId === 'lb-0123456789abcdef' && l.msg === 'request completed'),
+    'the supplied id is in the log'
+  )
 })
 
 test('open subscriptions are a gauge by transport, back to 0 when they end', async (t) => {
@@ -117,8 +162,13 @@ test('open subscriptions are a gauge by transport, back to 0 when they end', asy
   const query = 'subscription { messageAdded(roomId: "metrics") { id } }'
   const overWs = collect(ws, query)
   const overSse = collect(sseClient(url, `Bearer ${token('3')}`), query)
-  const open = async (transport: string) => sample((await scrape(url)).samples, 'graphql_open_subscriptions', { transport })
-  await eventually(async () => (await open('ws')) === 1 && (await open('sse')) === 1, 5000, 'one subscription open on each transport')
+  const open = async (transport: string) =>
+    sample((await scrape(url)).samples, 'graphql_open_subscriptions', { transport })
+  await eventually(
+    async () => (await open('ws')) === 1 && (await open('sse')) === 1,
+    5000,
+    'one subscription open on each transport'
+  )
   t.match((await (await fetch(`${url}/metrics`)).text()), /\ngraphql_websocket_connections 1\n/, 'one WebSocket connection')
   overWs.dispose()
   overSse.dispose()
@@ -128,7 +178,11 @@ test('open subscriptions are a gauge by transport, back to 0 when they end', asy
 
 test('SOAP faults are counted by route and status', async (t) => {
   const { url } = await listenTestApp(t)
-  const fault = await fetch(`${url}/v1/UserService`, { method: 'POST', headers: { 'content-type': 'text/xml; charset=utf-8' }, body: '<not-an-envelope/>' })
+  const fault = await fetch(`${url}/v1/UserService`, {
+    method: 'POST',
+    headers: { 'content-type': 'text/xml; charset=utf-8' },
+    body: '<not-an-envelope/>'
+  })
   t.ok(fault.status >= 400, `a fault (${fault.status})`)
   t.match(await fault.text(), /Fault/)
   const { samples } = await scrape(url)
@@ -142,7 +196,14 @@ test('operations are counted by the operation that executed, even when the reque
   const { status } = await gql(url, 'fragment F on User { id } query LateName { users(limit: 1) { ...F } }')
   t.equal(status, 200)
   const { samples } = await scrape(url)
-  t.equal(sample(samples, 'graphql_operations_total', { operation_name: 'LateName', operation_type: 'query', outcome: 'success' }), 1)
+  t.equal(
+    sample(samples, 'graphql_operations_total', {
+      operation_name: 'LateName',
+      operation_type: 'query',
+      outcome: 'success'
+    }),
+    1
+  )
 })
 
 test('production: /metrics is not served on the API port (METRICS_PORT unset)', async (t) => {
@@ -162,7 +223,11 @@ for (const profile of ['production', 'development']) {
     const { response, samples } = await scrape(metricsUrl)
     t.equal(response.status, 200)
     t.match(response.headers.get('content-type'), /^text\/plain; version=0\.0\.4/)
-    t.equal(sample(samples, 'http_requests_total', { method: 'GET', route: '/health/live', status_code: '200' }), 1, 'the API port\'s requests are counted')
+    t.equal(
+      sample(samples, 'http_requests_total', { method: 'GET', route: '/health/live', status_code: '200' }),
+      1,
+      "the API port's requests are counted"
+    )
     t.equal((await fetch(`${metricsUrl}/graphql`)).status, 404, 'nothing else on the metrics port')
     await app.close()
     await t.rejects(fetch(`${metricsUrl}/metrics`), 'closed with the app')

@@ -37,7 +37,11 @@ test('a lagging event loop sheds load: 503 + Retry-After in the GraphQL error sh
     if (response.status === 503) {
       shed = response
       live = await fetch(`${url}/health/live`)
-      const soap = await fetch(`${url}/v1/UserService`, { method: 'POST', headers: { 'content-type': 'text/xml; charset=utf-8' }, body: '<x/>' })
+      const soap = await fetch(`${url}/v1/UserService`, {
+        method: 'POST',
+        headers: { 'content-type': 'text/xml; charset=utf-8' },
+        body: '<x/>'
+      })
       soapFault = { status: soap.status, retryAfter: soap.headers.get('retry-after'), text: await soap.text() }
     }
   }
@@ -45,7 +49,9 @@ test('a lagging event loop sheds load: 503 + Retry-After in the GraphQL error sh
   await staller
   t.ok(shed, 'a request was shed while the loop lagged')
   t.equal(shed?.headers.get('retry-after'), '7')
-  t.same(shed?.body, { errors: [{ message: PRESSURE_MESSAGE, extensions: { code: 'SERVICE_UNAVAILABLE', retryAfterSec: 7 } }] })
+  t.same(shed?.body, {
+    errors: [{ message: PRESSURE_MESSAGE, extensions: { code: 'SERVICE_UNAVAILABLE', retryAfterSec: 7 } }]
+  })
   t.equal(live?.status, 200, 'liveness is exempt: the process is alive, only busy')
   t.equal(soapFault?.retryAfter, '7', 'a SOAP caller is shed too')
   t.match(soapFault?.text, /<faultcode>soap:Server<\/faultcode>[\s\S]*SERVICE_UNAVAILABLE/, 'with a SOAP fault, not JSON')
@@ -64,7 +70,9 @@ test('a healthy loop is not shed: 300 concurrent requests all answered', async (
   // One client opening 300 connections at once: the per-address connection cap is off for it.
   const { url } = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '100000', MAX_CONNECTIONS_PER_IP: '0' })
   await sleep(600) // one sample past the start-up lag, at the default interval
-  const statuses = await Promise.all(Array.from({ length: 300 }, () => gql(url, '{ users(limit: 5) { id name } }').then((r) => r.status)))
+  const statuses = await Promise.all(
+    Array.from({ length: 300 }, () => gql(url, '{ users(limit: 5) { id name } }').then((r) => r.status))
+  )
   t.same([...new Set(statuses)], [200])
 })
 
@@ -96,13 +104,27 @@ test('every route that takes a body refuses one over BODY_LIMIT_BYTES (413 or a 
     for (const method of route.methods.filter((m) => ['POST', 'PUT', 'PATCH', 'DELETE'].includes(m))) {
       const statuses: number[] = []
       let capped = false
-      for (const [type, payload] of [['application/json', JSON.stringify({ query: big })], ['text/xml; charset=utf-8', `<a>${big}</a>`], ['application/soap+xml; charset=utf-8', `<a>${big}</a>`]] as const) {
-        const response = await app.inject({ method: method as 'POST', url: route.path, headers: { 'content-type': type }, payload })
+      for (const [type, payload] of [
+        ['application/json', JSON.stringify({ query: big })],
+        ['text/xml; charset=utf-8', `<a>${big}</a>`],
+        ['application/soap+xml; charset=utf-8', `<a>${big}</a>`]
+      ] as const) {
+        const response = await app.inject({
+          method: method as 'POST',
+          url: route.path,
+          headers: { 'content-type': type },
+          payload
+        })
         statuses.push(response.statusCode)
-        if (response.statusCode === 413 || (response.statusCode >= 400 && response.body.includes('PAYLOAD_TOO_LARGE'))) capped = true
+        if (response.statusCode === 413 || (response.statusCode >= 400 && response.body.includes('PAYLOAD_TOO_LARGE'))) {
+          capped = true
+        }
       }
       t.ok(capped, `${method} ${route.path}: the accepted media type is capped (${statuses.join(', ')})`)
-      t.ok(statuses.every((s) => s >= 400), `${method} ${route.path}: no oversized body is processed (${statuses.join(', ')})`)
+      t.ok(
+        statuses.every((s) => s >= 400),
+        `${method} ${route.path}: no oversized body is processed (${statuses.join(', ')})`
+      )
     }
   }
 })

@@ -13,7 +13,9 @@ import { REPO } from '../helpers/server-process.ts'
 
 /** The code the fault table of docs/guarantees.md gives for the row starting with `phase`. */
 function documentedCodes (phase: string): string[] {
-  const row = readFileSync(`${REPO}/docs/guarantees.md`, 'utf8').split('\n').find((line) => line.startsWith(`| ${phase}`))
+  const row = readFileSync(`${REPO}/docs/guarantees.md`, 'utf8')
+    .split('\n')
+    .find((line) => line.startsWith(`| ${phase}`))
   if (!row) throw new Error(`docs/guarantees.md: no fault table row for "${phase}"`)
   return [...row.matchAll(/`([A-Z_]{3,})`/g)].map((m) => m[1]!)
 }
@@ -37,18 +39,28 @@ test('a PostgreSQL connection killed under a query: SERVICE_UNAVAILABLE, then se
   await admin.query(`LOCK TABLE ${schema}.users IN ACCESS EXCLUSIVE MODE`)
   const pending = gql(url, '{ users(limit: 1) { id } }')
   for (let i = 0; i < 100; i++) {
-    const { rows } = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [applicationName])
+    const { rows } = await admin.query(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+      [applicationName]
+    )
     if (rows[0].n > 0) break
-    await new Promise((r) => setTimeout(r, 50))
+    await new Promise((resolve) => setTimeout(resolve, 50))
   }
-  const { rows } = await admin.query('SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1', [applicationName])
+  const { rows } = await admin.query(
+    'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1',
+    [applicationName]
+  )
   t.ok(rows[0].n > 0, 'the service\'s connections were terminated')
   await admin.query('ROLLBACK')
 
   const killed = await pending
   t.equal(code(killed.body), 'SERVICE_UNAVAILABLE', 'the query on the killed connection')
   t.equal(killed.body.errors[0].message, 'The database is unavailable; retry shortly')
-  t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), undefined, 'the next one is served on a fresh connection')
+  t.equal(
+    code((await gql(url, '{ users(limit: 1) { id } }')).body),
+    undefined,
+    'the next one is served on a fresh connection'
+  )
   t.same(documentedCodes('PostgreSQL connections killed'), ['SERVICE_UNAVAILABLE'], 'docs/guarantees.md says the same')
 })
 

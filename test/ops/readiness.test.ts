@@ -15,7 +15,11 @@ test('200 concurrent and 200 rapid calls to /health/ready make one store check a
   const pings = () => calls.filter((call) => call.method === 'ping').length
   const before = pings()
 
-  const concurrent = await Promise.all(Array.from({ length: 200 }, () => fetch(`${url}/health/ready`).then(async (r) => ({ status: r.status, body: await r.json() }))))
+  const concurrent = await Promise.all(
+    Array.from({ length: 200 }, () =>
+      fetch(`${url}/health/ready`).then(async (r) => ({ status: r.status, body: await r.json() }))
+    )
+  )
   t.same([...new Set(concurrent.map((r) => r.status))], [200])
   t.match(concurrent[0]!.body, { status: 'ready', checks: { store: 'ok', redis: 'ok' } })
   const rapid: number[] = []

@@ -10,8 +10,14 @@ import { freePort, processEnv, REPO } from '../helpers/server-process.ts'
 /** The README's ```sh block that starts the production profile. */
 function productionStart (): string {
   const blocks = [...readFileSync(`${REPO}/README.md`, 'utf8').matchAll(/```sh\n([^]*?)```/g)].map((m) => m[1]!)
-  const block = blocks.find((b) => b.includes('NODE_ENV=production') && b.includes('PARTNER_SECRET_KEY=') && b.includes('npm start'))
-  if (!block) throw new Error('README: no copy-paste production start (a sh block with NODE_ENV=production, PARTNER_SECRET_KEY and npm start)')
+  const block = blocks.find(
+    (b) => b.includes('NODE_ENV=production') && b.includes('PARTNER_SECRET_KEY=') && b.includes('npm start')
+  )
+  if (!block) {
+    throw new Error(
+      'README: no copy-paste production start (a sh block with NODE_ENV=production, PARTNER_SECRET_KEY and npm start)'
+    )
+  }
   return block
 }
 
@@ -25,7 +31,12 @@ test('the README\'s production start works as written', async (t) => {
   const blockPort = /\bPORT=(\d+)/.exec(block)?.[1]
   t.ok(blockPort && blockPort !== '3000', 'sets a PORT of its own, not the development server\'s 3000')
   t.notMatch(block, /:3000\b/, 'and calls no service on 3000')
-  const script = 'set -e\n' + block.replaceAll(`PORT=${blockPort}`, `PORT=${port}`).replaceAll(`:${blockPort}`, `:${port}`).replaceAll('data/production.db', `${dir}/production.db`)
+  const script =
+    'set -e\n' +
+    block
+      .replaceAll(`PORT=${blockPort}`, `PORT=${port}`)
+      .replaceAll(`:${blockPort}`, `:${port}`)
+      .replaceAll('data/production.db', `${dir}/production.db`)
   const bash = spawn('bash', ['-c', script], { cwd: REPO, env: processEnv({}), stdio: ['ignore', 'pipe', 'pipe'] })
   let stdout = ''
   let stderr = ''

@@ -15,7 +15,11 @@ test('bad settings: every problem is reported at once, one line each, without a 
   }, { cwd: dir })
   t.equal(await service.exited, 1, 'exit code 1')
   const lines = service.stderr().trim().split('\n')
-  t.same(lines.filter((line) => !line.startsWith('Configuration: ')), [], `every line names a setting:\n${service.stderr()}`)
+  t.same(
+    lines.filter((line) => !line.startsWith('Configuration: ')),
+    [],
+    `every line names a setting:\n${service.stderr()}`
+  )
   for (const setting of ['JWT_SECRET', 'PARTNER_SECRET_KEY', 'QUERY_UI', 'CORS_ORIGINS', 'PORT', 'MAX_DEPTH']) {
     t.ok(lines.some((line) => line.includes(setting)), `${setting} reported`)
   }
@@ -26,9 +30,17 @@ test('bad settings: every problem is reported at once, one line each, without a 
 
 test('the commands (seed, partner:create, token) report configuration problems the same way', async (t) => {
   for (const command of ['cli/seed.ts', 'cli/create-partner.ts', 'cli/mint-token.ts']) {
-    const args = command.endsWith('create-partner.ts') ? ['--login', 'acme', '--password', 'a-long-random-password'] : command.endsWith('mint-token.ts') ? ['--sub', '1'] : []
+    const args = command.endsWith('create-partner.ts')
+      ? ['--login', 'acme', '--password', 'a-long-random-password']
+      : command.endsWith('mint-token.ts')
+        ? ['--sub', '1']
+        : []
     const dir = t.testdir()
-    const run = spawnService(t, { NODE_ENV: 'production', SQLITE_PATH: `${dir}/service.db` }, { command: [process.execPath, `${REPO}/${command}`, ...args], cwd: dir })
+    const run = spawnService(
+      t,
+      { NODE_ENV: 'production', SQLITE_PATH: `${dir}/service.db` },
+      { command: [process.execPath, `${REPO}/${command}`, ...args], cwd: dir }
+    )
     t.equal(await run.exited, 1, `${command}: exit code 1`)
     // The token command needs one secret only, the key it signs with; the others need both.
     const missing = command.endsWith('mint-token.ts') ? ['Configuration:'] : ['Configuration:', 'Configuration:']
@@ -38,7 +50,18 @@ test('the commands (seed, partner:create, token) report configuration problems t
 
 test('a start that fails after the configuration (a missing manifest) says so in one line', async (t) => {
   const dir = t.testdir()
-  const service = spawnService(t, { JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, PORT: '0', LOG_LEVEL: 'warn', SQLITE_PATH: `${dir}/service.db`, PERSISTED_MANIFEST: `${dir}/no-such-manifest.json` }, { cwd: dir })
+  const service = spawnService(
+    t,
+    {
+      JWT_SECRET: TEST_JWT_SECRET,
+      PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
+      PORT: '0',
+      LOG_LEVEL: 'warn',
+      SQLITE_PATH: `${dir}/service.db`,
+      PERSISTED_MANIFEST: `${dir}/no-such-manifest.json`
+    },
+    { cwd: dir }
+  )
   t.equal(await service.exited, 1)
   t.match(service.stderr(), /^Could not start: .*no-such-manifest\.json/)
   t.equal(service.stderr().trim().split('\n').length, 1, service.stderr())
@@ -72,9 +95,19 @@ test('.env (read from the project root, never the working directory) has the for
 
 test('production: a new embedded store starts empty (DEMO_DATA is on by default in development only)', async (t) => {
   const dir = t.testdir()
-  const env = { NODE_ENV: 'production', JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', PERSISTED_MANIFEST: `${REPO}/persisted/manifest.json` }
+  const env = {
+    NODE_ENV: 'production',
+    JWT_SECRET: TEST_JWT_SECRET,
+    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
+    HOST: '127.0.0.1',
+    PORT: '0',
+    LOG_LEVEL: 'info',
+    PERSISTED_MANIFEST: `${REPO}/persisted/manifest.json`
+  }
   const users = async (url: string) => {
-    const response = await fetch(`${url}/graphql?queryId=${USERS_QUERY_ID}&variables=%7B%7D`, { headers: { 'apollo-require-preflight': 'true' } })
+    const response = await fetch(`${url}/graphql?queryId=${USERS_QUERY_ID}&variables=%7B%7D`, {
+      headers: { 'apollo-require-preflight': 'true' }
+    })
     return ((await response.json()) as { data: { users: { name: string }[] } }).data.users
   }
   const production = await startService(t, { ...env, SQLITE_PATH: `${dir}/production.db` }, { cwd: dir })

@@ -19,7 +19,12 @@ function apolloClient (url: string, headers: Record<string, string> = {}) {
   const exchanges: Exchange[] = []
   const recordingFetch: typeof fetch = async (input, init) => {
     const response = await fetch(input, init)
-    exchanges.push({ method: init?.method ?? 'GET', url: String(input), status: response.status, body: await response.clone().json() })
+    exchanges.push({
+      method: init?.method ?? 'GET',
+      url: String(input),
+      status: response.status,
+      body: await response.clone().json()
+    })
     return response
   }
   const link = new PersistedQueryLink({ sha256: (text: string) => createHash('sha256').update(text).digest('hex'), useGETForHashedQueries: true })
@@ -35,7 +40,14 @@ test('Apollo Client: a miss answers PERSISTED_QUERY_NOT_FOUND (200), the client 
   const first = apolloClient(url)
   const result = await first.client.query({ query: USER_NAME, variables: { id: '2' } })
   t.same(result.data, { user: { __typename: 'User', id: '2', name: 'Ada Lovelace' } })
-  t.same(first.exchanges.map((e) => [e.method, e.status]), [['GET', 200], ['POST', 200]], 'hash by GET, then hash + query by POST')
+  t.same(
+    first.exchanges.map((e) => [e.method, e.status]),
+    [
+      ['GET', 200],
+      ['POST', 200]
+    ],
+    'hash by GET, then hash + query by POST'
+  )
   t.same(first.exchanges[0]!.body.errors, [{
     message: 'Persisted query not found: resend the request with the full query to register it',
     extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' }
@@ -61,15 +73,31 @@ test('APQ registration checks the hash and registers only valid single operation
 
   const mismatch = await postJson(url, { query: '{ users { id } }', ...pq('{ users { name } }') })
   t.equal(mismatch.body.errors[0].extensions.code, 'PERSISTED_QUERY_HASH_MISMATCH')
-  t.equal((await postJson(url, pq('{ users { name } }'))).body.errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND', 'nothing registered')
+  t.equal(
+    (await postJson(url, pq('{ users { name } }'))).body.errors[0].extensions.code,
+    'PERSISTED_QUERY_NOT_FOUND',
+    'nothing registered'
+  )
 
   const invalid = '{ users { nope } }'
-  t.equal((await postJson(url, { query: invalid, ...pq(invalid) })).body.errors[0].extensions.code, 'GRAPHQL_VALIDATION_FAILED', 'runs as usual, and fails as usual')
-  t.equal((await postJson(url, pq(invalid))).body.errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND', 'an invalid text is not registered')
+  t.equal(
+    (await postJson(url, { query: invalid, ...pq(invalid) })).body.errors[0].extensions.code,
+    'GRAPHQL_VALIDATION_FAILED',
+    'runs as usual, and fails as usual'
+  )
+  t.equal(
+    (await postJson(url, pq(invalid))).body.errors[0].extensions.code,
+    'PERSISTED_QUERY_NOT_FOUND',
+    'an invalid text is not registered'
+  )
 
   const long = `{ users { ${'id '.repeat(40)}} }`
   t.ok((await postJson(url, { query: long, ...pq(long) })).body.data, 'a text over APQ_MAX_DOCUMENT_BYTES runs')
-  t.equal((await postJson(url, pq(long))).body.errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND', 'but is not registered')
+  t.equal(
+    (await postJson(url, pq(long))).body.errors[0].extensions.code,
+    'PERSISTED_QUERY_NOT_FOUND',
+    'but is not registered'
+  )
 })
 
 test('the in-memory registry is bounded (APQ_MAX_ENTRIES), least recently used out first', async (t) => {
@@ -77,7 +105,11 @@ test('the in-memory registry is bounded (APQ_MAX_ENTRIES), least recently used o
   const texts = ['{ a: users { id } }', '{ b: users { id } }', '{ c: users { id } }']
   const pq = (text: string) => ({ extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(text) } } })
   for (const text of texts) t.ok((await postJson(url, { query: text, ...pq(text) })).body.data)
-  t.equal((await postJson(url, pq(texts[0]!))).body.errors?.[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND', 'the oldest is gone')
+  t.equal(
+    (await postJson(url, pq(texts[0]!))).body.errors?.[0].extensions.code,
+    'PERSISTED_QUERY_NOT_FOUND',
+    'the oldest is gone'
+  )
   t.ok((await postJson(url, pq(texts[1]!))).body.data)
   t.ok((await postJson(url, pq(texts[2]!))).body.data)
 })
@@ -111,7 +143,11 @@ test('with REDIS_URL the registry is shared by every instance, and bounded in Re
   t.equal(await redis.zcard(`${prefix}apq:recency`), 3)
   t.same((await redis.hkeys(`${prefix}apq:documents`)).sort(), texts.slice(1).map(sha256Hex).sort())
   const three = await listenTestApp(t, env)
-  t.equal((await postJson(three.url, pq(texts[0]!))).body.errors?.[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND', 'evicted from Redis')
+  t.equal(
+    (await postJson(three.url, pq(texts[0]!))).body.errors?.[0].extensions.code,
+    'PERSISTED_QUERY_NOT_FOUND',
+    'evicted from Redis'
+  )
   t.ok((await postJson(three.url, pq(texts[3]!))).body.data, 'the newest is served by an instance that never saw it')
 })
 
@@ -127,7 +163,11 @@ test('an automatic registration (hash and text) is accepted by POST only; the re
   t.notMatch(wrapped.headers.get('cache-control') ?? '', /public|max-age=[1-9]/, 'not cacheable')
   t.match(await wrapped.json(), { errors: [{ message: /GET accepts persisted queries only.*register a text under its hash \(APQ\) by POST/, extensions: { code: 'METHOD_NOT_ALLOWED' } }] })
   const stillUnknown = await get({ extensions })
-  t.match(await stillUnknown.json(), { errors: [{ extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } }] }, 'the GET registered nothing')
+  t.match(
+    await stillUnknown.json(),
+    { errors: [{ extensions: { code: 'PERSISTED_QUERY_NOT_FOUND' } }] },
+    'the GET registered nothing'
+  )
 
   t.ok((await postJson(url, { query: text, extensions: JSON.parse(extensions) })).body.data, 'registered by POST')
   const byHash = await get({ extensions })

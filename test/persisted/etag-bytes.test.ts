@@ -21,7 +21,16 @@ for (const { padding, remembered } of [{ padding: 8000, remembered: false }, { p
   test(`CACHE_MAX_BYTES=256 KiB, 40 more URLs of ${padding > 100 ? 'about 8 KB' : 'a few dozen bytes'}: the first ETag is ${remembered ? 'still remembered' : 'forgotten'}`, async (t) => {
     const { store, calls } = countingStore()
     t.teardown(() => store.close())
-    const { url } = await listenTestApp(t, { PERSISTED_MANIFEST: MANIFEST_FILE, ...NO_SHEDDING, CACHE_MAX_BYTES: String(256 * 1024), RATE_LIMIT_REQUESTS: '10000' }, { store })
+    const { url } = await listenTestApp(
+      t,
+      {
+        PERSISTED_MANIFEST: MANIFEST_FILE,
+        ...NO_SHEDDING,
+        CACHE_MAX_BYTES: String(256 * 1024),
+        RATE_LIMIT_REQUESTS: '10000'
+      },
+      { store }
+    )
     const first = await get(paddedUrl(url, padding))
     t.equal(first.status, 200)
     t.ok(first.etag)

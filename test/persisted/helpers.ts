@@ -17,19 +17,37 @@ export function queryIdOf (name: string): string {
 /** Apollo Client's HttpLink sends this on GET too (the service does not require it: see routes/graphql/http.ts). */
 export const PREFLIGHT = { 'content-type': 'application/json' }
 
-export function persistedGetUrl (url: string, queryId: string, variables?: Record<string, unknown>, extra: Record<string, string> = {}): string {
-  const params = new URLSearchParams({ queryId, ...(variables ? { variables: JSON.stringify(variables) } : {}), ...extra })
+export function persistedGetUrl (
+  url: string,
+  queryId: string,
+  variables?: Record<string, unknown>,
+  extra: Record<string, string> = {}
+): string {
+  const params = new URLSearchParams({
+    queryId,
+    ...(variables ? { variables: JSON.stringify(variables) } : {}),
+    ...extra
+  })
   return `${url}/graphql?${params}`
 }
 
-export async function getPersisted (url: string, queryId: string, variables?: Record<string, unknown>, headers: Record<string, string> = {}) {
+export async function getPersisted (
+  url: string,
+  queryId: string,
+  variables?: Record<string, unknown>,
+  headers: Record<string, string> = {}
+) {
   const response = await fetch(persistedGetUrl(url, queryId, variables), { headers: { ...PREFLIGHT, ...headers } })
   const text = await response.text()
   return { status: response.status, headers: response.headers, text, body: text ? JSON.parse(text) : undefined }
 }
 
 export async function postJson (url: string, body: unknown, headers: Record<string, string> = {}) {
-  const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) })
+  const response = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body)
+  })
   return { status: response.status, headers: response.headers, body: await response.json() as any }
 }
 

@@ -4,7 +4,16 @@ import { test } from 'tap'
 import { listenTestApp } from '../helpers/app.ts'
 import { countingStore } from '../helpers/counting-store.ts'
 import { sha256Hex } from '../../routes/graphql/persisted.ts'
-import { MANIFEST_FILE, NO_SHEDDING, PREFLIGHT, getPersisted, manifest, persistedGetUrl, postJson, queryIdOf } from './helpers.ts'
+import {
+  MANIFEST_FILE,
+  NO_SHEDDING,
+  PREFLIGHT,
+  getPersisted,
+  manifest,
+  persistedGetUrl,
+  postJson,
+  queryIdOf
+} from './helpers.ts'
 
 const ENFORCED = { NODE_ENV: 'production', PERSISTED_MANIFEST: MANIFEST_FILE, ...NO_SHEDDING }
 const DEVELOPMENT = { PERSISTED_MANIFEST: MANIFEST_FILE, ...NO_SHEDDING }
@@ -31,7 +40,11 @@ test('enforced mode (the production default): both persisted forms run, full que
     extensions: { code: 'PERSISTED_QUERY_REQUIRED' }
   }])
   t.notOk('data' in adHoc.body, 'nothing executed')
-  const adHocGraphQLResponse = await postJson(url, { query: '{ users { id } }' }, { accept: 'application/graphql-response+json' })
+  const adHocGraphQLResponse = await postJson(
+    url,
+    { query: '{ users { id } }' },
+    { accept: 'application/graphql-response+json' }
+  )
   t.equal(adHocGraphQLResponse.status, 400, 'the GraphQL-over-HTTP media type answers a 4xx')
 
   const unknown = await postJson(url, { queryId: `sha256:${'0'.repeat(64)}`, variables: { id: '2' } })
@@ -56,12 +69,17 @@ test('enforced mode (the production default): both persisted forms run, full que
 
   // Apollo-style hash of a manifest operation (a safelist): served from the manifest.
   const userById = manifest.operations.find((o) => o.name === 'UserById')!
-  const safelisted = await postJson(url, { variables: { id: '3' }, extensions: { persistedQuery: { version: 1, sha256Hash: userById.id } } })
+  const safelisted = await postJson(url, {
+    variables: { id: '3' },
+    extensions: { persistedQuery: { version: 1, sha256Hash: userById.id } }
+  })
   t.match(safelisted.body.data, { user: { id: '3', name: 'Alan Turing' } })
 
   const named = await postJson(url, { queryId: USER_BY_ID, operationName: 'UserById', variables: { id: '2' } })
   t.match(named.body.data, expected, 'operationName may name the registered operation')
-  const misnamed = await (await fetch(persistedGetUrl(url, USER_BY_ID, { id: '2' }, { operationName: 'Other' }), { headers: PREFLIGHT })).json() as any
+  const misnamed = (await (
+    await fetch(persistedGetUrl(url, USER_BY_ID, { id: '2' }, { operationName: 'Other' }), { headers: PREFLIGHT })
+  ).json()) as any
   t.same(misnamed.errors, [{ message: 'Unknown operation named "Other"', extensions: { code: 'OPERATION_NOT_FOUND' } }])
 })
 
@@ -74,7 +92,9 @@ test('GET never runs a mutation, and needs no preflight-forcing header (a safe, 
 
   const overGet = await getPersisted(url, postMessage, variables, { authorization: `Bearer ${token('2')}` })
   t.equal(overGet.status, 405)
-  t.same(overGet.body.errors, [{ message: 'Only queries can be sent by GET; send mutations by POST', extensions: { code: 'METHOD_NOT_ALLOWED' } }])
+  t.same(overGet.body.errors, [
+    { message: 'Only queries can be sent by GET; send mutations by POST', extensions: { code: 'METHOD_NOT_ALLOWED' } }
+  ])
   t.same(calls, [], 'refused before anything ran')
 
   const overPost = await postJson(url, { queryId: postMessage, variables }, { authorization: `Bearer ${token('2')}` })
@@ -87,7 +107,12 @@ test('GET never runs a mutation, and needs no preflight-forcing header (a safe, 
   t.equal(bare.status, 200, 'a plain GET of a persisted query')
   t.match(await bare.json(), { data: { user: { id: '2', name: 'Ada Lovelace' } } })
   t.match(bare.headers.get('cache-control'), /^public/, 'anonymous, hence publicly cacheable')
-  const variants: Record<string, string>[] = [{ 'apollo-require-preflight': 'true' }, { 'x-apollo-operation-name': 'UserById' }, { 'content-type': 'application/json' }, { 'content-type': 'text/plain' }]
+  const variants: Record<string, string>[] = [
+    { 'apollo-require-preflight': 'true' },
+    { 'x-apollo-operation-name': 'UserById' },
+    { 'content-type': 'application/json' },
+    { 'content-type': 'text/plain' }
+  ]
   for (const headers of variants) {
     const ok = await fetch(persistedGetUrl(url, USER_BY_ID, { id: '2' }), { headers })
     t.equal(ok.status, 200, `accepted with ${Object.keys(headers)[0]}`)
@@ -95,22 +120,50 @@ test('GET never runs a mutation, and needs no preflight-forcing header (a safe, 
   t.same(calls.filter((c) => /^(create|update|delete|post)/.test(c.method)), [], 'no write ever ran by GET')
 
   const noId = await fetch(`${url}/graphql?query=${encodeURIComponent('{ users { id } }')}`)
-  t.match(await noId.json(), { errors: [{ extensions: { code: 'PERSISTED_QUERY_REQUIRED' } }] }, 'an ad-hoc GET in persisted-only mode: refused like an ad-hoc POST')
+  t.match(
+    await noId.json(),
+    { errors: [{ extensions: { code: 'PERSISTED_QUERY_REQUIRED' } }] },
+    'an ad-hoc GET in persisted-only mode: refused like an ad-hoc POST'
+  )
 })
 
 test('development mode: ad-hoc queries run; a hash that does not match its query is refused', async (t) => {
   const { url, config } = await listenTestApp(t, DEVELOPMENT)
   t.equal(config.persistedOnly, false)
   t.match((await postJson(url, { query: '{ user(id: "4") { name } }' })).body.data, { user: { name: 'Grace Hopper' } })
-  t.match((await getPersisted(url, USER_BY_ID, { id: '4' })).body.data, { user: { name: 'Grace Hopper' } }, 'registered ids work as well')
+  t.match(
+    (await getPersisted(url, USER_BY_ID, { id: '4' })).body.data,
+    { user: { name: 'Grace Hopper' } },
+    'registered ids work as well'
+  )
 
   const text = '{ user(id: "4") { name } }'
-  const mismatch = await postJson(url, { query: text, extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(`${text} `) } } })
-  t.same(mismatch.body, { errors: [{ message: 'The query does not match extensions.persistedQuery.sha256Hash (the sha256 hex digest of the query text)', extensions: { code: 'PERSISTED_QUERY_HASH_MISMATCH' } }] })
-  const notRegistered = await postJson(url, { extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(`${text} `) } } })
-  t.equal(notRegistered.body.errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND', 'a mismatched text is never registered')
+  const mismatch = await postJson(url, {
+    query: text,
+    extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(`${text} `) } }
+  })
+  t.same(mismatch.body, {
+    errors: [
+      {
+        message:
+          'The query does not match extensions.persistedQuery.sha256Hash (the sha256 hex digest of the query text)',
+        extensions: { code: 'PERSISTED_QUERY_HASH_MISMATCH' }
+      }
+    ]
+  })
+  const notRegistered = await postJson(url, {
+    extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(`${text} `) } }
+  })
+  t.equal(
+    notRegistered.body.errors[0].extensions.code,
+    'PERSISTED_QUERY_NOT_FOUND',
+    'a mismatched text is never registered'
+  )
 
-  const version2 = await postJson(url, { query: text, extensions: { persistedQuery: { version: 2, sha256Hash: sha256Hex(text) } } })
+  const version2 = await postJson(url, {
+    query: text,
+    extensions: { persistedQuery: { version: 2, sha256Hash: sha256Hex(text) } }
+  })
   t.equal(version2.status, 400)
   t.equal(version2.body.errors[0].message, 'Unsupported extensions.persistedQuery.version: only version 1 is supported')
 
@@ -127,9 +180,18 @@ test('limits and auth apply unchanged to persisted operations, priced with the r
   t.equal(page.body.data.users.length, 5)
   t.equal(page.body.extensions.cost.requested, 60, 'the default page of 20 × 3 fields')
   const big = await getPersisted(url, users, { limit: 50 })
-  t.same(big.body.errors, [{ message: 'Query cost 150 exceeds the budget of 100 for this caller', extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 150, budget: 100 } }])
+  t.same(big.body.errors, [
+    {
+      message: 'Query cost 150 exceeds the budget of 100 for this caller',
+      extensions: { code: 'COST_LIMIT_EXCEEDED', cost: 150, budget: 100 }
+    }
+  ])
   t.notOk(big.body.data, 'refused before execution')
-  t.match((await getPersisted(url, users, { limit: 50 }, { authorization: `Bearer ${token('2')}` })).body.data.users, [{}], 'a user has a larger budget')
+  t.match(
+    (await getPersisted(url, users, { limit: 50 }, { authorization: `Bearer ${token('2')}` })).body.data.users,
+    [{}],
+    'a user has a larger budget'
+  )
 
   const email = queryIdOf('UserEmail')
   const anonymous = await getPersisted(url, email, { id: '2' })
@@ -152,7 +214,11 @@ test('GET caching: strong ETag, Cache-Control and Vary; If-None-Match gets 304 w
   t.equal(first.headers.get('cache-control'), 'public, max-age=60', 'anonymous: public, CACHE_MAX_AGE_SEC')
   t.match(first.headers.get('vary'), /Authorization/)
   t.notOk('remaining' in first.body.extensions.cost, 'no per-caller rate-limit state in a cacheable answer')
-  t.equal((await getPersisted(url, USER_BY_ID, { id: '2' })).headers.get('etag'), etag, 'unchanged data, same bytes, same ETag')
+  t.equal(
+    (await getPersisted(url, USER_BY_ID, { id: '2' })).headers.get('etag'),
+    etag,
+    'unchanged data, same bytes, same ETag'
+  )
 
   await store.updateUser('2', { name: 'Ada King' })
   calls.length = 0
@@ -162,7 +228,11 @@ test('GET caching: strong ETag, Cache-Control and Vary; If-None-Match gets 304 w
   t.equal(revalidated.headers.get('etag'), etag)
   t.equal(revalidated.headers.get('cache-control'), 'public, max-age=60')
   t.same(calls, [], 'answered from the remembered ETag: nothing executed (the rename is not seen)')
-  t.equal((await getPersisted(url, USER_BY_ID, { id: '2' }, { 'if-none-match': `W/${etag}` })).status, 304, 'weak comparison, as If-None-Match requires')
+  t.equal(
+    (await getPersisted(url, USER_BY_ID, { id: '2' }, { 'if-none-match': `W/${etag}` })).status,
+    304,
+    'weak comparison, as If-None-Match requires'
+  )
 
   const fresh = await getPersisted(url, USER_BY_ID, { id: '2' })
   t.equal(fresh.status, 200)
@@ -174,9 +244,17 @@ test('GET caching: strong ETag, Cache-Control and Vary; If-None-Match gets 304 w
   const ada = { authorization: `Bearer ${token('3')}` }
   const own = await getPersisted(url, USER_BY_ID, { id: '2' }, ada)
   t.equal(own.headers.get('cache-control'), 'private, max-age=60')
-  t.equal((await getPersisted(url, USER_BY_ID, { id: '2' }, { ...ada, 'if-none-match': own.headers.get('etag')! })).status, 304)
+  t.equal(
+    (await getPersisted(url, USER_BY_ID, { id: '2' }, { ...ada, 'if-none-match': own.headers.get('etag')! })).status,
+    304
+  )
   calls.length = 0
-  const otherCaller = await getPersisted(url, USER_BY_ID, { id: '2' }, { authorization: `Bearer ${token('4')}`, 'if-none-match': own.headers.get('etag')! })
+  const otherCaller = await getPersisted(
+    url,
+    USER_BY_ID,
+    { id: '2' },
+    { authorization: `Bearer ${token('4')}`, 'if-none-match': own.headers.get('etag')! }
+  )
   t.ok(calls.length > 0, 'another caller\'s remembered ETag is not used: it executes')
   t.equal(otherCaller.status, 304, 'and the identical bytes still answer 304')
 
@@ -202,7 +280,10 @@ test('a remembered ETag lasts max-age, then the request executes again', async (
   const first = await getPersisted(url, USER_BY_ID, { id: '2' })
   t.equal(first.headers.get('cache-control'), 'public, max-age=1')
   await store.updateUser('2', { name: 'Ada King' })
-  t.equal((await getPersisted(url, USER_BY_ID, { id: '2' }, { 'if-none-match': first.headers.get('etag')! })).status, 304)
+  t.equal(
+    (await getPersisted(url, USER_BY_ID, { id: '2' }, { 'if-none-match': first.headers.get('etag')! })).status,
+    304
+  )
   await new Promise((resolve) => setTimeout(resolve, 1100))
   const later = await getPersisted(url, USER_BY_ID, { id: '2' }, { 'if-none-match': first.headers.get('etag')! })
   t.equal(later.status, 200)
@@ -211,7 +292,9 @@ test('a remembered ETag lasts max-age, then the request executes again', async (
 
 test('a GET answer over the answer cap is replaced by RESPONSE_TOO_LARGE and never cached', async (t) => {
   const { url, store } = await listenTestApp(t, { ...ENFORCED, MAX_RESPONSE_BYTES: '1024' })
-  await store.insertUsers(Array.from({ length: 20 }, (_, i) => ({ name: `User number ${i}`, email: `u${i}@example.com` })))
+  await store.insertUsers(
+    Array.from({ length: 20 }, (_, i) => ({ name: `User number ${i}`, email: `u${i}@example.com` }))
+  )
   const small = await getPersisted(url, USER_BY_ID, { id: '2' })
   t.ok(small.headers.get('etag'), 'a small answer is cacheable')
   const large = await getPersisted(url, queryIdOf('Users'), { limit: 20 })

@@ -20,7 +20,11 @@ function tempDir (files: Record<string, string>): string {
 }
 
 test('the committed example manifest is what the build makes of persisted/operations', async (t) => {
-  t.same(buildManifest(OPERATIONS_DIR), manifest, 'run `npm run persisted:build -- persisted/operations` after changing an operation')
+  t.same(
+    buildManifest(OPERATIONS_DIR),
+    manifest,
+    'run `npm run persisted:build -- persisted/operations` after changing an operation'
+  )
   const userById = manifest.operations.find((o) => o.name === 'UserById')!
   t.equal(userById.body, 'query UserById($id: ID!) {\n  user(id: $id) {\n    id\n    name\n    createdAt\n  }\n}')
   t.equal(userById.id, sha256Hex(userById.body))
@@ -79,7 +83,11 @@ test('the loader reads Apollo manifests and Relay id → text maps, and verifies
   const dir = tempDir({
     'relay.json': JSON.stringify({ [md5]: text }),
     'prefixed.json': JSON.stringify({ [`sha256:${sha256Hex(text)}`]: text }),
-    'apollo.json': JSON.stringify({ format: 'apollo-persisted-query-manifest', version: 1, operations: [{ id: sha256Hex(text), name: 'UserName', type: 'query', body: text }] })
+    'apollo.json': JSON.stringify({
+      format: 'apollo-persisted-query-manifest',
+      version: 1,
+      operations: [{ id: sha256Hex(text), name: 'UserName', type: 'query', body: text }]
+    })
   })
   for (const file of ['relay.json', 'prefixed.json', 'apollo.json']) {
     const loaded = loadManifests([join(dir, file)])
@@ -103,7 +111,11 @@ test('the loader refuses a manifest whose hash does not match, with a clear star
     'other-format.json': JSON.stringify({ format: 'something-else', version: 3, operations: [] }),
     'broken.json': '{'
   })
-  t.throws(() => loadManifests([join(dir, 'mismatch.json')]), { message: new RegExp(`mismatch\\.json: id "sha256:${wrong}" does not match the sha256 of its text \\(${sha256Hex(text)}\\)`) })
+  t.throws(() => loadManifests([join(dir, 'mismatch.json')]), {
+    message: new RegExp(
+      `mismatch\\.json: id "sha256:${wrong}" does not match the sha256 of its text \\(${sha256Hex(text)}\\)`
+    )
+  })
   t.throws(() => loadManifests([join(dir, 'apollo-mismatch.json')]), /does not match the sha256 of its text/)
   t.throws(() => loadManifests([join(dir, 'not-a-hash.json')]), /id "my-query" is not a hash/)
   t.throws(() => loadManifests([join(dir, 'two-ops.json')]), /cannot be registered: it contains 2 operations/)

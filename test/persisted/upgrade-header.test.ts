@@ -5,13 +5,20 @@ import { request } from 'node:http'
 import { listenTestApp } from '../helpers/app.ts'
 import { MANIFEST_FILE, persistedGetUrl, queryIdOf } from './helpers.ts'
 
-function get (url: string, headers: Record<string, string>): Promise<{ status: number; headers: Record<string, unknown>; body: any }> {
+function get (
+  url: string,
+  headers: Record<string, string>
+): Promise<{ status: number; headers: Record<string, unknown>; body: any }> {
   return new Promise((resolve, reject) => {
     // No `Connection: Upgrade`: Node serves it as a plain request, as a proxy or a page could send it.
     const req = request(url, { headers }, (response) => {
       let body = ''
-      response.on('data', (chunk: Buffer) => { body += chunk })
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, body: body ? JSON.parse(body) : null }))
+      response.on('data', (chunk: Buffer) => {
+        body += chunk
+      })
+      response.on('end', () =>
+        resolve({ status: response.statusCode ?? 0, headers: response.headers, body: body ? JSON.parse(body) : null })
+      )
     })
     req.on('error', reject)
     req.end()

@@ -10,7 +10,9 @@ import { join } from 'node:path'
 // A spy on graphql-jit's compileQuery, installed before Mercurius loads (it keeps its own reference):
 // the helpers, and so the app, are imported only after this.
 const require = createRequire(import.meta.url)
-const jitModule = require.cache[require.resolve('graphql-jit')] ?? (require('graphql-jit'), require.cache[require.resolve('graphql-jit')]!)
+const jitModule =
+  require.cache[require.resolve('graphql-jit')] ??
+  (require('graphql-jit'), require.cache[require.resolve('graphql-jit')]!)
 const realJit = { ...jitModule.exports } as typeof import('graphql-jit')
 const compilations: string[] = []
 jitModule.exports = {
@@ -28,7 +30,11 @@ const { MANIFEST_FILE, NO_SHEDDING, PREFLIGHT, manifest, queryIdOf } = await imp
 
 const DEVELOPMENT = { PERSISTED_MANIFEST: MANIFEST_FILE, ...NO_SHEDDING }
 const VARIABLES: Record<string, Record<string, unknown>> = {
-  UserById: { id: '2' }, UserEmail: { id: '2' }, Users: {}, RoomMessages: { roomId: 'general' }, PostMessage: { roomId: 'general', content: 'hi' }
+  UserById: { id: '2' },
+  UserEmail: { id: '2' },
+  Users: {},
+  RoomMessages: { roomId: 'general' },
+  PostMessage: { roomId: 'general', content: 'hi' }
 }
 
 test('every manifest operation is parsed, validated and compiled at start, without touching data; first requests pay nothing', async (t) => {
@@ -47,7 +53,12 @@ test('every manifest operation is parsed, validated and compiled at start, witho
   const auth = { authorization: `Bearer ${token('1', 'ADMIN')}` }
   for (const op of manifest.operations) {
     for (let i = 0; i < 2; i++) {
-      const response = await app.inject({ method: 'POST', url: '/graphql', headers: auth, payload: { queryId: `sha256:${op.id}`, variables: VARIABLES[op.name!] } })
+      const response = await app.inject({
+        method: 'POST',
+        url: '/graphql',
+        headers: auth,
+        payload: { queryId: `sha256:${op.id}`, variables: VARIABLES[op.name!] }
+      })
       t.notOk(response.json().errors, `${op.name} runs`, { errors: response.json().errors })
     }
   }
@@ -55,7 +66,9 @@ test('every manifest operation is parsed, validated and compiled at start, witho
   t.equal(app.graphqlRoom.pipeline.cacheStats.entries, planned, 'no request planned (parsed, validated) anything')
 
   // The same measurement sees an operation that was not registered: planned and compiled on its first use, once.
-  for (let i = 0; i < 2; i++) await app.inject({ method: 'POST', url: '/graphql', payload: { query: 'query NotRegistered { users { id } }' } })
+  for (let i = 0; i < 2; i++) {
+    await app.inject({ method: 'POST', url: '/graphql', payload: { query: 'query NotRegistered { users { id } }' } })
+  }
   t.same(compilations.slice(names.length), ['NotRegistered'])
   t.equal(app.graphqlRoom.pipeline.cacheStats.entries, planned + 1)
 })
@@ -68,8 +81,16 @@ test('an operation over a caller budget at start is still planned; each request 
   await app.ready()
   t.ok(compilations.includes('RoomMessages'), 'compiled at start')
   compilations.length = 0
-  const as = (sub: string, role: 'ADMIN' | 'SERVICE') => app.inject({ method: 'POST' as const, url: '/graphql', headers: { authorization: `Bearer ${token(sub, role)}` }, payload: { queryId: queryIdOf('RoomMessages'), variables: { roomId: 'general' } } })
-  t.match((await as('1', 'ADMIN')).json().errors, [{ message: 'Query cost 120 exceeds the budget of 100 for this caller', extensions: { code: 'COST_LIMIT_EXCEEDED' } }])
+  const as = (sub: string, role: 'ADMIN' | 'SERVICE') =>
+    app.inject({
+      method: 'POST' as const,
+      url: '/graphql',
+      headers: { authorization: `Bearer ${token(sub, role)}` },
+      payload: { queryId: queryIdOf('RoomMessages'), variables: { roomId: 'general' } }
+    })
+  t.match((await as('1', 'ADMIN')).json().errors, [
+    { message: 'Query cost 120 exceeds the budget of 100 for this caller', extensions: { code: 'COST_LIMIT_EXCEEDED' } }
+  ])
   t.ok(Array.isArray((await as('5', 'SERVICE')).json().data.messages), 'a caller with a larger budget runs it')
   t.same(compilations, [], 'no request compiled anything')
 })
@@ -77,11 +98,18 @@ test('an operation over a caller budget at start is still planned; each request 
 test('restart: an app built again from the same manifest file serves the same ids; in-memory APQ registrations are gone', async (t) => {
   const text = 'query Registered { users(limit: 1) { id } }'
   const apq = { extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(text) } } }
-  const get = { method: 'GET' as const, url: `/graphql?queryId=${queryIdOf('UserById')}&variables=${encodeURIComponent('{"id":"3"}')}`, headers: PREFLIGHT }
+  const get = {
+    method: 'GET' as const,
+    url: `/graphql?queryId=${queryIdOf('UserById')}&variables=${encodeURIComponent('{"id":"3"}')}`,
+    headers: PREFLIGHT
+  }
 
   const first = await buildTestApp(t, DEVELOPMENT)
   t.equal((await first.app.inject(get)).json().data.user.name, 'Alan Turing')
-  t.ok((await first.app.inject({ method: 'POST', url: '/graphql', payload: { query: text, ...apq } })).json().data, 'registered by APQ')
+  t.ok(
+    (await first.app.inject({ method: 'POST', url: '/graphql', payload: { query: text, ...apq } })).json().data,
+    'registered by APQ'
+  )
   t.ok((await first.app.inject({ method: 'POST', url: '/graphql', payload: apq })).json().data, 'hit')
   await first.app.close()
 
@@ -98,7 +126,11 @@ test('a manifest the service cannot honour stops the start with a clear error', 
   const text = 'query A { users { id } }'
   const file = join(dir, 'tampered.json')
   writeFileSync(file, JSON.stringify({ [`sha256:${sha256Hex('query A { users { name } }')}`]: text }))
-  await t.rejects(buildTestApp(t, { PERSISTED_MANIFEST: file }), { message: new RegExp(`Persisted query manifest ${file}: id "sha256:[0-9a-f]{64}" does not match the sha256 of its text`) })
+  await t.rejects(buildTestApp(t, { PERSISTED_MANIFEST: file }), {
+    message: new RegExp(
+      `Persisted query manifest ${file}: id "sha256:[0-9a-f]{64}" does not match the sha256 of its text`
+    )
+  })
 
   const unknownField = join(dir, 'drifted.json')
   const drifted = 'query Old { user(id: "1") { nickname } }'
@@ -108,5 +140,14 @@ test('a manifest the service cannot honour stops the start with a clear error', 
 
   // The service's own limits (here MAX_DEPTH) are applied when the plans are made.
   const { app } = await buildTestApp(t, { ...DEVELOPMENT, MAX_DEPTH: '2' })
-  await t.rejects(async () => { await app.ready() }, { message: new RegExp(`Persisted operation RoomMessages ${queryIdOf('RoomMessages')} is not valid for this service: Query depth 3 exceeds the maximum depth of 2`) })
+  await t.rejects(
+    async () => {
+      await app.ready()
+    },
+    {
+      message: new RegExp(
+        `Persisted operation RoomMessages ${queryIdOf('RoomMessages')} is not valid for this service: Query depth 3 exceeds the maximum depth of 2`
+      )
+    }
+  )
 })

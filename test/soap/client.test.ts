@@ -20,11 +20,25 @@ type PasswordType = 'PasswordDigest' | 'PasswordText'
 async function setup (t: TestLike) {
   const soapApp = await listenSoapApp(t, { SOAP_PUBLIC_URL: PUBLIC_URL })
   // An administrator's partner login too, for the operations a SERVICE account may not perform.
-  await createPartnerAccount(soapApp.store, soapApp.partnerSecretKey, { login: 'root', password: 'r00t-secret', userId: '1' })
-  async function client (version: 'v1' | 'v2', soapVersion: '1.1' | '1.2', login: string, password: string, passwordType: PasswordType) {
+  await createPartnerAccount(soapApp.store, soapApp.partnerSecretKey, {
+    login: 'root',
+    password: 'r00t-secret',
+    userId: '1'
+  })
+  async function client (
+    version: 'v1' | 'v2',
+    soapVersion: '1.1' | '1.2',
+    login: string,
+    password: string,
+    passwordType: PasswordType
+  ) {
     const path = `/${version}/UserService`
     // The WSDL announces the public address; the test server listens elsewhere, so the endpoint is overridden.
-    const c = await soap.createClientAsync(`${soapApp.url}${path}?wsdl`, { forceSoap12Headers: soapVersion === '1.2' }, `${soapApp.url}${path}`)
+    const c = await soap.createClientAsync(
+      `${soapApp.url}${path}?wsdl`,
+      { forceSoap12Headers: soapVersion === '1.2' },
+      `${soapApp.url}${path}`
+    )
     c.setSecurity(new soap.WSSecurity(login, password, { passwordType, hasTimeStamp: true }))
     return c as soap.Client & Record<string, (args: unknown) => Promise<[any, string, unknown, string]>>
   }
@@ -43,7 +57,11 @@ for (const version of ['v1', 'v2'] as const) {
         const [asPartner, rawResponse, , rawRequest] = await partner.GetUserAsync({ id: '2' })
         t.match(rawRequest, soapVersion === '1.2' ? 'http://www.w3.org/2003/05/soap-envelope' : 'http://schemas.xmlsoap.org/soap/envelope/', 'the client spoke the SOAP version under test')
         t.match(rawRequest, `#${passwordType}`)
-        t.match(rawResponse, `xmlns="${NAMESPACE_BASE}/${version}/UserService"`, 'the response is in the version\'s namespace')
+        t.match(
+          rawResponse,
+          `xmlns="${NAMESPACE_BASE}/${version}/UserService"`,
+          "the response is in the version's namespace"
+        )
         t.equal(asPartner.user.id, '2')
         t.type(asPartner.user.name, 'string')
         t.equal(asPartner.user.email, undefined, 'email hidden from a SERVICE partner')
@@ -60,8 +78,17 @@ for (const version of ['v1', 'v2'] as const) {
 
         // Visible over GraphQL, from the same store, under GraphQL's own rules.
         const adminToken = mintToken(app.config.jwt, '1', 'ADMIN')
-        const viaGraphQL = await gql(url, 'query ($id: ID!) { user(id: $id) { id name email } }', { id }, { authorization: `Bearer ${adminToken}` })
-        t.same(viaGraphQL.body.data, { user: { id, name: 'Created Over SOAP', email } }, 'the SOAP-created user is visible over GraphQL')
+        const viaGraphQL = await gql(
+          url,
+          'query ($id: ID!) { user(id: $id) { id name email } }',
+          { id },
+          { authorization: `Bearer ${adminToken}` }
+        )
+        t.same(
+          viaGraphQL.body.data,
+          { user: { id, name: 'Created Over SOAP', email } },
+          'the SOAP-created user is visible over GraphQL'
+        )
 
         // UpdateUser: the partner may not update someone else (FORBIDDEN fault); an administrator may.
         const forbidden = await partner.UpdateUserAsync({ id, name: 'Renamed' }).then(() => null, (err: any) => err)
@@ -85,7 +112,12 @@ for (const version of ['v1', 'v2'] as const) {
         t.equal(deleted.deleted, true)
         const gone = await admin.GetUserAsync({ id }).then(() => null, (err: any) => err)
         t.match(gone?.body, '<f:code>NOT_FOUND</f:code>')
-        const afterDelete = await gql(url, 'query ($id: ID!) { user(id: $id) { id } }', { id }, { authorization: `Bearer ${adminToken}` })
+        const afterDelete = await gql(
+          url,
+          'query ($id: ID!) { user(id: $id) { id } }',
+          { id },
+          { authorization: `Bearer ${adminToken}` }
+        )
         t.same(afterDelete.body.data, { user: null }, 'and GraphQL no longer finds it')
       })
     }
@@ -117,7 +149,9 @@ for (const version of ['v1', 'v2'] as const) {
     t.match(wsdl, `<soap:address location="${PUBLIC_URL}/${version}/UserService"/>`)
     t.match(wsdl, `<soap12:address location="${PUBLIC_URL}/${version}/UserService"/>`)
     t.match(wsdl, `soapAction="${NAMESPACE_BASE}/${version}/UserService/GetUser"`)
-    for (const op of ['GetUser', 'CreateUser', 'UpdateUser', 'DeleteUser']) t.match(wsdl, `<wsdl:operation name="${op}">`)
+    for (const op of ['GetUser', 'CreateUser', 'UpdateUser', 'DeleteUser']) {
+      t.match(wsdl, `<wsdl:operation name="${op}">`)
+    }
     if (version === 'v2') {
       t.match(wsdl, '<wsdl:operation name="ListUsers">')
       t.match(wsdl, '<xs:element name="createdAt" type="xs:dateTime"/>')
@@ -133,11 +167,17 @@ test('the namespace never depends on the address: a client generated from one in
   const first = await listenSoapApp(t)
   const second = await listenSoapApp(t, {}, { store: first.store })
   t.not(first.url, second.url)
-  const wsdls = await Promise.all([first, second].map(async (a) => (await fetch(`${a.url}/v1/UserService?wsdl`)).text()))
+  const wsdls = await Promise.all(
+    [first, second].map(async (a) => (await fetch(`${a.url}/v1/UserService?wsdl`)).text())
+  )
   const targetNamespace = (wsdl: string) => /targetNamespace="([^"]+)"/.exec(wsdl)?.[1]
   t.equal(targetNamespace(wsdls[0]!), `${NAMESPACE_BASE}/v1/UserService`)
   t.equal(targetNamespace(wsdls[1]!), targetNamespace(wsdls[0]!), 'the same contract on both ports')
-  t.match(wsdls[0], `<soap:address location="${first.url}/v1/UserService"/>`, 'without SOAP_PUBLIC_URL the endpoint is where the WSDL was fetched')
+  t.match(
+    wsdls[0],
+    `<soap:address location="${first.url}/v1/UserService"/>`,
+    'without SOAP_PUBLIC_URL the endpoint is where the WSDL was fetched'
+  )
 
   const client = await soap.createClientAsync(`${first.url}/v1/UserService?wsdl`, {}, `${second.url}/v1/UserService`)
   client.setSecurity(new soap.WSSecurity('partner', 's3cret', { passwordType: 'PasswordDigest', hasTimeStamp: true }))
@@ -148,12 +188,22 @@ test('the namespace never depends on the address: a client generated from one in
 
 test('the endpoint address follows SOAP_PUBLIC_URL, or the forwarded host from a trusted proxy only', async (t) => {
   const behindProxy = await listenSoapApp(t, { TRUST_PROXY: '127.0.0.1' })
-  const forwarded = await (await fetch(`${behindProxy.url}/v1/UserService?wsdl`, { headers: { 'x-forwarded-host': 'api.partner.example', 'x-forwarded-proto': 'https' } })).text()
+  const forwarded = await (
+    await fetch(`${behindProxy.url}/v1/UserService?wsdl`, {
+      headers: { 'x-forwarded-host': 'api.partner.example', 'x-forwarded-proto': 'https' }
+    })
+  ).text()
   t.match(forwarded, '<soap:address location="https://api.partner.example/v1/UserService"/>')
   t.match(forwarded, `targetNamespace="${NAMESPACE_BASE}/v1/UserService"`, 'the namespace does not move with it')
   const direct = await listenSoapApp(t)
-  const ignored = await (await fetch(`${direct.url}/v1/UserService?wsdl`, { headers: { 'x-forwarded-host': 'evil.example' } })).text()
-  t.match(ignored, `<soap:address location="${direct.url}/v1/UserService"/>`, 'an untrusted peer\'s forwarded host is ignored')
+  const ignored = await (
+    await fetch(`${direct.url}/v1/UserService?wsdl`, { headers: { 'x-forwarded-host': 'evil.example' } })
+  ).text()
+  t.match(
+    ignored,
+    `<soap:address location="${direct.url}/v1/UserService"/>`,
+    "an untrusted peer's forwarded host is ignored"
+  )
   const configured = await listenSoapApp(t, { SOAP_PUBLIC_URL: `${PUBLIC_URL}/`, SOAP_NAMESPACE_BASE: 'https://contracts.example/users/' })
   const fixed = await (await fetch(`${configured.url}/v2/UserService?wsdl`)).text()
   t.match(fixed, `<soap12:address location="${PUBLIC_URL}/v2/UserService"/>`)
@@ -164,7 +214,12 @@ test('each operation\'s documentation says who may call it, and a SERVICE partne
   const { client, url } = await setup(t)
   const wsdl = await (await fetch(`${url}/v2/UserService?wsdl`)).text()
   const portType = parseXmlText(wsdl).children.find((c) => c.local === 'portType')!
-  const documented = new Map(portType.children.map((op) => [op.attributes.find((a) => a.local === 'name')!.value, op.children.find((c) => c.local === 'documentation')!.text]))
+  const documented = new Map(
+    portType.children.map((op) => [
+      op.attributes.find((a) => a.local === 'name')!.value,
+      op.children.find((c) => c.local === 'documentation')!.text
+    ])
+  )
   t.same([...documented.keys()], ['GetUser', 'CreateUser', 'UpdateUser', 'DeleteUser', 'ListUsers'])
   t.match(documented.get('DeleteUser'), /^Allowed callers: role ADMIN\. /)
   t.match(documented.get('UpdateUser'), /^Allowed callers: role ADMIN, or the user themself/)
@@ -172,7 +227,13 @@ test('each operation\'s documentation says who may call it, and a SERVICE partne
   t.match(documented.get('GetUser'), /^Allowed callers: every authenticated partner\./)
 
   const partner = await client('v2', '1.1', 'partner', 's3cret', 'PasswordDigest')
-  const calls: Record<string, unknown> = { GetUser: { id: '2' }, CreateUser: { name: 'Doc Test', email: 'doc-test@example.com' }, UpdateUser: { id: '2', name: 'X' }, DeleteUser: { id: '2' }, ListUsers: { limit: 2 } }
+  const calls: Record<string, unknown> = {
+    GetUser: { id: '2' },
+    CreateUser: { name: 'Doc Test', email: 'doc-test@example.com' },
+    UpdateUser: { id: '2', name: 'X' },
+    DeleteUser: { id: '2' },
+    ListUsers: { limit: 2 }
+  }
   for (const [operation, documentation] of documented) {
     // A SERVICE partner acting on another user's id: allowed exactly when its role is named, or every partner is.
     const allowedByDocs = /every authenticated partner/.test(documentation) || /role [A-Za-z ]*\bSERVICE\b/.test(documentation.split('.')[0]!)
@@ -186,7 +247,12 @@ function getWithHost (url: string, host: string): Promise<{ status: number; body
   return new Promise((resolve, reject) => {
     http.get(url, { headers: { host } }, (response) => {
       let body = ''
-      response.setEncoding('utf8').on('data', (chunk: string) => { body += chunk }).on('end', () => resolve({ status: response.statusCode!, body }))
+      response
+        .setEncoding('utf8')
+        .on('data', (chunk: string) => {
+          body += chunk
+        })
+        .on('end', () => resolve({ status: response.statusCode!, body }))
     }).on('error', reject)
   })
 }
@@ -198,7 +264,11 @@ test('?wsdl never writes a direct client\'s Host header into the contract, and i
   t.notMatch(hostile.body, 'evil.example', 'the Host header is not the address')
   t.match(hostile.body, `<soap:address location="${direct.url}/v1/UserService"/>`, 'the address the connection came to')
   const behindProxy = await listenSoapApp(t, { TRUST_PROXY: '127.0.0.1' })
-  t.notMatch((await getWithHost(`${behindProxy.url}/v1/UserService?wsdl`, 'evil.example')).body, 'evil.example', 'behind a proxy, only its X-Forwarded-Host counts')
+  t.notMatch(
+    (await getWithHost(`${behindProxy.url}/v1/UserService?wsdl`, 'evil.example')).body,
+    'evil.example',
+    'behind a proxy, only its X-Forwarded-Host counts'
+  )
 
   const first = await fetch(`${direct.url}/v2/UserService?wsdl`)
   const etag = first.headers.get('etag')

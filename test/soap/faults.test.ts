@@ -16,13 +16,24 @@ function getUser (id: string, prefix = 'u'): string {
   return `<${prefix}:GetUser xmlns:${prefix}="${NS}"><${prefix}:id>${id}</${prefix}:id></${prefix}:GetUser>`
 }
 
-function digestToken (username: string, password: string, created: string, options: { nonce?: Buffer | null; timestamp?: string } = {}): string {
+function digestToken (
+  username: string,
+  password: string,
+  created: string,
+  options: { nonce?: Buffer | null; timestamp?: string } = {}
+): string {
   const nonce = options.nonce === undefined ? randomBytes(16) : options.nonce
-  const digest = createHash('sha1').update(nonce ?? Buffer.alloc(0)).update(created).update(password).digest('base64')
-  return `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}">${options.timestamp ?? ''}<wsse:UsernameToken><wsse:Username>${username}</wsse:Username>` +
+  const digest = createHash('sha1')
+    .update(nonce ?? Buffer.alloc(0))
+    .update(created)
+    .update(password)
+    .digest('base64')
+  return (
+    `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}">${options.timestamp ?? ''}<wsse:UsernameToken><wsse:Username>${username}</wsse:Username>` +
     `<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordDigest">${digest}</wsse:Password>` +
     (nonce ? `<wsse:Nonce>${nonce.toString('base64')}</wsse:Nonce>` : '') +
     `<wsu:Created>${created}</wsu:Created></wsse:UsernameToken></wsse:Security>`
+  )
 }
 
 const iso = (ms: number) => new Date(ms).toISOString()
@@ -32,11 +43,17 @@ test('fault shapes: SOAP 1.1 faultcode/faultstring/detail with HTTP 500; SOAP 1.
   const r11 = await post(`${url}/v1/UserService`, envelope('1.1', getUser('nobody'), PARTNER), H11)
   t.equal(r11.status, 500)
   t.match(r11.contentType, /^text\/xml; charset=utf-8/)
-  t.match(r11.text, `<soap:Fault><faultcode>soap:Client</faultcode><faultstring>User nobody not found</faultstring><detail><f:ServiceFault xmlns:f="${NS}"><f:code>NOT_FOUND</f:code>`)
+  t.match(
+    r11.text,
+    `<soap:Fault><faultcode>soap:Client</faultcode><faultstring>User nobody not found</faultstring><detail><f:ServiceFault xmlns:f="${NS}"><f:code>NOT_FOUND</f:code>`
+  )
   const r12 = await post(`${url}/v1/UserService`, envelope('1.2', getUser('nobody'), PARTNER), H12)
   t.equal(r12.status, 400)
   t.match(r12.contentType, /^application\/soap\+xml; charset=utf-8/)
-  t.match(r12.text, '<env:Code><env:Value>env:Sender</env:Value></env:Code><env:Reason><env:Text xml:lang="en">User nobody not found</env:Text></env:Reason><env:Detail>')
+  t.match(
+    r12.text,
+    '<env:Code><env:Value>env:Sender</env:Value></env:Code><env:Reason><env:Text xml:lang="en">User nobody not found</env:Text></env:Reason><env:Detail>'
+  )
   t.match(readFault(r12.text), { soapVersion: '1.2', code: 'env:Sender', errorCode: 'NOT_FOUND' })
 })
 
@@ -44,7 +61,8 @@ test('hostile XML', async (t) => {
   const { url, store } = await listenSoapApp(t, { ...ENV, BODY_LIMIT_BYTES: '4096' })
 
   await t.test('a DOCTYPE is refused before parsing (billion laughs, external entity)', async (t) => {
-    const laughs = '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>'
+    const laughs =
+      '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>'
     const xxe = '<?xml version="1.0"?><!DOCTYPE foo [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>'
     for (const [prolog, id] of [[laughs, '&lol2;'], [xxe, '&xxe;']] as const) {
       for (const [version, headers, status] of [['1.1', H11, 500], ['1.2', H12, 400]] as const) {
@@ -62,13 +80,24 @@ test('hostile XML', async (t) => {
     const stray = await post(`${url}/v1/UserService`, envelope('1.1', getUser('a & b'), PARTNER), H11)
     t.match(readFault(stray.text), { code: 'soap:Client', errorCode: 'BAD_REQUEST', reason: /Malformed XML/ })
     await store.createUser({ id: 'a<&>"b', name: 'Odd Id', email: 'odd@example.com' })
-    const decoded = await post(`${url}/v1/UserService`, envelope('1.1', getUser('a&lt;&#38;&#x3E;&quot;b'), PARTNER), H11)
+    const decoded = await post(
+      `${url}/v1/UserService`,
+      envelope('1.1', getUser('a&lt;&#38;&#x3E;&quot;b'), PARTNER),
+      H11
+    )
     t.equal(decoded.status, 200, decoded.text)
     t.match(decoded.text, '<id>a&lt;&amp;&gt;&quot;b</id>', 'decoded on the way in, escaped on the way out')
   })
 
   await t.test('malformed XML is a client fault', async (t) => {
-    for (const body of ['<s:Envelope xmlns:s="' + SOAP11 + '"><s:Body>', 'not xml at all', '<a><b></a>', '', '<s:Envelope xmlns:s="' + SOAP11 + '"><s:Body/></s:Envelope><extra/>', '<x:Envelope><x:Body/></x:Envelope>']) {
+    for (const body of [
+      '<s:Envelope xmlns:s="' + SOAP11 + '"><s:Body>',
+      'not xml at all',
+      '<a><b></a>',
+      '',
+      '<s:Envelope xmlns:s="' + SOAP11 + '"><s:Body/></s:Envelope><extra/>',
+      '<x:Envelope><x:Body/></x:Envelope>'
+    ]) {
       const r11 = await post(`${url}/v1/UserService`, body, H11)
       t.equal(r11.status, 500, JSON.stringify(body))
       t.match(readFault(r11.text), { code: 'soap:Client', errorCode: 'BAD_REQUEST' })
@@ -98,35 +127,89 @@ test('hostile XML', async (t) => {
 test('element and attribute caps: a clear client fault, configurable', async (t) => {
   const { url } = await listenSoapApp(t, { ...ENV, SOAP_MAX_ELEMENTS: '40', SOAP_MAX_ATTRIBUTES: '6' })
   const attributes = (count: number) => Array.from({ length: count }, (_, i) => ` a${i}="${i}"`).join('')
-  t.equal((await post(`${url}/v1/UserService`, envelope('1.1', `<GetUser xmlns="${NS}"${attributes(5)}><id>2</id></GetUser>`, PARTNER), H11)).status, 200, 'within the caps')
-  const wide = await post(`${url}/v1/UserService`, envelope('1.1', `<GetUser xmlns="${NS}"${attributes(6)}><id>2</id></GetUser>`, PARTNER), H11)
+  t.equal(
+    (
+      await post(
+        `${url}/v1/UserService`,
+        envelope('1.1', `<GetUser xmlns="${NS}"${attributes(5)}><id>2</id></GetUser>`, PARTNER),
+        H11
+      )
+    ).status,
+    200,
+    'within the caps'
+  )
+  const wide = await post(
+    `${url}/v1/UserService`,
+    envelope('1.1', `<GetUser xmlns="${NS}"${attributes(6)}><id>2</id></GetUser>`, PARTNER),
+    H11
+  )
   t.equal(wide.status, 500)
-  t.match(readFault(wide.text), { code: 'soap:Client', errorCode: 'BAD_REQUEST', reason: 'An element has more than 6 attributes' })
-  const many = await post(`${url}/v1/UserService`, envelope('1.2', getUser('2'), PARTNER + '<x:Pad xmlns:x="urn:pad">' + '<x:i/>'.repeat(30) + '</x:Pad>'), H12)
+  t.match(readFault(wide.text), {
+    code: 'soap:Client',
+    errorCode: 'BAD_REQUEST',
+    reason: 'An element has more than 6 attributes'
+  })
+  const many = await post(
+    `${url}/v1/UserService`,
+    envelope('1.2', getUser('2'), PARTNER + '<x:Pad xmlns:x="urn:pad">' + '<x:i/>'.repeat(30) + '</x:Pad>'),
+    H12
+  )
   t.equal(many.status, 400)
-  t.match(readFault(many.text), { code: 'env:Sender', errorCode: 'BAD_REQUEST', reason: 'The message has more than 40 elements' })
+  t.match(readFault(many.text), {
+    code: 'env:Sender',
+    errorCode: 'BAD_REQUEST',
+    reason: 'The message has more than 40 elements'
+  })
 })
 
 test('namespace-aware matching', async (t) => {
   const { url } = await listenSoapApp(t, ENV)
   const anyPrefix = `<?xml version="1.0"?><e:Envelope xmlns:e="${SOAP11}"><e:Header>${PARTNER}</e:Header><e:Body>${getUser('2', 'zz')}</e:Body></e:Envelope>`
-  t.equal((await post(`${url}/v1/UserService`, anyPrefix, H11)).status, 200, 'any prefix for the envelope and the operation')
+  t.equal(
+    (await post(`${url}/v1/UserService`, anyPrefix, H11)).status,
+    200,
+    'any prefix for the envelope and the operation'
+  )
   const defaultNs = envelope('1.1', `<GetUser xmlns="${NS}"><id>2</id></GetUser>`, PARTNER)
   t.equal((await post(`${url}/v1/UserService`, defaultNs, H11)).status, 200, 'a default namespace')
 
-  const wrongOpNs = await post(`${url}/v1/UserService`, envelope('1.1', `<GetUser xmlns="urn:other"><id>2</id></GetUser>`, PARTNER), H11)
-  t.match(readFault(wrongOpNs.text), { code: 'soap:Client', errorCode: 'OPERATION_NOT_FOUND' }, 'the right name in another namespace is not our operation')
-  const v2OpOnV1 = await post(`${url}/v1/UserService`, envelope('1.1', `<GetUser xmlns="http://localhost:0/v2/UserService"><id>2</id></GetUser>`, PARTNER), H11)
+  const wrongOpNs = await post(
+    `${url}/v1/UserService`,
+    envelope('1.1', '<GetUser xmlns="urn:other"><id>2</id></GetUser>', PARTNER),
+    H11
+  )
+  t.match(
+    readFault(wrongOpNs.text),
+    { code: 'soap:Client', errorCode: 'OPERATION_NOT_FOUND' },
+    'the right name in another namespace is not our operation'
+  )
+  const v2OpOnV1 = await post(`${url}/v1/UserService`, envelope('1.1', '<GetUser xmlns="http://localhost:0/v2/UserService"><id>2</id></GetUser>', PARTNER), H11)
   t.match(readFault(v2OpOnV1.text), { errorCode: 'OPERATION_NOT_FOUND' }, 'a v2 element sent to v1')
   const listOnV1 = await post(`${url}/v1/UserService`, envelope('1.1', `<ListUsers xmlns="${NS}"/>`, PARTNER), H11)
   t.match(readFault(listOnV1.text), { errorCode: 'OPERATION_NOT_FOUND' }, 'ListUsers is v2 only')
   const unknownOp = await post(`${url}/v1/UserService`, envelope('1.1', `<DropTables xmlns="${NS}"/>`, PARTNER), H11)
   t.match(readFault(unknownOp.text), { errorCode: 'OPERATION_NOT_FOUND' })
-  const wrongChildNs = await post(`${url}/v1/UserService`, envelope('1.1', `<u:GetUser xmlns:u="${NS}" xmlns:o="urn:other"><o:id>2</o:id></u:GetUser>`, PARTNER), H11)
+  const wrongChildNs = await post(
+    `${url}/v1/UserService`,
+    envelope('1.1', `<u:GetUser xmlns:u="${NS}" xmlns:o="urn:other"><o:id>2</o:id></u:GetUser>`, PARTNER),
+    H11
+  )
   t.match(readFault(wrongChildNs.text), { errorCode: 'BAD_USER_INPUT' }, 'an argument in a foreign namespace')
-  const fakeSecurity = envelope('1.1', getUser('2'), `<x:Security xmlns:x="urn:not-wsse" xmlns:s="${SOAP11}" s:mustUnderstand="1"/>`)
-  t.match(readFault((await post(`${url}/v1/UserService`, fakeSecurity, H11)).text), { code: 'soap:MustUnderstand' }, 'a "Security" header in another namespace is not WS-Security')
-  const undeclared = await post(`${url}/v1/UserService`, envelope('1.1', '<q:GetUser><q:id>2</q:id></q:GetUser>', PARTNER), H11)
+  const fakeSecurity = envelope(
+    '1.1',
+    getUser('2'),
+    `<x:Security xmlns:x="urn:not-wsse" xmlns:s="${SOAP11}" s:mustUnderstand="1"/>`
+  )
+  t.match(
+    readFault((await post(`${url}/v1/UserService`, fakeSecurity, H11)).text),
+    { code: 'soap:MustUnderstand' },
+    'a "Security" header in another namespace is not WS-Security'
+  )
+  const undeclared = await post(
+    `${url}/v1/UserService`,
+    envelope('1.1', '<q:GetUser><q:id>2</q:id></q:GetUser>', PARTNER),
+    H11
+  )
   t.match(readFault(undeclared.text), { errorCode: 'BAD_REQUEST', reason: /undeclared namespace prefix/ })
 })
 
@@ -135,10 +218,16 @@ test('envelope rules: version, body, content type, method', async (t) => {
   const mismatch = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER), H12)
   t.equal(mismatch.status, 500)
   t.match(readFault(mismatch.text), { soapVersion: '1.2', code: 'env:VersionMismatch' })
-  t.match(mismatch.text, '<env:Upgrade><env:SupportedEnvelope qname="e12:Envelope"', 'SOAP 1.2 says which versions are supported')
-  const latin1 = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER), { 'content-type': 'text/xml; charset=ISO-8859-1' })
+  t.match(
+    mismatch.text,
+    '<env:Upgrade><env:SupportedEnvelope qname="e12:Envelope"',
+    'SOAP 1.2 says which versions are supported'
+  )
+  const latin1 = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER), {
+    'content-type': 'text/xml; charset=ISO-8859-1'
+  })
   t.match(readFault(latin1.text), { code: 'soap:Client', errorCode: 'UNSUPPORTED_MEDIA_TYPE', reason: /charset iso-8859-1/ })
-  const notEnvelope = await post(`${url}/v1/UserService`, `<Envelope xmlns="urn:x"><Body/></Envelope>`, H11)
+  const notEnvelope = await post(`${url}/v1/UserService`, '<Envelope xmlns="urn:x"><Body/></Envelope>', H11)
   t.match(readFault(notEnvelope.text), { code: 'soap:VersionMismatch' })
   const twoOps = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2') + getUser('3'), PARTNER), H11)
   t.match(readFault(twoOps.text), { errorCode: 'BAD_REQUEST', reason: /exactly one element/ })
@@ -173,12 +262,25 @@ test('SOAPAction: quoted, unquoted, empty or absent are accepted; a contradictin
   t.match(readFault(wrong.text), { code: 'soap:Client', errorCode: 'BAD_REQUEST', reason: /does not match the Body's operation GetUser/ })
 
   const body12 = envelope('1.2', getUser('2'), PARTNER)
-  t.equal((await post(`${url}/v1/UserService`, body12, { 'content-type': `application/soap+xml; charset=utf-8; action="${NS}/GetUser"` })).status, 200)
-  const wrong12 = await post(`${url}/v1/UserService`, body12, { 'content-type': `application/soap+xml; action="${NS}/CreateUser"; charset=utf-8` })
+  t.equal(
+    (
+      await post(`${url}/v1/UserService`, body12, {
+        'content-type': `application/soap+xml; charset=utf-8; action="${NS}/GetUser"`
+      })
+    ).status,
+    200
+  )
+  const wrong12 = await post(`${url}/v1/UserService`, body12, {
+    'content-type': `application/soap+xml; action="${NS}/CreateUser"; charset=utf-8`
+  })
   t.equal(wrong12.status, 400)
   t.match(readFault(wrong12.text), { code: 'env:Sender', errorCode: 'BAD_REQUEST' })
   const wrongHeader12 = await post(`${url}/v1/UserService`, body12, { ...H12, soapaction: `"${NS}/CreateUser"` })
-  t.match(readFault(wrongHeader12.text), { errorCode: 'BAD_REQUEST' }, 'a SOAPAction header sent with SOAP 1.2 is checked too')
+  t.match(
+    readFault(wrongHeader12.text),
+    { errorCode: 'BAD_REQUEST' },
+    'a SOAPAction header sent with SOAP 1.2 is checked too'
+  )
 })
 
 test('mandatory headers: Security with mustUnderstand is understood; any other is a MustUnderstand fault', async (t) => {
@@ -198,20 +300,33 @@ test('mandatory headers: Security with mustUnderstand is understood; any other i
   t.match(readFault(r12.text), { code: 'env:MustUnderstand' })
   t.match(r12.text, '<env:NotUnderstood xmlns:h="urn:tx" qname="h:Transaction"/>')
 
-  const optional = `<t:Transaction xmlns:t="urn:tx">5</t:Transaction>`
-  t.equal((await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER + optional), H11)).status, 200, 'optional unknown headers are ignored')
+  const optional = '<t:Transaction xmlns:t="urn:tx">5</t:Transaction>'
+  t.equal(
+    (await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER + optional), H11)).status,
+    200,
+    'optional unknown headers are ignored'
+  )
   const forSomeoneElse = `<t:Transaction xmlns:t="urn:tx" xmlns:s="${SOAP11}" s:mustUnderstand="1" s:actor="urn:other-node">5</t:Transaction>`
-  t.equal((await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER + forSomeoneElse), H11)).status, 200, 'mandatory headers for another actor are not ours')
+  t.equal(
+    (await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER + forSomeoneElse), H11)).status,
+    200,
+    'mandatory headers for another actor are not ours'
+  )
 })
 
 test('WS-Security failures are wsse:FailedAuthentication faults', async (t) => {
   let now = Date.parse('2026-06-01T12:00:00Z')
   const { url } = await listenSoapApp(t, ENV, { clock: () => now })
-  const call = (headers: string, version: '1.1' | '1.2' = '1.1') => post(`${url}/v1/UserService`, envelope(version, getUser('2'), headers), version === '1.1' ? H11 : H12)
+  const call = (headers: string, version: '1.1' | '1.2' = '1.1') =>
+    post(`${url}/v1/UserService`, envelope(version, getUser('2'), headers), version === '1.1' ? H11 : H12)
   const refused = async (headers: string, reason: RegExp | string, label: string) => {
     const response = await call(headers)
     t.equal(response.status, 500, label)
-    t.match(readFault(response.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason }, label)
+    t.match(
+      readFault(response.text),
+      { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason },
+      label
+    )
     t.match(response.text, `<soap:Fault xmlns:wsse="${WSSE}">`, 'the wsse prefix is declared')
   }
   const generic = 'The security token could not be authenticated or authorized'
@@ -225,7 +340,11 @@ test('WS-Security failures are wsse:FailedAuthentication faults', async (t) => {
   await refused(digestToken('partner', 's3cret', iso(now - 301_000)), /older than 300 seconds/, 'stale Created')
   await refused(digestToken('partner', 's3cret', '2026-06-01T12:00:00'), /time zone/, 'Created without a zone')
   const offset = '2026-06-01T14:00:00+02:00'
-  t.equal((await call(digestToken('partner', 's3cret', offset))).status, 200, 'Created with an offset, hashed literally')
+  t.equal(
+    (await call(digestToken('partner', 's3cret', offset))).status,
+    200,
+    'Created with an offset, hashed literally'
+  )
   const expired = `<wsu:Timestamp><wsu:Created>${iso(now - 120_000)}</wsu:Created><wsu:Expires>${iso(now - 60_000)}</wsu:Expires></wsu:Timestamp>`
   await refused(digestToken('partner', 's3cret', iso(now), { timestamp: expired }), /expired/, 'Timestamp expired')
   const futureTimestamp = `<wsu:Timestamp><wsu:Created>${iso(now + 60_000)}</wsu:Created></wsu:Timestamp>`
@@ -241,23 +360,48 @@ test('WS-Security failures are wsse:FailedAuthentication faults', async (t) => {
 
   const r12 = await call(textToken('partner', 'wrong'), '1.2')
   t.equal(r12.status, 400)
-  t.match(readFault(r12.text), { code: 'env:Sender', subcode: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED' })
+  t.match(readFault(r12.text), {
+    code: 'env:Sender',
+    subcode: 'wsse:FailedAuthentication',
+    errorCode: 'UNAUTHENTICATED'
+  })
 })
 
 test('domain errors keep their GraphQL codes; authorization is the domain\'s', async (t) => {
   const { url } = await listenSoapApp(t, { ...ENV, MAX_STRING_LENGTH: '50' })
-  const call = (body: string, headers = PARTNER) => post(`${url}/v1/UserService`, envelope('1.1', body, headers), H11).then((r) => ({ ...r, fault: r.status === 200 ? null : readFault(r.text) }))
+  const call = (body: string, headers = PARTNER) =>
+    post(`${url}/v1/UserService`, envelope('1.1', body, headers), H11).then((r) => ({
+      ...r,
+      fault: r.status === 200 ? null : readFault(r.text)
+    }))
   const create = (inner: string) => `<CreateUser xmlns="${NS}">${inner}</CreateUser>`
 
-  t.match((await call(`<DeleteUser xmlns="${NS}"><id>2</id></DeleteUser>`)).fault, { code: 'soap:Client', errorCode: 'FORBIDDEN', reason: 'Only administrators may delete users' })
-  t.match((await call(`<UpdateUser xmlns="${NS}"><id>2</id><name>X</name></UpdateUser>`)).fault, { errorCode: 'FORBIDDEN' })
-  t.match((await call(create('<name>A</name><email>not-an-email</email>'))).fault, { errorCode: 'BAD_USER_INPUT', reason: 'Invalid email address' })
-  t.match((await call(create(`<name>${'x'.repeat(51)}</name><email>a@example.com</email>`))).fault, { errorCode: 'BAD_USER_INPUT', reason: 'Too long' }, 'the string cap of the limits applies')
+  t.match((await call(`<DeleteUser xmlns="${NS}"><id>2</id></DeleteUser>`)).fault, {
+    code: 'soap:Client',
+    errorCode: 'FORBIDDEN',
+    reason: 'Only administrators may delete users'
+  })
+  t.match((await call(`<UpdateUser xmlns="${NS}"><id>2</id><name>X</name></UpdateUser>`)).fault, {
+    errorCode: 'FORBIDDEN'
+  })
+  t.match((await call(create('<name>A</name><email>not-an-email</email>'))).fault, {
+    errorCode: 'BAD_USER_INPUT',
+    reason: 'Invalid email address'
+  })
+  t.match(
+    (await call(create(`<name>${'x'.repeat(51)}</name><email>a@example.com</email>`))).fault,
+    { errorCode: 'BAD_USER_INPUT', reason: 'Too long' },
+    'the string cap of the limits applies'
+  )
   t.match((await call(create('<name>A</name>'))).fault, { errorCode: 'BAD_USER_INPUT', reason: /email is required/ })
   t.match((await call(create('<name>A</name><name>B</name><email>a@example.com</email>'))).fault, { errorCode: 'BAD_USER_INPUT', reason: /more than once/ })
   t.match((await call(create('<name>A</name><email>a@example.com</email><role>ADMIN</role>'))).fault, { errorCode: 'BAD_USER_INPUT', reason: /no element/ }, 'no smuggled fields')
   t.match((await call(create('<name><b>A</b></name><email>a@example.com</email>'))).fault, { errorCode: 'BAD_USER_INPUT', reason: /must be text/ })
-  t.match((await call(create('<name>A</name><email>a@example.com</email>'), '')).fault, { code: 'wsse:InvalidSecurity', errorCode: 'UNAUTHENTICATED' }, 'there is no anonymous SOAP caller')
+  t.match(
+    (await call(create('<name>A</name><email>a@example.com</email>'), '')).fault,
+    { code: 'wsse:InvalidSecurity', errorCode: 'UNAUTHENTICATED' },
+    'there is no anonymous SOAP caller'
+  )
   const ok = await call(create('<name>Bea</name><email>bea@example.com</email>'))
   t.equal(ok.status, 200)
   t.match((await call(create('<name>Bea 2</name><email>bea@example.com</email>'))).fault, { errorCode: 'CONFLICT' })
@@ -265,9 +409,10 @@ test('domain errors keep their GraphQL codes; authorization is the domain\'s', a
   t.equal(partnerRead.status, 200)
   t.notMatch(partnerRead.text, '<email>', 'a SERVICE partner does not see the e-mail of another user, as over GraphQL')
 
-  const v2 = (body: string) => post(`${url}/v2/UserService`, envelope('1.1', body, PARTNER), H11).then((r) => readFault(r.text))
-  t.match(await v2(`<ListUsers xmlns="http://localhost:0/v2/UserService"><limit>abc</limit></ListUsers>`), { errorCode: 'BAD_USER_INPUT', reason: /xs:int/ })
-  t.match(await v2(`<ListUsers xmlns="http://localhost:0/v2/UserService"><limit>100000</limit></ListUsers>`), { errorCode: 'BAD_USER_INPUT', reason: /limit must be between 1 and 100/ })
+  const v2 = (body: string) =>
+    post(`${url}/v2/UserService`, envelope('1.1', body, PARTNER), H11).then((r) => readFault(r.text))
+  t.match(await v2('<ListUsers xmlns="http://localhost:0/v2/UserService"><limit>abc</limit></ListUsers>'), { errorCode: 'BAD_USER_INPUT', reason: /xs:int/ })
+  t.match(await v2('<ListUsers xmlns="http://localhost:0/v2/UserService"><limit>100000</limit></ListUsers>'), { errorCode: 'BAD_USER_INPUT', reason: /limit must be between 1 and 100/ })
 })
 
 test('unexpected errors are Server/Receiver faults without internals', async (t) => {
@@ -283,7 +428,11 @@ test('unexpected errors are Server/Receiver faults without internals', async (t)
   const { url } = await listenSoapApp(t, ENV, { store: broken })
   const r11 = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER), H11)
   t.equal(r11.status, 500)
-  t.match(readFault(r11.text), { code: 'soap:Server', errorCode: 'INTERNAL_SERVER_ERROR', reason: 'Internal server error' })
+  t.match(readFault(r11.text), {
+    code: 'soap:Server',
+    errorCode: 'INTERNAL_SERVER_ERROR',
+    reason: 'Internal server error'
+  })
   t.notMatch(r11.text, 'disk on fire')
   const r12 = await post(`${url}/v1/UserService`, envelope('1.2', getUser('2'), PARTNER), H12)
   t.equal(r12.status, 500)
@@ -292,14 +441,18 @@ test('unexpected errors are Server/Receiver faults without internals', async (t)
 
 test('a throttled partner gets 429 with Retry-After and a RATE_LIMITED fault; the contract stays available', async (t) => {
   const { url } = await listenSoapApp(t, { ...ENV, RATE_LIMIT_REQUESTS: '2' })
-  const call = (version: '1.1' | '1.2') => post(`${url}/v1/UserService`, envelope(version, getUser('2'), PARTNER), version === '1.1' ? H11 : H12)
+  const call = (version: '1.1' | '1.2') =>
+    post(`${url}/v1/UserService`, envelope(version, getUser('2'), PARTNER), version === '1.1' ? H11 : H12)
   t.equal((await call('1.1')).status, 200)
   t.equal((await call('1.1')).status, 200)
   for (const version of ['1.1', '1.2'] as const) {
     const limited = await call(version)
     t.equal(limited.status, 429, `SOAP ${version}`)
     t.match(limited.headers.get('retry-after'), /^\d+$/, 'with Retry-After')
-    t.match(readFault(limited.text), { code: version === '1.1' ? 'soap:Client' : 'env:Sender', errorCode: 'RATE_LIMITED' })
+    t.match(readFault(limited.text), {
+      code: version === '1.1' ? 'soap:Client' : 'env:Sender',
+      errorCode: 'RATE_LIMITED'
+    })
   }
   for (let i = 0; i < 3; i++) {
     const wsdl = await fetch(`${url}/v1/UserService?wsdl`)
@@ -322,7 +475,10 @@ test('node-soap of a throttled partner still loads the WSDL, and its call is ref
 test('an operation past QUERY_TIMEOUT_MS answers a TIMEOUT fault promptly, and writes nothing after the deadline', async (t) => {
   const { url, store } = await listenSoapApp(t, { ...ENV, QUERY_TIMEOUT_MS: '200' })
   const usersByIds = store.usersByIds.bind(store)
-  store.usersByIds = async (ids) => { await new Promise((r) => setTimeout(r, 1000)); return usersByIds(ids) }
+  store.usersByIds = async (ids) => {
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    return usersByIds(ids)
+  }
   const started = Date.now()
   const response = await post(`${url}/v1/UserService`, envelope('1.1', getUser('2'), PARTNER), H11)
   t.ok(Date.now() - started < 800, `answered at the deadline (${Date.now() - started} ms), not when the read finished`)

@@ -75,7 +75,11 @@ test('a digest fixture is refused with the wrong password on the account', async
   const fresh = await listenSoapApp(t, CAPTURED_ENV, { clock: () => CAPTURED, store })
   const { body, headers } = fixture('zeep-1')
   const response = await post(`${fresh.url}/v1/UserService`, body, headers)
-  t.match(readFault(response.text), { code: 'wsse:FailedAuthentication', errorCode: 'UNAUTHENTICATED', reason: 'The security token could not be authenticated or authorized' })
+  t.match(readFault(response.text), {
+    code: 'wsse:FailedAuthentication',
+    errorCode: 'UNAUTHENTICATED',
+    reason: 'The security token could not be authenticated or authorized'
+  })
 })
 
 for (const name of ['zeep-2', 'node-soap-2']) {

@@ -30,13 +30,24 @@ export interface SoapTestApp {
   partnerSecretKey: string
 }
 
-/** A listening app on its own in-memory store with the demo users and partner "partner"/"s3cret" (bound to user 5, SERVICE). */
-export async function listenSoapApp (t: TestLike, env: Record<string, string> = {}, options: { clock?: () => number; store?: Store } = {}): Promise<SoapTestApp> {
+/**
+ * A listening app on its own in-memory store with the demo users
+ * and partner "partner"/"s3cret" (bound to user 5, SERVICE).
+ */
+export async function listenSoapApp (
+  t: TestLike,
+  env: Record<string, string> = {},
+  options: { clock?: () => number; store?: Store } = {}
+): Promise<SoapTestApp> {
   const config = testConfig(env)
   const store = options.store ?? openSqliteStore(':memory:')
   if (!options.store) {
     await loadDemoData(store)
-    await createPartnerAccount(store, config.soap.partnerSecretKey, { login: 'partner', password: 's3cret', userId: '5' })
+    await createPartnerAccount(store, config.soap.partnerSecretKey, {
+      login: 'partner',
+      password: 's3cret',
+      userId: '5'
+    })
   }
   const app = await buildApp(config, { store, logger: false, clock: options.clock })
   t.teardown(async () => {
@@ -50,7 +61,12 @@ export async function listenSoapApp (t: TestLike, env: Record<string, string> = 
 export async function post (url: string, body: string, headers: Record<string, string>) {
   const response = await fetch(url, { method: 'POST', headers, body })
   const text = await response.text()
-  return { status: response.status, contentType: response.headers.get('content-type') ?? '', text, headers: response.headers }
+  return {
+    status: response.status,
+    contentType: response.headers.get('content-type') ?? '',
+    text,
+    headers: response.headers
+  }
 }
 
 export interface FaultInfo {
@@ -77,7 +93,13 @@ export function readFault (xml: string): FaultInfo {
   const serviceFault = detail?.children[0]
   const errorCode = serviceFault ? find(serviceFault, 'code')?.text ?? '' : ''
   if (envelope.ns === SOAP11) {
-    return { soapVersion: '1.1', code: find(fault, 'faultcode')!.text, subcode: null, reason: find(fault, 'faultstring')!.text, errorCode }
+    return {
+      soapVersion: '1.1',
+      code: find(fault, 'faultcode')!.text,
+      subcode: null,
+      reason: find(fault, 'faultstring')!.text,
+      errorCode
+    }
   }
   const code = find(fault, 'Code')!
   const subcode = find(code, 'Subcode')
@@ -98,7 +120,10 @@ const NONCE_SLOT = '<!--fresh-nonce-->'
  */
 export function envelope (version: '1.1' | '1.2', body: string, headers = ''): string {
   const ns = version === '1.1' ? SOAP11 : SOAP12
-  const fresh = headers.replaceAll(NONCE_SLOT, () => `<wsse:Nonce EncodingType="${BASE64_BINARY}">${randomBytes(16).toString('base64')}</wsse:Nonce>`)
+  const fresh = headers.replaceAll(
+    NONCE_SLOT,
+    () => `<wsse:Nonce EncodingType="${BASE64_BINARY}">${randomBytes(16).toString('base64')}</wsse:Nonce>`
+  )
   return `<?xml version="1.0" encoding="utf-8"?><s:Envelope xmlns:s="${ns}">${fresh ? `<s:Header>${fresh}</s:Header>` : ''}<s:Body>${body}</s:Body></s:Envelope>`
 }
 

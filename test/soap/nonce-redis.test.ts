@@ -1,5 +1,6 @@
 // With REDIS_URL, WS-Security nonces are shared: a message accepted by one instance is refused as a
-// replay by another, in any spelling of its bytes. Needs Redis at 127.0.0.1:6379 (the app refuses to start, with that message, without it).
+// replay by another, in any spelling of its bytes. Needs Redis at
+// 127.0.0.1:6379 (the app refuses to start, with that message, without it).
 import { randomUUID } from 'node:crypto'
 import { test } from 'tap'
 import { openSqliteStore } from '../../app/store/sqlite.ts'

@@ -15,7 +15,9 @@ type Client = soap.Client & Record<string, (args: unknown) => Promise<[any, stri
 async function partnerClient (url: string, version: 'v1' | 'v2' = 'v2'): Promise<Client> {
   const path = `${url}/${version}/UserService`
   const client = await soap.createClientAsync(`${path}?wsdl`, {}, path)
-  client.setSecurity(new soap.WSSecurity('pager', 'pager-secret', { passwordType: 'PasswordDigest', hasTimeStamp: true }))
+  client.setSecurity(
+    new soap.WSSecurity('pager', 'pager-secret', { passwordType: 'PasswordDigest', hasTimeStamp: true })
+  )
   return client as Client
 }
 
@@ -42,15 +44,38 @@ for (const kind of STORE_KINDS) {
       if (!token) break
       round++
       const ahead = initial[100 * round + 300]
-      if (ahead !== undefined && !read.includes(ahead) && await store.deleteUser(ahead)) { mustSee.delete(ahead); mustNotSee.add(ahead) }
-      mustSee.add((await store.createUser({ name: `late ${round}`, email: `late-${round}@example.com`, createdAt: at(100000 + round) })).id)
+      if (ahead !== undefined && !read.includes(ahead) && (await store.deleteUser(ahead))) {
+        mustSee.delete(ahead)
+        mustNotSee.add(ahead)
+      }
+      mustSee.add(
+        (
+          await store.createUser({
+            name: `late ${round}`,
+            email: `late-${round}@example.com`,
+            createdAt: at(100000 + round)
+          })
+        ).id
+      )
       await store.deleteUser(ids.at(-1)!)
-      mustNotSee.add((await store.createUser({ name: `early ${round}`, email: `early-${round}@example.com`, createdAt: at(-1 - round) })).id)
+      mustNotSee.add(
+        (
+          await store.createUser({
+            name: `early ${round}`,
+            email: `early-${round}@example.com`,
+            createdAt: at(-1 - round)
+          })
+        ).id
+      )
     } while (token)
     const seen = new Set(read)
     t.same(duplicates(read), [], 'no user seen twice')
     t.same([...mustSee].filter((id) => !seen.has(id)), [], 'every user present when its turn came was seen')
-    t.same(read.filter((id) => mustNotSee.has(id)), [], 'no user deleted before its turn, nor created behind the cursor')
+    t.same(
+      read.filter((id) => mustNotSee.has(id)),
+      [],
+      'no user deleted before its turn, nor created behind the cursor'
+    )
     t.ok(round >= 99, `${round + 1} pages`)
   })
 }
@@ -73,7 +98,11 @@ test('ListUsers page tokens: refused when forged or foreign, absent without pagi
   t.equal(last.nextPageToken, undefined, 'no token after the last page')
 
   // The token is the usersConnection cursor: the same pages from either transport.
-  const graphql = await gql(url, 'query ($after: String) { usersConnection(first: 2, after: $after) { edges { node { id } } } }', { after: first.nextPageToken })
+  const graphql = await gql(
+    url,
+    'query ($after: String) { usersConnection(first: 2, after: $after) { edges { node { id } } } }',
+    { after: first.nextPageToken }
+  )
   t.same(graphql.body.data.usersConnection.edges.map((e: { node: { id: string } }) => e.node.id), ['3', '4'])
   const messages = await gql(url, '{ messagesConnection(roomId: "general", first: 1) { pageInfo { endCursor } } }')
   const messageCursor = messages.body.data.messagesConnection.pageInfo.endCursor

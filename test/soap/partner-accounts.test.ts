@@ -33,16 +33,33 @@ test('sealing: opens with the same key and login only; scrypt hashes verify', as
 test('npm run partner:create creates a SERVICE partner that authenticates over SOAP', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'partner-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  const env = { ...process.env, SQLITE_PATH: join(dir, 'service.db'), PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, NODE_ENV: 'development', DATABASE_URL: '' }
+  const env = {
+    ...process.env,
+    SQLITE_PATH: join(dir, 'service.db'),
+    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
+    NODE_ENV: 'development',
+    DATABASE_URL: ''
+  }
   const seedStore = openSqliteStore(env.SQLITE_PATH)
   await loadDemoData(seedStore)
   await seedStore.close()
 
-  const created = await run(process.execPath, [SCRIPT, '--login', 'acme', '--password', 'acme-password', '--name', 'Acme Corp'], { env })
+  const created = await run(
+    process.execPath,
+    [SCRIPT, '--login', 'acme', '--password', 'acme-password', '--name', 'Acme Corp'],
+    { env }
+  )
   t.match(created.stdout, /partner "acme" → user \S+ \(SERVICE\) in sqlite/)
-  const bound = await run(process.execPath, [SCRIPT, '--login', 'root', '--password', 'root-password', '--user-id', '1', '--text-only'], { env })
+  const bound = await run(
+    process.execPath,
+    [SCRIPT, '--login', 'root', '--password', 'root-password', '--user-id', '1', '--text-only'],
+    { env }
+  )
   t.match(bound.stdout, /partner "root" → user 1 \(ADMIN\) in sqlite, PasswordText only/)
-  const usage = await run(process.execPath, [SCRIPT, '--login', 'x'], { env }).then(() => null, (err: { code: number; stderr: string }) => err)
+  const usage = await run(process.execPath, [SCRIPT, '--login', 'x'], { env }).then(
+    () => null,
+    (err: { code: number; stderr: string }) => err
+  )
   t.equal(usage?.code, 2)
   t.match(usage?.stderr, /usage: npm run partner:create/)
 
@@ -60,17 +77,37 @@ test('npm run partner:create creates a SERVICE partner that authenticates over S
   const nonce = randomBytes(16)
   const createdAt = new Date().toISOString()
   const digest = createHash('sha1').update(nonce).update(createdAt).update('acme-password').digest('base64')
-  const digestToken = `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}"><wsse:UsernameToken><wsse:Username>acme</wsse:Username>` +
+  const digestToken =
+    `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}"><wsse:UsernameToken><wsse:Username>acme</wsse:Username>` +
     `<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordDigest">${digest}</wsse:Password>` +
     `<wsse:Nonce>${nonce.toString('base64')}</wsse:Nonce><wsu:Created>${createdAt}</wsu:Created></wsse:UsernameToken></wsse:Security>`
-  t.equal((await post(`${url}/v1/UserService`, envelope('1.1', body, digestToken), headers)).status, 200, 'acme with PasswordDigest')
-  t.equal((await post(`${url}/v1/UserService`, envelope('1.1', body, textToken('acme', 'acme-password')), headers)).status, 200, 'acme with PasswordText')
+  t.equal(
+    (await post(`${url}/v1/UserService`, envelope('1.1', body, digestToken), headers)).status,
+    200,
+    'acme with PasswordDigest'
+  )
+  t.equal(
+    (await post(`${url}/v1/UserService`, envelope('1.1', body, textToken('acme', 'acme-password')), headers)).status,
+    200,
+    'acme with PasswordText'
+  )
 
   // root has no sealed password: PasswordText works (scrypt once, then remembered), PasswordDigest cannot.
   const asRoot = await post(`${url}/v1/UserService`, envelope('1.1', body, textToken('root', 'root-password')), headers)
   t.match(asRoot.text, '<email>', 'root acts as user 1 (ADMIN) and sees the e-mail')
-  t.equal((await post(`${url}/v1/UserService`, envelope('1.1', body, textToken('root', 'root-password')), headers)).status, 200, 'again, from the cache')
-  t.match(readFault((await post(`${url}/v1/UserService`, envelope('1.1', body, textToken('root', 'wrong')), headers)).text), { code: 'wsse:FailedAuthentication' })
+  t.equal(
+    (await post(`${url}/v1/UserService`, envelope('1.1', body, textToken('root', 'root-password')), headers)).status,
+    200,
+    'again, from the cache'
+  )
+  t.match(
+    readFault((await post(`${url}/v1/UserService`, envelope('1.1', body, textToken('root', 'wrong')), headers)).text),
+    { code: 'wsse:FailedAuthentication' }
+  )
   const rootDigest = digestToken.replace('>acme<', '>root<')
-  t.match(readFault((await post(`${url}/v1/UserService`, envelope('1.1', body, rootDigest), headers)).text), { code: 'wsse:FailedAuthentication' }, 'no digest for a text-only account')
+  t.match(
+    readFault((await post(`${url}/v1/UserService`, envelope('1.1', body, rootDigest), headers)).text),
+    { code: 'wsse:FailedAuthentication' },
+    'no digest for a text-only account'
+  )
 })

@@ -25,7 +25,7 @@ test('SOAP over the PostgreSQL store', async (t) => {
   t.match(readFault(replay.text), { code: 'env:Sender', subcode: 'wsse:FailedAuthentication' })
 
   // The injected clock is the fixtures' time, so this request carries no Created: PasswordText.
-  const token = `<wsse:Security xmlns:wsse="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd"><wsse:UsernameToken><wsse:Username>partner</wsse:Username><wsse:Password>s3cret</wsse:Password></wsse:UsernameToken></wsse:Security>`
+  const token = '<wsse:Security xmlns:wsse="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd"><wsse:UsernameToken><wsse:Username>partner</wsse:Username><wsse:Password>s3cret</wsse:Password></wsse:UsernameToken></wsse:Security>'
   const created = await post(`${url}/v1/UserService`, envelope('1.1', '<CreateUser xmlns="https://example.com/v1/UserService"><name>Pat Postgres</name><email>pat@example.com</email></CreateUser>', token), { 'content-type': 'text/xml; charset=utf-8' })
   t.equal(created.status, 200, created.text)
   const id = /<id>([^<]+)<\/id>/.exec(created.text)![1]!

@@ -14,8 +14,17 @@ import { SERVICE_VERSIONS } from '../../routes/soap/operations.ts'
 import { FIXTURES, SOAP11, WSSE, WSU, envelope, textToken } from './helpers.ts'
 
 const oracleParser = new XMLParser({
-  preserveOrder: true, ignoreAttributes: false, attributeNamePrefix: '', parseTagValue: false, parseAttributeValue: false,
-  processEntities: false, htmlEntities: false, trimValues: false, ignoreDeclaration: true, ignorePiTags: true, cdataPropName: '#cdata'
+  preserveOrder: true,
+  ignoreAttributes: false,
+  attributeNamePrefix: '',
+  parseTagValue: false,
+  parseAttributeValue: false,
+  processEntities: false,
+  htmlEntities: false,
+  trimValues: false,
+  ignoreDeclaration: true,
+  ignorePiTags: true,
+  cdataPropName: '#cdata'
 })
 const PREDEFINED: Record<string, string> = { lt: '<', gt: '>', amp: '&', quot: '"', apos: "'" }
 const decode = (v: string) => v.replace(/&(#x[0-9a-fA-F]+|#[0-9]+|lt|gt|amp|quot|apos);/g, (_m, r: string) =>
@@ -26,7 +35,9 @@ function resolve (node: Node, scope: Map<string, string>): XmlElement {
   const name = Object.keys(node).find((k) => k !== ':@')!
   const attrs = node[':@'] ?? {}
   const inner = new Map(scope)
-  for (const [k, v] of Object.entries(attrs)) if (k === 'xmlns' || k.startsWith('xmlns:')) inner.set(k === 'xmlns' ? '' : k.slice(6), decode(v))
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'xmlns' || k.startsWith('xmlns:')) inner.set(k === 'xmlns' ? '' : k.slice(6), decode(v))
+  }
   const split = (q: string) => q.includes(':') ? [q.slice(0, q.indexOf(':')), q.slice(q.indexOf(':') + 1)] : ['', q]
   const [prefix, local] = split(name)
   const attributes = Object.entries(attrs).filter(([k]) => k !== 'xmlns' && !k.startsWith('xmlns:')).map(([k, v]) => {
@@ -50,7 +61,7 @@ function oracle (xml: string): XmlElement {
 const digestEnvelope = () => {
   const nonce = randomBytes(16)
   const created = new Date().toISOString()
-  return envelope('1.1', `<GetUser xmlns="https://api.example.com/v1/UserService"><id>42</id></GetUser>`,
+  return envelope('1.1', '<GetUser xmlns="https://api.example.com/v1/UserService"><id>42</id></GetUser>',
     `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}"><wsse:UsernameToken><wsse:Username>p</wsse:Username>` +
     `<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordDigest">${createHash('sha1').update(nonce).update(created).update('pw').digest('base64')}</wsse:Password>` +
     `<wsse:Nonce>${nonce.toString('base64')}</wsse:Nonce><wsu:Created>${created}</wsu:Created></wsse:UsernameToken></wsse:Security>`)
@@ -61,7 +72,7 @@ const valid: string[] = [
   ...SERVICE_VERSIONS.map((v) => buildWsdl(v, 'https://api.example.com', `https://api.example.com${v.path}`)),
   digestEnvelope(),
   envelope('1.1', '<a:Op xmlns:a="urn:a"><a:x>007</a:x><y>&lt;&amp;&gt;&quot;&apos;&#65;&#x42;&#x1F600;</y></a:Op>', textToken('u', 'p&amp;w')),
-  `<?xml version='1.0' encoding='UTF-8' standalone='yes'?>\n<!-- c --><?pi data?>\n<r xmlns="urn:d" xmlns:p='urn:p' p:a='1' b = "2" >\n  <p:c><![CDATA[<not> &markup;]]>tail</p:c>\n  <e xmlns=""><f/></e><p:g xmlns:p="urn:other"/>\n</r>\n<!-- after -->\n`,
+  '<?xml version=\'1.0\' encoding=\'UTF-8\' standalone=\'yes\'?>\n<!-- c --><?pi data?>\n<r xmlns="urn:d" xmlns:p=\'urn:p\' p:a=\'1\' b = "2" >\n  <p:c><![CDATA[<not> &markup;]]>tail</p:c>\n  <e xmlns=""><f/></e><p:g xmlns:p="urn:other"/>\n</r>\n<!-- after -->\n',
   '<r><a.b-c_d>text &#10; more</a.b-c_d><é x="ü"/></r>',
   `<s:Envelope xmlns:s="${SOAP11}"><s:Body><x:y xmlns:x="urn:x" x:nil="true" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="x:t"/></s:Body></s:Envelope>`
 ]
@@ -81,7 +92,15 @@ test('valid documents: the same tree as fast-xml-parser resolves', async (t) => 
     t.same(parseXml(xml), oracle(xml), xml.slice(0, 80))
   }
   const tree = parseXml(valid.at(-3)!)
-  t.same(tree.children.map((c) => [c.ns, c.local]), [['urn:p', 'c'], ['', 'e'], ['urn:other', 'g']], 'namespaces resolved, default undeclared, prefix redeclared')
+  t.same(
+    tree.children.map((c) => [c.ns, c.local]),
+    [
+      ['urn:p', 'c'],
+      ['', 'e'],
+      ['urn:other', 'g']
+    ],
+    'namespaces resolved, default undeclared, prefix redeclared'
+  )
   t.equal(tree.children[0]!.text, '<not> &markup;tail', 'CDATA kept verbatim')
 })
 
@@ -91,7 +110,13 @@ test('broken documents: refused, like fast-xml-parser\'s validator does, and mor
     t.throws(() => parseXml(xml), XmlError, `refused: ${JSON.stringify(xml)}`)
   }
   for (const xml of brokenForUsOnly) t.throws(() => parseXml(xml), XmlError, `refused: ${JSON.stringify(xml)}`)
-  const doctype = (() => { try { return parseXml('<!DOCTYPE a [<!ENTITY x "y">]><a>&x;</a>') } catch (err) { return err } })()
+  const doctype = (() => {
+    try {
+      return parseXml('<!DOCTYPE a [<!ENTITY x "y">]><a>&x;</a>')
+    } catch (err) {
+      return err
+    }
+  })()
   t.match(doctype, { name: 'XmlError', policy: true }, 'a DOCTYPE is reported as such')
 })
 
@@ -99,10 +124,22 @@ test('hostile shapes: attributes per element and elements per document are cappe
   const attributes = (count: number) => `<a ${Array.from({ length: count }, (_, i) => `a${i}="${i}"`).join(' ')}/>`
   const { maxAttributes, maxElements } = DEFAULT_XML_LIMITS
   t.equal(parseXml(attributes(maxAttributes)).attributes.length, maxAttributes, 'up to the cap')
-  t.throws(() => parseXml(attributes(maxAttributes + 1)), { name: 'XmlError', policy: true, message: `An element has more than ${maxAttributes} attributes` })
+  t.throws(() => parseXml(attributes(maxAttributes + 1)), {
+    name: 'XmlError',
+    policy: true,
+    message: `An element has more than ${maxAttributes} attributes`
+  })
   t.throws(() => parseXml(`<a xmlns:p="urn:p" ${Array.from({ length: maxAttributes }, (_, i) => `p:a${i}="${i}"`).join(' ')}/>`), /more than 32 attributes/, 'namespace declarations count')
-  t.equal(parseXml(`<a>${'<b/>'.repeat(maxElements - 1)}</a>`).children.length, maxElements - 1, 'up to the element cap')
-  t.throws(() => parseXml(`<a>${'<b/>'.repeat(maxElements)}</a>`), { name: 'XmlError', policy: true, message: `The message has more than ${maxElements} elements` })
+  t.equal(
+    parseXml(`<a>${'<b/>'.repeat(maxElements - 1)}</a>`).children.length,
+    maxElements - 1,
+    'up to the element cap'
+  )
+  t.throws(() => parseXml(`<a>${'<b/>'.repeat(maxElements)}</a>`), {
+    name: 'XmlError',
+    policy: true,
+    message: `The message has more than ${maxElements} elements`
+  })
   t.throws(() => parseXml('<a><b/><c/></a>', { maxElements: 2, maxAttributes: 4 }), /more than 2 elements/, 'configurable')
   // Past the caps (raised here), the duplicate check stays correct on many attributes.
   const many = { maxElements: 10, maxAttributes: 100_000 }

@@ -14,14 +14,28 @@ export interface WsClientOptions {
 }
 
 /** A graphql-ws client that never retries, so close codes reach the test. */
-export function wsClient (url: string, options: WsClientOptions = {}): Client & { closed: Promise<{ code: number; reason: string }> } {
+export function wsClient (
+  url: string,
+  options: WsClientOptions = {}
+): Client & { closed: Promise<{ code: number; reason: string }> } {
   let onClosed: (event: { code: number; reason: string }) => void = () => {}
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => { onClosed = resolve })
+  const closed = new Promise<{ code: number; reason: string }>((resolve) => {
+    onClosed = resolve
+  })
   const headers = options.headers
   const client = createClient({
     url: wsUrl(url),
-    webSocketImpl: headers ? class extends WebSocket { constructor (address: string, protocols?: string | string[]) { super(address, protocols, { headers }) } } : WebSocket,
-    connectionParams: options.authToken !== undefined || options.payload ? { ...options.payload, ...(options.authToken !== undefined ? { authToken: options.authToken } : {}) } : undefined,
+    webSocketImpl: headers
+      ? class extends WebSocket {
+        constructor (address: string, protocols?: string | string[]) {
+          super(address, protocols, { headers })
+        }
+      }
+      : WebSocket,
+    connectionParams:
+      options.authToken !== undefined || options.payload
+        ? { ...options.payload, ...(options.authToken !== undefined ? { authToken: options.authToken } : {}) }
+        : undefined,
     retryAttempts: 0,
     lazy: false,
     onNonLazyError: () => {},
@@ -37,24 +51,32 @@ export interface Outcome<T = unknown> {
 }
 
 /** Subscribes and collects every result until the stream completes or errors. */
-export function collect<T = any> (client: Client | SseClient, query: string, variables?: Record<string, unknown>, onValue?: (value: T, all: T[]) => void) {
+export function collect<T = any> (
+  client: Client | SseClient<boolean>,
+  query: string,
+  variables?: Record<string, unknown>,
+  onValue?: (value: T, all: T[]) => void
+) {
   const outcome: Outcome<T> = { values: [], completed: false }
   let dispose: () => void = () => {}
   const done = new Promise<Outcome<T>>((resolve) => {
-    dispose = client.subscribe<T>({ query, variables }, {
-      next: (value) => {
-        outcome.values.push(value as T)
-        onValue?.(value as T, outcome.values)
-      },
-      error: (error) => {
-        outcome.error = error
-        resolve(outcome)
-      },
-      complete: () => {
-        outcome.completed = true
-        resolve(outcome)
+    dispose = client.subscribe<T>(
+      { query, variables },
+      {
+        next: (value) => {
+          outcome.values.push(value as T)
+          onValue?.(value as T, outcome.values)
+        },
+        error: (error) => {
+          outcome.error = error
+          resolve(outcome)
+        },
+        complete: () => {
+          outcome.completed = true
+          resolve(outcome)
+        }
       }
-    })
+    )
   })
   return { outcome, done, dispose: () => dispose() }
 }
@@ -98,7 +120,9 @@ export async function rawSocket (url: string, protocol?: string | string[], head
       for (;;) {
         const index = received.findIndex((m) => m.type === type)
         if (index >= 0) return received.splice(index, 1)[0]
-        if (socket.readyState !== WebSocket.OPEN || Date.now() > deadline) throw new Error(`no ${type} message (got ${JSON.stringify(received)})`)
+        if (socket.readyState !== WebSocket.OPEN || Date.now() > deadline) {
+          throw new Error(`no ${type} message (got ${JSON.stringify(received)})`)
+        }
         await new Promise<void>((resolve) => { waiters.push(resolve); setTimeout(resolve, 50) })
       }
     }
@@ -106,21 +130,34 @@ export async function rawSocket (url: string, protocol?: string | string[], head
 }
 
 /** The HTTP status a refused WebSocket upgrade answered with, and its body. */
-export function refusedUpgrade (url: string, protocol?: string | string[], headers?: Record<string, string>): Promise<{ status: number; body: any }> {
+export function refusedUpgrade (
+  url: string,
+  protocol?: string | string[],
+  headers?: Record<string, string>
+): Promise<{ status: number; body: any }> {
   return new Promise((resolve, reject) => {
     const socket = new WebSocket(wsUrl(url), protocol, headers ? { headers } : {})
-    socket.on('open', () => { socket.close(); reject(new Error('the upgrade was accepted')) })
+    socket.on('open', () => {
+      socket.close()
+      reject(new Error('the upgrade was accepted'))
+    })
     socket.on('error', () => {})
     socket.on('unexpected-response', (_request, response) => {
       let body = ''
-      response.on('data', (chunk: Buffer) => { body += chunk })
+      response.on('data', (chunk: Buffer) => {
+        body += chunk
+      })
       response.on('end', () => resolve({ status: response.statusCode ?? 0, body: body ? JSON.parse(body) : null }))
     })
   })
 }
 
 /** Polls until `check` returns true (or fails after `ms`). */
-export async function eventually (check: () => boolean | Promise<boolean>, ms = 5000, what = 'condition'): Promise<void> {
+export async function eventually (
+  check: () => boolean | Promise<boolean>,
+  ms = 5000,
+  what = 'condition'
+): Promise<void> {
   const deadline = Date.now() + ms
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
@@ -128,7 +165,9 @@ export async function eventually (check: () => boolean | Promise<boolean>, ms = 
   }
 }
 
-/** Listeners the app's emitter holds for a room's topic (mqemitter has no public count; its matcher is the registry). */
+/**
+ * Listeners the app's emitter holds for a room's topic (mqemitter has no public count; its matcher is the registry).
+ */
 export function roomListeners (app: { emitter: unknown; roomTopic (roomId: string): string }, roomId: string): number {
-  return (app.emitter as { _matcher: { match (topic: string): unknown[] } })._matcher.match(app.roomTopic(roomId)).length
+  return (app.emitter as { _matcher: { match(topic: string): unknown[] } })._matcher.match(app.roomTopic(roomId)).length
 }

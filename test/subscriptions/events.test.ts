@@ -11,7 +11,9 @@ test('count emits 0 … target-1 about every second, then completes', async (t) 
   t.teardown(() => client.dispose())
   const arrivals: number[] = []
   const started = Date.now()
-  const outcome = await collect(client, 'subscription ($n: Int) { count(target: $n) }', { n: 4 }, () => arrivals.push(Date.now())).done
+  const outcome = await collect(client, 'subscription ($n: Int) { count(target: $n) }', { n: 4 }, () =>
+    arrivals.push(Date.now())
+  ).done
   const finished = Date.now()
   t.same(outcome.values.map((v: any) => v.data.count), [0, 1, 2, 3])
   t.ok(outcome.completed, 'the stream completes')
@@ -34,7 +36,8 @@ test('count without a target emits ten values', async (t) => {
   t.ok(outcome.completed)
 })
 
-const ROOM_QUERY = 'subscription ($room: String!) { messageAdded(roomId: $room) { id content author { id name email } } }'
+const ROOM_QUERY =
+  'subscription ($room: String!) { messageAdded(roomId: $room) { id content author { id name email } } }'
 
 test('messageAdded: every message of the room, in production order, and only that room', async (t) => {
   const { url, token, app } = await listenTestApp(t)
@@ -42,7 +45,11 @@ test('messageAdded: every message of the room, in production order, and only tha
   t.teardown(() => client.dispose())
   const red = collect(client, ROOM_QUERY, { room: 'red' })
   const blue = collect(client, ROOM_QUERY, { room: 'blue' })
-  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 2, 3000, 'both subscriptions live')
+  await eventually(
+    () => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 2,
+    3000,
+    'both subscriptions live'
+  )
 
   const posted: Record<string, string[]> = { red: [], blue: [] }
   for (let i = 0; i < 15; i++) {
@@ -56,10 +63,16 @@ test('messageAdded: every message of the room, in production order, and only tha
   const ids = (values: any[]) => values.map((v) => v.data.messageAdded.id)
   t.same(ids(red.outcome.values), posted.red, 'red: all of its messages, in order')
   t.same(ids(blue.outcome.values), posted.blue, 'blue: all of its messages, in order')
-  t.same(red.outcome.values.map((v: any) => v.data.messageAdded.content), posted.red.map((_, k) => `red ${[1, 2, 4, 5, 7, 8, 10, 11, 13, 14][k]}`))
+  t.same(
+    red.outcome.values.map((v: any) => v.data.messageAdded.content),
+    posted.red.map((_, k) => `red ${[1, 2, 4, 5, 7, 8, 10, 11, 13, 14][k]}`)
+  )
   // The author is resolved for each event.
   t.same(blue.outcome.values.map((v: any) => v.data.messageAdded.author.id), ['2', '2', '2', '2', '2'])
-  t.same(red.outcome.values.map((v: any) => v.data.messageAdded.author.name).slice(0, 2), ['Alan Turing', 'Grace Hopper'])
+  t.same(red.outcome.values.map((v: any) => v.data.messageAdded.author.name).slice(0, 2), [
+    'Alan Turing',
+    'Grace Hopper'
+  ])
 })
 
 test('field rules apply per subscriber: email only for the author and administrators', async (t) => {
@@ -74,15 +87,29 @@ test('field rules apply per subscriber: email only for the author and administra
     t.teardown(() => client.dispose())
     return [name, collect(client, ROOM_QUERY, { room: 'shared' })]
   }))
-  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 4, 3000, 'four subscriptions live')
-  await gql(url, 'mutation { postMessage(roomId: "shared", content: "mine") { id } }', undefined, { authorization: `Bearer ${token('2')}` })
+  await eventually(
+    () => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 4,
+    3000,
+    'four subscriptions live'
+  )
+  await gql(url, 'mutation { postMessage(roomId: "shared", content: "mine") { id } }', undefined, {
+    authorization: `Bearer ${token('2')}`
+  })
   await eventually(() => Object.values(subs).every((s) => s.outcome.values.length === 1), 3000, 'one event each')
-  const [author, other, admin, anonymous] = ['author', 'other', 'admin', 'anonymous'].map((name) => subs[name]!.outcome.values[0] as any)
+  const [author, other, admin, anonymous] = ['author', 'other', 'admin', 'anonymous'].map(
+    (name) => subs[name]!.outcome.values[0] as any
+  )
   t.equal(author.data.messageAdded.author.email, 'ada@example.com')
   t.notOk(author.errors)
   t.equal(admin.data.messageAdded.author.email, 'ada@example.com')
   t.equal(other.data.messageAdded.author.email, null)
-  t.match(other.errors, [{ message: 'Not allowed to read this field', extensions: { code: 'FORBIDDEN' }, path: ['messageAdded', 'author', 'email'] }])
+  t.match(other.errors, [
+    {
+      message: 'Not allowed to read this field',
+      extensions: { code: 'FORBIDDEN' },
+      path: ['messageAdded', 'author', 'email']
+    }
+  ])
   t.equal(anonymous.data.messageAdded.author.email, null)
   t.match(anonymous.errors, [{ message: 'Must be logged in', extensions: { code: 'UNAUTHENTICATED' } }])
 })
@@ -93,7 +120,10 @@ test('each event reads the author afresh (no loader cache kept across events)', 
   t.teardown(() => client.dispose())
   const sub = collect(client, ROOM_QUERY, { room: 'news' })
   await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1, 3000, 'subscription live')
-  const post = () => gql(url, 'mutation { postMessage(roomId: "news", content: "x") { id } }', undefined, { authorization: `Bearer ${token('2')}` })
+  const post = () =>
+    gql(url, 'mutation { postMessage(roomId: "news", content: "x") { id } }', undefined, {
+      authorization: `Bearer ${token('2')}`
+    })
   await post()
   await eventually(() => sub.outcome.values.length === 1)
   await store.updateUser('2', { name: 'Ada King' })

@@ -69,7 +69,9 @@ test('one post to a room of 950 heavy anonymous subscribers: little CPU, few byt
           codes.set('next', (codes.get('next') ?? 0) + 1)
         }
       })
-      for (let s = 0; s < SUBSCRIPTIONS_PER_CONNECTION; s++) socket.send(JSON.stringify({ id: String(s), type: 'subscribe', payload: { query } }))
+      for (let s = 0; s < SUBSCRIPTIONS_PER_CONNECTION; s++) {
+        socket.send(JSON.stringify({ id: String(s), type: 'subscribe', payload: { query } }))
+      }
     }
   }
   // Every subscription live (the service's own gauge), none refused.
@@ -99,17 +101,24 @@ test('one post to a room of 950 heavy anonymous subscribers: little CPU, few byt
   const posted = await fetch(`${url}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${mintToken(config.jwt, '2', 'USER')}` },
-    body: JSON.stringify({ query: 'mutation ($c: String!) { postMessage(roomId: "hot", content: $c) { id } }', variables: { c: 'an ordinary message of one hundred and fifty bytes, '.repeat(3).slice(0, 150) } })
+    body: JSON.stringify({
+      query: 'mutation ($c: String!) { postMessage(roomId: "hot", content: $c) { id } }',
+      variables: { c: 'an ordinary message of one hundred and fifty bytes, '.repeat(3).slice(0, 150) }
+    })
   })
   t.equal(posted.status, 200, 'the post is accepted')
   // Each subscriber gets one message for the event: its answer, or RATE_LIMITED.
-  for (let waited = 0; messages < SUBSCRIBERS && waited < 60_000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50))
+  for (let waited = 0; messages < SUBSCRIBERS && waited < 60_000; waited += 50) {
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
   await new Promise((resolve) => setTimeout(resolve, 500))
   const cpu = cpuSeconds(pid) - cpuBefore
   probing = false
   await probe
 
-  t.comment(`delivered: ${JSON.stringify(Object.fromEntries(codes))}; ${(bytes / 2 ** 20).toFixed(1)} MiB; ${cpu.toFixed(2)} s CPU; slowest /health/ready ${slowestReady} ms`)
+  t.comment(
+    `delivered: ${JSON.stringify(Object.fromEntries(codes))}; ${(bytes / 2 ** 20).toFixed(1)} MiB; ${cpu.toFixed(2)} s CPU; slowest /health/ready ${slowestReady} ms`
+  )
   t.equal(messages, SUBSCRIBERS, 'every subscriber heard of the event')
   t.ok((codes.get('next') ?? 0) > 0, 'subscribers whose payer can pay got the message')
   t.ok(cpu < 0.5, `the service spent under 0.5 s of CPU on the event (${cpu.toFixed(2)} s)`)

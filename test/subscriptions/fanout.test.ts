@@ -6,7 +6,8 @@ import WebSocket from 'ws'
 import { gql, listenTestApp } from '../helpers/app.ts'
 import { collect, eventually, rawSocket, sseClient, wsClient, wsUrl } from './clients.ts'
 
-const ROOM_WITH_AUTHOR = 'subscription ($room: String!) { messageAdded(roomId: $room) { content author { id email adminNotes } } }'
+const ROOM_WITH_AUTHOR =
+  'subscription ($room: String!) { messageAdded(roomId: $room) { content author { id email adminNotes } } }'
 
 test('one room, four callers: each sees only the fields its own rules allow, and each scope is executed once', async (t) => {
   const { url, app, token } = await listenTestApp(t)
@@ -26,21 +27,38 @@ test('one room, four callers: each sees only the fields its own rules allow, and
   t.teardown(() => { for (const c of clients) c.dispose(); alsoA.dispose() })
   const [a, b, ad, anon, a2] = [...clients, alsoA].map((c) => collect(c, ROOM_WITH_AUTHOR, { room: 'scopes' }))
   // A public query (no @auth field) in the same room: one shared execution for every caller.
-  const publicOnes = clients.map((c) => collect(c, 'subscription { messageAdded(roomId: "scopes") { content author { name } } }'))
+  const publicOnes = clients.map((c) =>
+    collect(c, 'subscription { messageAdded(roomId: "scopes") { content author { name } } }')
+  )
   await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 9, 5000, 'nine subscribers')
 
-  await gql(url, 'mutation { postMessage(roomId: "scopes", content: "by A") { id } }', undefined, { authorization: `Bearer ${token('4')}` })
-  await eventually(() => [a, b, ad, anon, a2, ...publicOnes].every((s) => s!.outcome.values.length === 1), 5000, 'the event everywhere')
+  await gql(url, 'mutation { postMessage(roomId: "scopes", content: "by A") { id } }', undefined, {
+    authorization: `Bearer ${token('4')}`
+  })
+  await eventually(
+    () => [a, b, ad, anon, a2, ...publicOnes].every((s) => s!.outcome.values.length === 1),
+    5000,
+    'the event everywhere'
+  )
 
   const author = (s: typeof a) => s!.outcome.values[0].data.messageAdded.author
-  t.same(author(a), { id: '4', email: 'grace@example.com', adminNotes: null }, 'A sees its own email, not its admin notes')
+  t.same(
+    author(a),
+    { id: '4', email: 'grace@example.com', adminNotes: null },
+    'A sees its own email, not its admin notes'
+  )
   t.same(author(a2), author(a), 'A over SSE: the same')
   t.same(author(b), { id: '4', email: null, adminNotes: null }, 'B sees neither')
   t.match(b!.outcome.values[0].errors, [{ extensions: { code: 'FORBIDDEN' } }, { extensions: { code: 'FORBIDDEN' } }])
   t.same(author(ad), { id: '4', email: 'grace@example.com', adminNotes: 'Prefers COBOL' }, 'the ADMIN sees both')
   t.same(author(anon), { id: '4', email: null, adminNotes: null }, 'anonymous sees neither')
-  t.match(anon!.outcome.values[0].errors, [{ extensions: { code: 'UNAUTHENTICATED' } }, { extensions: { code: 'UNAUTHENTICATED' } }])
-  for (const s of publicOnes) t.same(s.outcome.values[0], { data: { messageAdded: { content: 'by A', author: { name: 'Grace Hopper' } } } })
+  t.match(anon!.outcome.values[0].errors, [
+    { extensions: { code: 'UNAUTHENTICATED' } },
+    { extensions: { code: 'UNAUTHENTICATED' } }
+  ])
+  for (const s of publicOnes) {
+    t.same(s.outcome.values[0], { data: { messageAdded: { content: 'by A', author: { name: 'Grace Hopper' } } } })
+  }
   // Scopes user:4 (WS and SSE together), user:3, ADMIN, anonymous; and one public group.
   t.equal(executions, 5, 'executed once per scope, not once per subscriber')
 })
@@ -68,9 +86,19 @@ test('every event is charged to whoever holds the subscription, one spend per pa
   const admissions = spends.length
   const costOf = spends[0]!.units
 
-  const post = (content: string) => gql(url, `mutation { postMessage(roomId: "paid", content: "${content}") { id } }`, undefined, { authorization: `Bearer ${token('4')}` })
+  const post = (content: string) =>
+    gql(url, `mutation { postMessage(roomId: "paid", content: "${content}") { id } }`, undefined, {
+      authorization: `Bearer ${token('4')}`
+    })
   await post('one')
-  await eventually(() => byUser2.outcome.values.length === 1 && byUser3.outcome.values.length === 1 && anonymous.every((s) => s.outcome.values.length === 1), 5000, 'the first event')
+  await eventually(
+    () =>
+      byUser2.outcome.values.length === 1 &&
+      byUser3.outcome.values.length === 1 &&
+      anonymous.every((s) => s.outcome.values.length === 1),
+    5000,
+    'the first event'
+  )
   const first = spends.slice(admissions).filter((s) => s.who !== 'user:4')
   t.same(first.sort((x, y) => x.who.localeCompare(y.who)), [
     { who: 'ip:127.0.0.1', units: 4 * costOf },
@@ -83,13 +111,25 @@ test('every event is charged to whoever holds the subscription, one spend per pa
   await post('two')
   const [over2, over3] = await Promise.all([byUser2.done, byUser3.done])
   t.equal(over2.values.length, 1, 'the unpaid event is not sent over WebSocket')
-  t.match(over2.error, [{ extensions: { code: 'RATE_LIMITED', retryAfter: 30 } }], 'graphql-transport-ws: an error message for that id')
+  t.match(
+    over2.error,
+    [{ extensions: { code: 'RATE_LIMITED', retryAfter: 30 } }],
+    'graphql-transport-ws: an error message for that id'
+  )
   t.equal(over3.values.length, 2, 'SSE: the unpaid event is replaced by a next carrying the error')
   t.notOk(over3.values[1].data)
   t.match(over3.values[1], { errors: [{ message: /Cost rate limit exceeded/, extensions: { code: 'RATE_LIMITED' } }] })
   t.ok(over3.completed, 'then complete')
-  await eventually(() => anonymous.every((s) => s.outcome.values.length === 2), 5000, 'the anonymous subscribers, who paid, still get it')
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 4, 5000, 'the unpaid subscriptions left the room')
+  await eventually(
+    () => anonymous.every((s) => s.outcome.values.length === 2),
+    5000,
+    'the anonymous subscribers, who paid, still get it'
+  )
+  await eventually(
+    () => app.graphqlRoom.subscriptionStats().topicSubscribers === 4,
+    5000,
+    'the unpaid subscriptions left the room'
+  )
 
   // The legacy subprotocol: an `error` message for that id.
   const legacy = await rawSocket(url, 'graphql-ws')
@@ -114,7 +154,10 @@ test('count ticks are charged the same way', async (t) => {
     return spend(caller, ip, units)
   }
   // The admission is the first spend, the first tick the second; the second tick cannot be paid.
-  const outcome = await collect(wsClient(url, { authToken: `Bearer ${token('2')}` }), 'subscription { count(target: 5) }').done
+  const outcome = await collect(
+    wsClient(url, { authToken: `Bearer ${token('2')}` }),
+    'subscription { count(target: 5) }'
+  ).done
   t.same(outcome.values, [{ data: { count: 0 } }])
   t.match(outcome.error, [{ extensions: { code: 'RATE_LIMITED' } }])
   await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 0, 3000, 'released')
@@ -132,7 +175,12 @@ test('subscriptions are capped per caller across connections and carriers', asyn
   const second = collect(two, query)
   await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'two subscriptions')
   const refused = await collect(three, query).done
-  t.match(refused.error, [{ message: 'Too many active subscriptions for this client: at most 2 across its connections', extensions: { code: 'RATE_LIMITED' } }])
+  t.match(refused.error, [
+    {
+      message: 'Too many active subscriptions for this client: at most 2 across its connections',
+      extensions: { code: 'RATE_LIMITED' }
+    }
+  ])
   const refusedSse = await collect(sseClient(url, bearer), query).done
   t.match(refusedSse.values, [{ errors: [{ extensions: { code: 'RATE_LIMITED' } }] }])
   // Another caller is not affected; a slot given back is taken again.
@@ -151,7 +199,10 @@ test('subscriptions are capped per caller across connections and carriers', asyn
 })
 
 test('frames on an open WebSocket are budgeted per connection: pings included; over it, close 1008', async (t) => {
-  const { url } = await listenTestApp(t, { WS_MAX_MESSAGES_PER_SECOND: '10', WS_MAX_RECEIVED_BYTES_PER_SECOND: '20000' })
+  const { url } = await listenTestApp(t, {
+    WS_MAX_MESSAGES_PER_SECOND: '10',
+    WS_MAX_RECEIVED_BYTES_PER_SECOND: '20000'
+  })
   const pings = await rawSocket(url, 'graphql-transport-ws')
   pings.send({ type: 'connection_init' })
   await pings.next('connection_ack')
@@ -187,18 +238,39 @@ test('the answer cap counts UTF-8 bytes over WebSocket and SSE alike', async (t)
   const overSse = collect(sse, query)
   await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
   // 400 characters of 3 bytes each: 1200 bytes of content, 400 UTF-16 units.
-  await gql(url, 'mutation ($c: String!) { postMessage(roomId: "utf8", content: $c) { id } }', { c: '€'.repeat(400) }, { authorization: `Bearer ${token('2')}` })
+  await gql(
+    url,
+    'mutation ($c: String!) { postMessage(roomId: "utf8", content: $c) { id } }',
+    { c: '€'.repeat(400) },
+    { authorization: `Bearer ${token('2')}` }
+  )
   await eventually(() => overWs.outcome.values.length === 1 && overSse.outcome.values.length === 1, 5000, 'the event')
-  for (const s of [overWs, overSse]) t.match(s.outcome.values[0], { errors: [{ extensions: { code: 'RESPONSE_TOO_LARGE', maxResponseBytes: 1024 } }] })
+  for (const s of [overWs, overSse]) {
+    t.match(s.outcome.values[0], { errors: [{ extensions: { code: 'RESPONSE_TOO_LARGE', maxResponseBytes: 1024 } }] })
+  }
 })
 
 /** A large event for `room`, published straight to the emitter (as postMessage does after storing it). */
 const publishLarge = (app: Awaited<ReturnType<typeof listenTestApp>>['app'], room: string, i: number) =>
-  app.events.publish({ type: 'messageAdded', message: { id: String(10_000 + i), roomId: room, content: 'x'.repeat(4000), authorId: '2', createdAt: new Date().toISOString() } })
-const WIDE = (room: string) => `subscription { messageAdded(roomId: "${room}") { ${Array.from({ length: 25 }, (_, i) => `c${i}: content`).join(' ')} } }`
+  app.events.publish({
+    type: 'messageAdded',
+    message: {
+      id: String(10_000 + i),
+      roomId: room,
+      content: 'x'.repeat(4000),
+      authorId: '2',
+      createdAt: new Date().toISOString()
+    }
+  })
+const WIDE = (room: string) =>
+  `subscription { messageAdded(roomId: "${room}") { ${Array.from({ length: 25 }, (_, i) => `c${i}: content`).join(' ')} } }`
 
 test('a WebSocket subscriber that stops reading is closed once its unsent data passes the bound', async (t) => {
-  const { url, app } = await listenTestApp(t, { SUBSCRIBER_MAX_BUFFERED_BYTES: '65536', WS_KEEP_ALIVE_MS: '0', MAX_ALIASES: '1000' })
+  const { url, app } = await listenTestApp(t, {
+    SUBSCRIBER_MAX_BUFFERED_BYTES: '65536',
+    WS_KEEP_ALIVE_MS: '0',
+    MAX_ALIASES: '1000'
+  })
   const socket = new WebSocket(wsUrl(url), 'graphql-transport-ws')
   const closed = new Promise<number>((resolve) => socket.on('close', (code) => resolve(code)))
   await new Promise((resolve) => socket.once('open', resolve))
@@ -212,7 +284,13 @@ test('a WebSocket subscriber that stops reading is closed once its unsent data p
     await publishLarge(app, 'stalled', i)
     await new Promise((resolve) => setImmediate(resolve))
   }
-  await eventually(() => app.graphqlRoom.subscriptionStats().webSockets === 0 && app.graphqlRoom.subscriptionStats().topicSubscribers === 0, 5000, 'the stalled connection closed by the server')
+  await eventually(
+    () =>
+      app.graphqlRoom.subscriptionStats().webSockets === 0 &&
+      app.graphqlRoom.subscriptionStats().topicSubscribers === 0,
+    5000,
+    'the stalled connection closed by the server'
+  )
   socket.resume()
   t.ok([4503, 1006].includes(await closed), 'the client sees 4503 if it reads that far, else the cut')
 })
@@ -220,7 +298,11 @@ test('a WebSocket subscriber that stops reading is closed once its unsent data p
 test('an SSE subscriber that stops reading has its stream cut once its unsent data passes the bound', async (t) => {
   const { url, app } = await listenTestApp(t, { SUBSCRIBER_MAX_BUFFERED_BYTES: '65536', MAX_ALIASES: '1000' })
   const response = await new Promise<import('node:http').IncomingMessage>((resolve, reject) => {
-    const req = httpRequest(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' } }, resolve)
+    const req = httpRequest(
+      `${url}/graphql`,
+      { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' } },
+      resolve
+    )
     req.on('error', reject)
     req.end(JSON.stringify({ query: WIDE('stalled-sse') }))
   })
@@ -232,7 +314,13 @@ test('an SSE subscriber that stops reading has its stream cut once its unsent da
     await publishLarge(app, 'stalled-sse', i)
     await new Promise((resolve) => setImmediate(resolve))
   }
-  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 0 && app.graphqlRoom.subscriptionStats().topicSubscribers === 0, 5000, 'the stalled stream cut by the server')
+  await eventually(
+    () =>
+      app.graphqlRoom.subscriptionStats().eventStreams === 0 &&
+      app.graphqlRoom.subscriptionStats().topicSubscribers === 0,
+    5000,
+    'the stalled stream cut by the server'
+  )
   response.resume()
   await ended
   t.pass('the client sees its stream end')

@@ -12,7 +12,10 @@ const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeo
 
 test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) => {
   // Every upgrade is a request for the rate limiter; this test is about leaks, not rates.
-  const { url, app, token } = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '100000', WS_MAX_CONNECTIONS_PER_CLIENT: '100' })
+  const { url, app, token } = await listenTestApp(t, {
+    RATE_LIMIT_REQUESTS: '100000',
+    WS_MAX_CONNECTIONS_PER_CLIENT: '100'
+  })
   const init = { type: 'connection_init', payload: { authToken: `Bearer ${token('2')}` } }
   const subscribe = (id: string, query: string) => ({ id, type: 'subscribe', payload: { query } })
   const ROOM = 'subscription { messageAdded(roomId: "leak") { id content author { name } } }'
@@ -27,7 +30,11 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
     ws.send(subscribe(`count-${i}`, 'subscription { count(target: 50) }'))
     return ws
   }))
-  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 40, 5000, '40 live subscriptions')
+  await eventually(
+    () => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 40,
+    5000,
+    '40 live subscriptions'
+  )
   t.equal(roomListeners(app, 'leak'), 1, 'one emitter listener for the room, however many subscribe')
   t.equal(app.graphqlRoom.subscriptionStats().topicSubscribers, 20)
   for (const ws of live) ws.socket.terminate()
@@ -52,9 +59,22 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
 
   await eventually(() => {
     const stats = app.graphqlRoom.subscriptionStats()
-    return stats.webSockets === 0 && stats.webSocketSubscriptions === 0 && stats.clients === 0 && stats.topicSubscribers === 0 && roomListeners(app, 'leak') === 0
+    return (
+      stats.webSockets === 0 &&
+      stats.webSocketSubscriptions === 0 &&
+      stats.clients === 0 &&
+      stats.topicSubscribers === 0 &&
+      roomListeners(app, 'leak') === 0
+    )
   }, 5000, 'everything released')
-  t.same(app.graphqlRoom.subscriptionStats(), { webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, topics: 0, topicSubscribers: 0, clients: 0 })
+  t.same(app.graphqlRoom.subscriptionStats(), {
+    webSockets: 0,
+    webSocketSubscriptions: 0,
+    eventStreams: 0,
+    topics: 0,
+    topicSubscribers: 0,
+    clients: 0
+  })
   t.equal(roomListeners(app, 'leak'), 0, 'no listener left on the emitter')
   await eventually(() => timers() <= timersBefore + 5, 3000, 'timers released')
   t.ok(timers() <= timersBefore + 5, `no timers left behind (${timersBefore} before, ${timers()} after)`)
@@ -80,7 +100,14 @@ test('a client that leaves while its subscription is being checked starts nothin
   ws.socket.terminate()
   await new Promise((resolve) => setTimeout(resolve, 400))
   t.equal(roomListeners(app, 'gone'), 0, 'no listener registered for a departed client')
-  t.same(app.graphqlRoom.subscriptionStats(), { webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, topics: 0, topicSubscribers: 0, clients: 0 })
+  t.same(app.graphqlRoom.subscriptionStats(), {
+    webSockets: 0,
+    webSocketSubscriptions: 0,
+    eventStreams: 0,
+    topics: 0,
+    topicSubscribers: 0,
+    clients: 0
+  })
 
   // The same for an operation the client completes while it is being checked; the connection stays.
   const stays = await rawSocket(url, 'graphql-transport-ws')

@@ -41,27 +41,56 @@ test('a message posted on instance A reaches subscribers on instance B through R
   const aRoom = collect(onA, QUERY, { room: 'lobby' })
   const bSse = collect(sseClient(b.url, `Bearer ${b.token('2')}`), QUERY, { room: 'lobby' })
   // A subscription is live once the emitter has subscribed its Redis channel.
-  await eventually(() => b.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 2 && a.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1 &&
-    b.app.graphqlRoom.subscriptionStats().eventStreams === 1, 5000, 'subscriptions live on both instances')
+  await eventually(
+    () =>
+      b.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 2 &&
+      a.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1 &&
+      b.app.graphqlRoom.subscriptionStats().eventStreams === 1,
+    5000,
+    'subscriptions live on both instances'
+  )
   await new Promise((resolve) => setTimeout(resolve, 200))
 
   const posted: string[] = []
   for (let i = 0; i < 5; i++) {
-    const { body } = await gql(a.url, 'mutation ($text: String!) { postMessage(roomId: "lobby", content: $text) { id } }', { text: `message ${i}` }, { authorization: `Bearer ${a.token('2')}` })
+    const { body } = await gql(
+      a.url,
+      'mutation ($text: String!) { postMessage(roomId: "lobby", content: $text) { id } }',
+      { text: `message ${i}` },
+      { authorization: `Bearer ${a.token('2')}` }
+    )
     posted.push(body.data.postMessage.id)
   }
-  await eventually(() => bRoom.outcome.values.length === 5 && aRoom.outcome.values.length === 5 && bSse.outcome.values.length === 5, 5000, 'five events everywhere')
+  await eventually(
+    () => bRoom.outcome.values.length === 5 && aRoom.outcome.values.length === 5 && bSse.outcome.values.length === 5,
+    5000,
+    'five events everywhere'
+  )
   const ids = (values: any[]) => values.map((v) => v.data.messageAdded.id)
   t.same(ids(bRoom.outcome.values), posted, 'instance B: every message, in order')
   t.same(ids(aRoom.outcome.values), posted, 'instance A: the same')
   t.same(ids(bSse.outcome.values), posted, 'instance B over SSE: the same')
-  t.same((bRoom.outcome.values[0] as any).data.messageAdded, { id: posted[0], content: 'message 0', author: { id: '2', name: 'Ada Lovelace', email: null } })
-  t.match((bRoom.outcome.values[0] as any).errors, [{ extensions: { code: 'FORBIDDEN' } }], "B's subscriber (user 3) may not read user 2's email")
-  t.equal((bSse.outcome.values[0] as any).data.messageAdded.author.email, 'ada@example.com', "B's SSE subscriber (user 2) may")
+  t.same((bRoom.outcome.values[0] as any).data.messageAdded, {
+    id: posted[0],
+    content: 'message 0',
+    author: { id: '2', name: 'Ada Lovelace', email: null }
+  })
+  t.match(
+    (bRoom.outcome.values[0] as any).errors,
+    [{ extensions: { code: 'FORBIDDEN' } }],
+    "B's subscriber (user 3) may not read user 2's email"
+  )
+  t.equal(
+    (bSse.outcome.values[0] as any).data.messageAdded.author.email,
+    'ada@example.com',
+    "B's SSE subscriber (user 2) may"
+  )
   t.same(bOther.outcome.values, [], 'another room hears nothing')
 
   // And the other way round.
-  await gql(b.url, 'mutation { postMessage(roomId: "lobby", content: "from B") { id } }', undefined, { authorization: `Bearer ${b.token('4')}` })
+  await gql(b.url, 'mutation { postMessage(roomId: "lobby", content: "from B") { id } }', undefined, {
+    authorization: `Bearer ${b.token('4')}`
+  })
   await eventually(() => aRoom.outcome.values.length === 6, 5000, 'the event on A')
   t.equal((aRoom.outcome.values[5] as any).data.messageAdded.content, 'from B')
 })
@@ -74,7 +103,11 @@ async function partitionableRelay (t: { teardown (fn: () => unknown): void }) {
   const sockets = new Set<import('node:net').Socket>()
   const relay = createServer((client) => {
     const upstream = connect(Number(target.port || 6379), target.hostname)
-    for (const s of [client, upstream]) { sockets.add(s); s.on('error', () => {}); s.on('close', () => sockets.delete(s)) }
+    for (const s of [client, upstream]) {
+      sockets.add(s)
+      s.on('error', () => {})
+      s.on('close', () => sockets.delete(s))
+    }
     client.on('data', (chunk) => { if (!partitioned) upstream.write(chunk) })
     upstream.on('data', (chunk) => { if (!partitioned) client.write(chunk) })
     client.on('close', () => upstream.destroy())
@@ -91,8 +124,17 @@ async function partitionableRelay (t: { teardown (fn: () => unknown): void }) {
 test('a Redis that stops answering (connections open) stalls neither requests nor the shutdown', async (t) => {
   await requireRedis()
   const relay = await partitionableRelay(t)
-  const { app, url, token } = await listenTestApp(t, { REDIS_URL: relay.url, REDIS_PREFIX: `test:partition:${process.pid}:${Date.now()}:` })
-  const post = (text: string) => gql(url, 'mutation ($text: String!) { postMessage(roomId: "lobby", content: $text) { id content } }', { text }, { authorization: `Bearer ${token('2')}` })
+  const { app, url, token } = await listenTestApp(t, {
+    REDIS_URL: relay.url,
+    REDIS_PREFIX: `test:partition:${process.pid}:${Date.now()}:`
+  })
+  const post = (text: string) =>
+    gql(
+      url,
+      'mutation ($text: String!) { postMessage(roomId: "lobby", content: $text) { id content } }',
+      { text },
+      { authorization: `Bearer ${token('2')}` }
+    )
   t.equal((await post('before')).status, 200)
 
   relay.partition(true)
@@ -100,7 +142,11 @@ test('a Redis that stops answering (connections open) stalls neither requests no
   const during = await post('during the partition')
   const ms = Date.now() - started
   t.equal(during.status, 200)
-  t.same(during.body.data, { postMessage: { id: during.body.data?.postMessage?.id, content: 'during the partition' } }, 'the write is answered with its data')
+  t.same(
+    during.body.data,
+    { postMessage: { id: during.body.data?.postMessage?.id, content: 'during the partition' } },
+    'the write is answered with its data'
+  )
   t.notOk(during.body.errors, 'no error: counters fall back to this instance, delivery is best-effort')
   t.ok(ms < 4000, `promptly (${ms} ms), not at the execution deadline`)
 

@@ -27,7 +27,11 @@ test('SSE is authenticated with the Authorization header', async (t) => {
   const { url, token, app } = await listenTestApp(t)
   const bad = await fetch(`${url}/graphql`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: 'Bearer broken.token.value' },
+    headers: {
+      'content-type': 'application/json',
+      accept: 'text/event-stream',
+      authorization: 'Bearer broken.token.value'
+    },
     body: JSON.stringify({ query: 'subscription { count(target: 1) }' })
   })
   t.equal(bad.status, 401)
@@ -38,14 +42,32 @@ test('SSE is authenticated with the Authorization header', async (t) => {
   const query = 'subscription { messageAdded(roomId: "sse") { content author { id email } } }'
   const own = collect(sseClient(url, `Bearer ${token('2')}`), query)
   const anonymous = collect(sseClient(url), query)
-  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 2 && app.graphqlRoom.subscriptionStats().topicSubscribers === 2 && roomListeners(app, 'sse') === 1, 3000, 'two live streams')
-  await gql(url, 'mutation { postMessage(roomId: "sse", content: "over sse") { id } }', undefined, { authorization: `Bearer ${token('2')}` })
+  await eventually(
+    () =>
+      app.graphqlRoom.subscriptionStats().eventStreams === 2 &&
+      app.graphqlRoom.subscriptionStats().topicSubscribers === 2 &&
+      roomListeners(app, 'sse') === 1,
+    3000,
+    'two live streams'
+  )
+  await gql(url, 'mutation { postMessage(roomId: "sse", content: "over sse") { id } }', undefined, {
+    authorization: `Bearer ${token('2')}`
+  })
   await eventually(() => own.outcome.values.length === 1 && anonymous.outcome.values.length === 1, 3000, 'the event')
-  t.same(own.outcome.values[0], { data: { messageAdded: { content: 'over sse', author: { id: '2', email: 'ada@example.com' } } } })
-  t.match(anonymous.outcome.values[0], { data: { messageAdded: { author: { id: '2', email: null } } }, errors: [{ extensions: { code: 'UNAUTHENTICATED' } }] })
+  t.same(own.outcome.values[0], {
+    data: { messageAdded: { content: 'over sse', author: { id: '2', email: 'ada@example.com' } } }
+  })
+  t.match(anonymous.outcome.values[0], {
+    data: { messageAdded: { author: { id: '2', email: null } } },
+    errors: [{ extensions: { code: 'UNAUTHENTICATED' } }]
+  })
   own.dispose()
   anonymous.dispose()
-  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 0 && roomListeners(app, 'sse') === 0, 3000, 'streams released')
+  await eventually(
+    () => app.graphqlRoom.subscriptionStats().eventStreams === 0 && roomListeners(app, 'sse') === 0,
+    3000,
+    'streams released'
+  )
   t.pass('a client that leaves releases its stream and its listener')
 })
 
@@ -53,7 +75,13 @@ test('SSE operations are validated and limited like WebSocket ones', async (t) =
   const { url, app } = await listenTestApp(t, { MAX_DEPTH: '2' })
   const client = sseClient(url)
   const deep = await collect(client, 'subscription { messageAdded(roomId: "r") { author { name } } }').done
-  t.match(deep.values, [{ errors: [{ message: 'Query depth 3 exceeds the maximum depth of 2', extensions: { code: 'DEPTH_LIMIT_EXCEEDED' } }] }])
+  t.match(deep.values, [
+    {
+      errors: [
+        { message: 'Query depth 3 exceeds the maximum depth of 2', extensions: { code: 'DEPTH_LIMIT_EXCEEDED' } }
+      ]
+    }
+  ])
   t.notOk((deep.values[0] as any).data, 'no data: nothing ran')
   t.ok(deep.completed)
   // Queries are carried too (graphql-sse allows every operation type), through the same admission.
@@ -61,7 +89,9 @@ test('SSE operations are validated and limited like WebSocket ones', async (t) =
   t.same(query.values, [{ data: { users: [{ id: '1' }] } }])
   t.ok(query.completed)
   const target = await collect(client, 'subscription { count(target: 1000) }').done
-  t.match(target.values, [{ errors: [{ message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } }] }])
+  t.match(target.values, [
+    { errors: [{ message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } }] }
+  ])
   t.equal(app.graphqlRoom.subscriptionStats().eventStreams, 0)
 })
 
@@ -75,8 +105,13 @@ test('event streams count against the per-client connection cap', async (t) => {
     body: JSON.stringify({ query: 'subscription { count(target: 1) }' })
   })
   t.equal(second.status, 429)
-  t.match(await second.json(), { errors: [{ message: 'Too many connections for this client: at most 1', extensions: { code: 'RATE_LIMITED' } }] })
+  t.match(await second.json(), {
+    errors: [{ message: 'Too many connections for this client: at most 1', extensions: { code: 'RATE_LIMITED' } }]
+  })
   first.dispose()
   await eventually(() => app.graphqlRoom.subscriptionStats().clients === 0, 3000, 'the slot released')
-  t.ok((await collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 1) }').done).completed, 'a new stream is accepted')
+  t.ok(
+    (await collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 1) }').done).completed,
+    'a new stream is accepted'
+  )
 })

@@ -111,7 +111,9 @@ test('the upgrade request does not authenticate: its Authorization header and co
   t.ok((await collect(broken, 'subscription { count(target: 1) }').done).completed)
 
   await eventually(async () => {
-    await gql(url, 'mutation { postMessage(roomId: "lobby", content: "hello") { id } }', undefined, { authorization: `Bearer ${token('2')}` })
+    await gql(url, 'mutation { postMessage(roomId: "lobby", content: "hello") { id } }', undefined, {
+      authorization: `Bearer ${token('2')}`
+    })
     return sub.outcome.values.length > 0
   }, 5000, 'an event')
   const first = sub.outcome.values[0] as any
@@ -177,7 +179,10 @@ test('connections are capped per IP and per user', async (t) => {
   const b = await rawSocket(url, 'graphql-transport-ws', from('10.0.0.1'))
   const refused = await refusedUpgrade(url, 'graphql-transport-ws', from('10.0.0.1'))
   t.equal(refused.status, 429)
-  t.match(refused.body.errors[0], { message: 'Too many connections from this address: at most 2', extensions: { code: 'RATE_LIMITED' } })
+  t.match(refused.body.errors[0], {
+    message: 'Too many connections from this address: at most 2',
+    extensions: { code: 'RATE_LIMITED' }
+  })
   a.socket.close()
   await a.closed
   await eventually(() => app.graphqlRoom.subscriptionStats().webSockets === 1, 2000, 'the slot to be released')
@@ -201,22 +206,35 @@ test('connections are capped per IP and per user', async (t) => {
 })
 
 test('subscriptions per connection and message size are capped', async (t) => {
-  const { url, token } = await listenTestApp(t, { WS_MAX_SUBSCRIPTIONS_PER_CONNECTION: '2', WS_MAX_MESSAGE_BYTES: '1024' })
+  const { url, token } = await listenTestApp(t, {
+    WS_MAX_SUBSCRIPTIONS_PER_CONNECTION: '2',
+    WS_MAX_MESSAGE_BYTES: '1024'
+  })
   const ws = await rawSocket(url, 'graphql-transport-ws')
   ws.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}` } })
   await ws.next('connection_ack')
-  const room = (id: string) => ({ id, type: 'subscribe', payload: { query: 'subscription { messageAdded(roomId: "r") { id } }' } })
+  const room = (id: string) => ({
+    id,
+    type: 'subscribe',
+    payload: { query: 'subscription { messageAdded(roomId: "r") { id } }' }
+  })
   ws.send(room('1'))
   ws.send(room('2'))
   ws.send(room('3'))
   const error = await ws.next('error')
   t.equal(error.id, '3')
-  t.match(error.payload, [{ message: 'Too many active subscriptions on this connection: at most 2', extensions: { code: 'RATE_LIMITED' } }])
+  t.match(error.payload, [
+    { message: 'Too many active subscriptions on this connection: at most 2', extensions: { code: 'RATE_LIMITED' } }
+  ])
   ws.send({ id: '1', type: 'complete' })
   await new Promise((resolve) => setTimeout(resolve, 100))
   ws.send(room('4'))
   ws.send(room('4'))
-  t.same(await ws.closed, { code: 4409, reason: 'Subscriber for 4 already exists' }, 'a duplicate id closes the connection')
+  t.same(
+    await ws.closed,
+    { code: 4409, reason: 'Subscriber for 4 already exists' },
+    'a duplicate id closes the connection'
+  )
 
   const big = await rawSocket(url, 'graphql-transport-ws')
   big.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}`, filler: 'x'.repeat(2000) } })
@@ -224,7 +242,12 @@ test('subscriptions per connection and message size are capped', async (t) => {
 })
 
 test('subscription documents are validated and limited like any operation', async (t) => {
-  const { url, app } = await listenTestApp(t, { MAX_DEPTH: '2', COST_BUDGET_ANONYMOUS: '20', MAX_STRING_LENGTH: '50', MAX_ALIASES: '100' })
+  const { url, app } = await listenTestApp(t, {
+    MAX_DEPTH: '2',
+    COST_BUDGET_ANONYMOUS: '20',
+    MAX_STRING_LENGTH: '50',
+    MAX_ALIASES: '100'
+  })
   const client = wsClient(url)
   t.teardown(() => client.dispose())
   const errorOf = async (query: string, variables?: Record<string, unknown>) => {
@@ -259,14 +282,27 @@ test('queries and mutations run over the socket too, through the same admission 
   const { url, token } = await listenTestApp(t, { COST_BUDGET_ANONYMOUS: '20' })
   const admin = wsClient(url, { authToken: `Bearer ${token('1', 'ADMIN')}` })
   t.teardown(() => admin.dispose())
-  t.same((await collect(admin, '{ user(id: "2") { name email } }').done).values, [{ data: { user: { name: 'Ada Lovelace', email: 'ada@example.com' } } }])
-  const created = await collect(admin, 'mutation { createUser(input: { name: "Over WS", email: "ws@example.com" }) { name } }').done
+  t.same((await collect(admin, '{ user(id: "2") { name email } }').done).values, [
+    { data: { user: { name: 'Ada Lovelace', email: 'ada@example.com' } } }
+  ])
+  const created = await collect(
+    admin,
+    'mutation { createUser(input: { name: "Over WS", email: "ws@example.com" }) { name } }'
+  ).done
   t.same(created.values, [{ data: { createUser: { name: 'Over WS' } } }])
   t.ok(created.completed)
   const anonymous = wsClient(url)
   t.teardown(() => anonymous.dispose())
-  t.match((await collect(anonymous, '{ users(limit: 30) { id } }').done).error, [{ extensions: { code: 'COST_LIMIT_EXCEEDED' } }], 'priced as over HTTP')
-  t.match((await collect(anonymous, 'mutation { deleteUser(id: "2") }').done).values, [{ data: null, errors: [{ extensions: { code: 'UNAUTHENTICATED' } }] }], 'authorized as over HTTP')
+  t.match(
+    (await collect(anonymous, '{ users(limit: 30) { id } }').done).error,
+    [{ extensions: { code: 'COST_LIMIT_EXCEEDED' } }],
+    'priced as over HTTP'
+  )
+  t.match(
+    (await collect(anonymous, 'mutation { deleteUser(id: "2") }').done).values,
+    [{ data: null, errors: [{ extensions: { code: 'UNAUTHENTICATED' } }] }],
+    'authorized as over HTTP'
+  )
 
   const legacy = await rawSocket(url, 'graphql-ws')
   legacy.send({ type: 'connection_init' })
@@ -298,5 +334,8 @@ test('a connection ends when its token expires: closed with 4403, its subscripti
   const running = collect(client, 'subscription { count(target: 100) }')
   const closed = await client.closed
   t.match(closed, { code: 4403, reason: 'Forbidden: Token expired' })
-  t.ok(running.outcome.values.length < 5, `the subscription delivered ${running.outcome.values.length} events, then stopped with the connection`)
+  t.ok(
+    running.outcome.values.length < 5,
+    `the subscription delivered ${running.outcome.values.length} events, then stopped with the connection`
+  )
 })
