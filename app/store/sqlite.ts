@@ -6,7 +6,7 @@ import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import { isoNow, type Credentials, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import { isoNow, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -31,7 +31,15 @@ const MIGRATIONS: string[] = [
    CREATE INDEX messages_room ON messages (room_id, id);
    CREATE INDEX messages_author ON messages (author_id);`,
   // Keyset pages of a room read (room_id, created_at, id) in order: one index range per page, whatever the table's size.
-  'CREATE INDEX messages_room_created ON messages (room_id, created_at, id);'
+  'CREATE INDEX messages_room_created ON messages (room_id, created_at, id);',
+  // WS-Security X.509 signatures: a partner login's registered certificates, found by fingerprint.
+  `CREATE TABLE partner_certificates (
+     fingerprint TEXT PRIMARY KEY,
+     login TEXT NOT NULL REFERENCES users (login) ON UPDATE CASCADE ON DELETE CASCADE,
+     pem TEXT NOT NULL,
+     added_at TEXT NOT NULL
+   );
+   CREATE INDEX partner_certificates_login ON partner_certificates (login, added_at);`
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
@@ -66,6 +74,12 @@ export function openSqliteStore (path: string): Store {
     countUsers: prepare('SELECT COUNT(*) AS n FROM users'),
     findCredentials: prepare('SELECT id AS userId, login, role, password_hash AS passwordHash, password_secret AS passwordSecret FROM users WHERE login = ?'),
     setCredentials: prepare('UPDATE users SET login = ?, password_hash = ?, password_secret = ? WHERE id = ?'),
+    findCertificate: prepare('SELECT c.fingerprint, c.login, c.pem, c.added_at AS addedAt, u.id AS userId, u.role ' +
+      'FROM partner_certificates c JOIN users u ON u.login = c.login WHERE c.fingerprint = ?'),
+    certificatesOf: prepare('SELECT fingerprint, login, pem, added_at AS addedAt FROM partner_certificates ' +
+      'WHERE login = ? ORDER BY added_at DESC, fingerprint'),
+    deleteCertificates: prepare('DELETE FROM partner_certificates WHERE login = ?'),
+    insertCertificate: prepare('INSERT INTO partner_certificates (fingerprint, login, pem, added_at) VALUES (?, ?, ?, ?)'),
     ping: prepare('SELECT 1')
   }
 
@@ -163,6 +177,23 @@ export function openSqliteStore (path: string): Store {
     },
     async setCredentials (userId, login, passwordHash, passwordSecret) {
       stmt.setCredentials.run(login, passwordHash, passwordSecret, userId)
+    },
+    async findCertificate (fingerprint) {
+      return (stmt.findCertificate.get(fingerprint) as CertificateCredentials | undefined) ?? null
+    },
+    async certificatesOf (login) {
+      return stmt.certificatesOf.all(login) as unknown as PartnerCertificate[]
+    },
+    async replaceCertificates (login, certificates) {
+      db.exec('BEGIN')
+      try {
+        stmt.deleteCertificates.run(login)
+        for (const c of certificates) stmt.insertCertificate.run(c.fingerprint, login, c.pem, c.addedAt)
+        db.exec('COMMIT')
+      } catch (err) {
+        db.exec('ROLLBACK')
+        throw err
+      }
     },
     async ping () {
       stmt.ping.get()

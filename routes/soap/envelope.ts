@@ -19,6 +19,9 @@ export interface Envelope {
   headers: XmlElement[]
   /** The single child of the Body: the operation's wrapper element. */
   operation: XmlElement
+  /** The document's root (the Envelope) and its Body, for WS-Security signatures. */
+  root: XmlElement
+  body: XmlElement
 }
 
 /** Parses a complete XML document; a document we do not accept is a Client fault (BAD_REQUEST). */
@@ -65,5 +68,5 @@ export function parseEnvelope (xml: string, version: SoapVersion, limits: XmlLim
   }
   if (!body) throw SoapFault.client('BAD_REQUEST', 'The Envelope has no Body')
   if (body.children.length !== 1) throw SoapFault.client('BAD_REQUEST', `The Body must hold exactly one element (the operation); it holds ${body.children.length}`)
-  return { version, headers: header?.children ?? [], operation: body.children[0]! }
+  return { version, headers: header?.children ?? [], operation: body.children[0]!, root, body }
 }

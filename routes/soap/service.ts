@@ -194,7 +194,8 @@ export function createSoapService (options: SoapServiceOptions) {
         throw SoapFault.client('OPERATION_NOT_FOUND', `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`)
       }
       checkActions(request.actions, soapActionOf(namespace, operation), operation)
-      const caller = await wsSecurity.authenticate(security, admission.checkAddress)
+      const signed = { xml: request.envelope, root: envelope.root, body: envelope.body }
+      const caller = await wsSecurity.authenticate(security, admission.checkAddress, signed)
       return { caller, operation, element }
     } catch (err) {
       await admission.spendOnAddress()
