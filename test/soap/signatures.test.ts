@@ -217,3 +217,42 @@ test('refusals: each a WS-Security fault, and nothing runs', async (t) => {
   t.match(readFault(replayed.text), { code: 'wsse:FailedAuthentication', reason: /already been received/ }, 'a replay is refused')
   t.same(calls.slice(before).filter((c) => !AUTHENTICATION_CALLS.has(c.method)), [], 'the replay ran nothing')
 })
+
+test('a stale Timestamp is refused; SHA-1 passes only with WSSE_ALLOW_SHA1', async (t) => {
+  // The server's clock is past the freshness window of a message signed now.
+  const late = await refusalSetup(t, {}, () => Date.now() + 400_000)
+  const stale = await post(`${late.url}/v1/UserService`, signedEnvelope('1.1', CREATE('late@example.com'), late.signer), XML)
+  t.match(readFault(stale.text), { code: 'wsse:FailedAuthentication', reason: /older than 300 seconds/ })
+  t.same(late.domainCalls(), [], 'nothing ran')
+
+  const legacy = await refusalSetup(t, { WSSE_ALLOW_SHA1: 'true' })
+  const signed = signedEnvelope('1.1', CREATE('legacy@example.com'), legacy.signer, SHA1_OPTIONS)
+  t.match(signed, '#rsa-sha1')
+  const accepted = await post(`${legacy.url}/v1/UserService`, signed, XML)
+  t.equal(accepted.status, 200, accepted.text)
+})
+
+test('a signed message accepted by one instance is refused by another (replays shared through Redis)', async (t) => {
+  const dir = tempDir(t)
+  const signer = makeCertificate(dir, 'signer')
+  const store = openSqliteStore(':memory:')
+  t.teardown(() => store.close())
+  await loadDemoData(store)
+  await createPartnerAccount(store, TEST_PARTNER_SECRET_KEY, { login: 'signer', certificate: signer.cert, userId: '5' })
+  const prefix = `test-soap-sig-${randomUUID()}:`
+  const env = { REDIS_URL: process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379', REDIS_PREFIX: prefix }
+  const first = await listenSoapApp(t, env, { store })
+  const second = await listenSoapApp(t, env, { store })
+  t.teardown(async () => {
+    const keys = await first.app.redis!.keys(`${prefix}*`)
+    if (keys.length > 0) await first.app.redis!.del(...keys)
+  })
+  const xml = signedEnvelope('1.2', `<GetUser xmlns="${NS}/v2/UserService"><id>2</id></GetUser>`, signer)
+  const soap12 = { 'content-type': 'application/soap+xml; charset=utf-8' }
+  t.equal((await post(`${first.url}/v2/UserService`, xml, soap12)).status, 200)
+  const replay = await post(`${second.url}/v2/UserService`, xml, soap12)
+  t.equal(replay.status, 400)
+  t.match(readFault(replay.text), { subcode: 'wsse:FailedAuthentication', reason: /already been received/ })
+  const keys = await first.app.redis!.keys(`${prefix}wsse-nonce:signature:*`)
+  t.equal(keys.length, 1, 'remembered under the deployment prefix, through the nonce store')
+})
