@@ -33,14 +33,18 @@ export interface PartnerAccountInput {
 
 export async function createPartnerAccount (store: Store, partnerSecretKey: string, input: PartnerAccountInput): Promise<UserRow> {
   if (!/^[A-Za-z0-9_.@-]{1,100}$/.test(input.login)) throw new Error('login: 1 to 100 letters, digits or _ . @ -')
-  if (input.password === undefined && input.certificate === undefined) throw new Error('a password or a certificate is required')
+  if (input.password === undefined && input.certificate === undefined) {
+    throw new Error('a password or a certificate is required')
+  }
   if (input.password !== undefined && input.password.length < 6) throw new Error('password: at least 6 characters')
   const now = Date.now()
   const certificate = input.certificate === undefined ? undefined : usableCertificate(input.certificate, now)
   const fingerprint = certificate && fingerprintOf(certificate)
   if (fingerprint) {
     const holder = await store.findCertificate(fingerprint)
-    if (holder && holder.login !== input.login) throw new Error(`this certificate is registered to the partner "${holder.login}"`)
+    if (holder && holder.login !== input.login) {
+      throw new Error(`this certificate is registered to the partner "${holder.login}"`)
+    }
   }
   const existing = await store.findCredentials(input.login)
   let user: UserRow | undefined
@@ -61,7 +65,8 @@ export async function createPartnerAccount (store: Store, partnerSecretKey: stri
   }
   if (certificate && fingerprint) {
     const current = { fingerprint, login: input.login, pem: certificate.toString(), addedAt: new Date(now).toISOString() }
-    const previous = input.keepPrevious ? (await store.certificatesOf(input.login)).find((c) => c.fingerprint !== fingerprint) : undefined
+    const registered = input.keepPrevious ? await store.certificatesOf(input.login) : []
+    const previous = registered.find((c) => c.fingerprint !== fingerprint)
     await store.replaceCertificates(input.login, previous ? [current, previous] : [current])
   }
   return user
@@ -82,7 +87,8 @@ if (import.meta.main) {
   })
   if (!values.login || (!values.password && !values.certificate)) {
     console.error('usage: npm run partner:create -- --login <login> --password <password> [--user-id <id>] [--name <name>] [--email <email>] [--text-only]')
-    console.error('       npm run partner:create -- --login <login> --certificate <cert.pem> [--keep-previous] [--password <password>]')
+    console.error('       npm run partner:create -- --login <login> --certificate <cert.pem> [--keep-previous] ' +
+      '[--password <password>]')
     process.exit(2)
   }
   const config = loadConfigOrExit()

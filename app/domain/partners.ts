@@ -62,14 +62,18 @@ export function usableCertificate (pem: string | Buffer, now: number): X509Certi
   } catch {
     throw new Error('not an X.509 certificate (PEM or DER)')
   }
-  if (Date.parse(certificate.validFrom) > now) throw new Error(`the certificate is not valid before ${certificate.validFrom}`)
+  if (Date.parse(certificate.validFrom) > now) {
+    throw new Error(`the certificate is not valid before ${certificate.validFrom}`)
+  }
   if (Date.parse(certificate.validTo) < now) throw new Error(`the certificate expired on ${certificate.validTo}`)
   if (certificate.publicKey.asymmetricKeyType !== 'rsa') throw new Error('only RSA certificates are accepted')
   return certificate
 }
 
 /** The partner a certificate is registered to, or null (unknown, or no longer valid at `now`). */
-export async function findCertificatePartner (store: Store, certificate: X509Certificate, now: number): Promise<CertificatePartner | null> {
+export async function findCertificatePartner (
+  store: Store, certificate: X509Certificate, now: number
+): Promise<CertificatePartner | null> {
   const row = await store.findCertificate(fingerprintOf(certificate))
   if (!row) return null
   try {

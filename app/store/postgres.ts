@@ -3,7 +3,8 @@
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import { isoNow, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import {
+  isoNow, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -75,8 +76,9 @@ const q = {
   countUsers: query('count_users', 'SELECT COUNT(*)::int AS n FROM users'),
   findCredentials: query('find_credentials', 'SELECT id AS "userId", login, role, password_hash AS "passwordHash", password_secret AS "passwordSecret" FROM users WHERE login = $1'),
   setCredentials: query('set_credentials', 'UPDATE users SET login = $1, password_hash = $2, password_secret = $3 WHERE id = $4'),
-  findCertificate: query('find_certificate', `SELECT c.fingerprint, c.login, c.pem, ${ISO('c.added_at')} AS "addedAt", ` +
-    'u.id AS "userId", u.role FROM partner_certificates c JOIN users u ON u.login = c.login WHERE c.fingerprint = $1'),
+  findCertificate: query('find_certificate',
+    `SELECT c.fingerprint, c.login, c.pem, ${ISO('c.added_at')} AS "addedAt", u.id AS "userId", u.role ` +
+    'FROM partner_certificates c JOIN users u ON u.login = c.login WHERE c.fingerprint = $1'),
   certificatesOf: query('certificates_of', `SELECT fingerprint, login, pem, ${ISO('added_at')} AS "addedAt" ` +
     'FROM partner_certificates WHERE login = $1 ORDER BY added_at DESC, fingerprint')
 }
@@ -212,7 +214,8 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
     replaceCertificates: (login, certificates) => transaction(async (client) => {
       await client.query('DELETE FROM partner_certificates WHERE login = $1', [login])
       for (const c of certificates) {
-        await client.query('INSERT INTO partner_certificates (fingerprint, login, pem, added_at) VALUES ($1, $2, $3, $4)',
+        await client.query(
+          'INSERT INTO partner_certificates (fingerprint, login, pem, added_at) VALUES ($1, $2, $3, $4)',
           [c.fingerprint, login, c.pem, c.addedAt])
       }
     }),

@@ -6,7 +6,8 @@ import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import { isoNow, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import {
+  isoNow, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -79,7 +80,8 @@ export function openSqliteStore (path: string): Store {
     certificatesOf: prepare('SELECT fingerprint, login, pem, added_at AS addedAt FROM partner_certificates ' +
       'WHERE login = ? ORDER BY added_at DESC, fingerprint'),
     deleteCertificates: prepare('DELETE FROM partner_certificates WHERE login = ?'),
-    insertCertificate: prepare('INSERT INTO partner_certificates (fingerprint, login, pem, added_at) VALUES (?, ?, ?, ?)'),
+    insertCertificate: prepare(
+      'INSERT INTO partner_certificates (fingerprint, login, pem, added_at) VALUES (?, ?, ?, ?)'),
     ping: prepare('SELECT 1')
   }
 

@@ -70,7 +70,8 @@ export interface VerifiedSignature {
 }
 
 const invalid = (message: string) => SoapFault.invalidSecurity(message)
-const failedCheck = (message: string) => new SoapFault('Client', 'UNAUTHENTICATED', message, { wsseCode: 'FailedCheck' })
+const failedCheck = (message: string) =>
+  new SoapFault('Client', 'UNAUTHENTICATED', message, { wsseCode: 'FailedCheck' })
 
 /** Every ds:Signature and every Id value of the document, in one walk (the tree is capped in elements). */
 function survey (root: XmlElement) {
@@ -110,13 +111,16 @@ function algorithmOf (element: XmlElement, allowed: Set<string>, what: string): 
 function tokenCertificate (signature: XmlElement, security: XmlElement, ids: Map<string, XmlElement>, now: number) {
   const tokens = security.children.filter((c) => c.ns === WSSE_NS && c.local === 'BinarySecurityToken')
   if (tokens.length > MAX_TOKENS) throw invalid(`At most ${MAX_TOKENS} BinarySecurityTokens are accepted`)
-  const reference = child(child(child(signature, DS_NS, 'KeyInfo') ?? signature, WSSE_NS, 'SecurityTokenReference') ?? signature, WSSE_NS, 'Reference')
+  const keyInfo = child(signature, DS_NS, 'KeyInfo')
+  const tokenReference = keyInfo && child(keyInfo, WSSE_NS, 'SecurityTokenReference')
+  const reference = tokenReference && child(tokenReference, WSSE_NS, 'Reference')
   const uri = reference && attribute(reference, '', 'URI')
   const token = uri?.startsWith('#') ? ids.get(uri.slice(1)) : undefined
   if (!token || !tokens.includes(token)) {
     throw invalid('The KeyInfo must reference a BinarySecurityToken of the Security header (SecurityTokenReference)')
   }
-  if (attribute(token, '', 'ValueType') !== X509_V3 || (attribute(token, '', 'EncodingType') ?? BASE64_BINARY) !== BASE64_BINARY) {
+  const encoding = attribute(token, '', 'EncodingType') ?? BASE64_BINARY
+  if (attribute(token, '', 'ValueType') !== X509_V3 || encoding !== BASE64_BINARY) {
     throw invalid('The BinarySecurityToken must be an X509v3 certificate in Base64Binary')
   }
   try {
@@ -140,7 +144,8 @@ function verifier (pem: string, allowSha1: boolean): SignedXml {
 /** A DOM of the same text for xml-crypto; the reader accepted it already, so any complaint is a refusal. */
 function domOf (xml: string): Document {
   const fail = (message: string) => { throw invalid(`The signed message could not be read: ${message}`) }
-  return new DOMParser({ errorHandler: { warning: () => {}, error: fail, fatalError: fail } }).parseFromString(xml, 'text/xml')
+  const parser = new DOMParser({ errorHandler: { warning: () => {}, error: fail, fatalError: fail } })
+  return parser.parseFromString(xml, 'text/xml')
 }
 
 export function createSignatureCheck (options: SignatureCheckOptions) {
@@ -160,7 +165,8 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
       throw invalid('A signed message carries exactly one ds:Signature, in its wsse:Security header')
     }
     const signedInfo = only(signature, DS_NS, 'SignedInfo', 'The Signature')
-    algorithmOf(only(signedInfo, DS_NS, 'CanonicalizationMethod', 'SignedInfo'), CANONICALIZATIONS, 'The canonicalization')
+    const canonicalization = only(signedInfo, DS_NS, 'CanonicalizationMethod', 'SignedInfo')
+    algorithmOf(canonicalization, CANONICALIZATIONS, 'The canonicalization')
     algorithmOf(only(signedInfo, DS_NS, 'SignatureMethod', 'SignedInfo'), signatureMethods, 'The signature method')
     const references = signedInfo.children.filter((c) => c.ns === DS_NS && c.local === 'Reference')
     if (references.length === 0 || references.length > MAX_REFERENCES) {
@@ -186,7 +192,9 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
     if (bodyId === undefined || ids.get(bodyId) !== message.body || !signed.has(message.body)) {
       throw invalid('The signature does not cover the message\'s Body')
     }
-    if (!timestamp || !signed.has(timestamp)) throw invalid('A signed message needs a wsu:Timestamp the signature covers')
+    if (!timestamp || !signed.has(timestamp)) {
+      throw invalid('A signed message needs a wsu:Timestamp the signature covers')
+    }
 
     const certificate = tokenCertificate(signature, security, ids, now)
     const partner = await findCertificatePartner(options.store, certificate, now)

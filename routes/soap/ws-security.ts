@@ -214,7 +214,9 @@ export function createWsSecurity (options: WsSecurityOptions) {
   }
 
   /** The caller the header's UsernameToken authenticates (see the top of this file). */
-  async function usernameCaller (security: XmlElement, now: number, beforeScrypt: () => Promise<void>): Promise<Caller> {
+  async function usernameCaller (
+    security: XmlElement, now: number, beforeScrypt: () => Promise<void>
+  ): Promise<Caller> {
     const tokenElement = child(security, WSSE_NS, 'UsernameToken')
     if (!tokenElement) throw SoapFault.invalidSecurity('The Security header has no UsernameToken')
     const token = readToken(tokenElement)
@@ -263,7 +265,8 @@ export function createWsSecurity (options: WsSecurityOptions) {
     if (!message) throw SoapFault.invalidSecurity('Signed messages are not accepted here')
     const verified = await signatures.verify(message, security, timestamp, now, beforeScrypt)
     const caller = verified.partner.caller
-    if (child(security, WSSE_NS, 'UsernameToken') && (await usernameCaller(security, now, beforeScrypt)).id !== caller.id) {
+    const beside = child(security, WSSE_NS, 'UsernameToken') && await usernameCaller(security, now, beforeScrypt)
+    if (beside && beside.id !== caller.id) {
       throw SoapFault.failedAuthentication('The UsernameToken and the signing certificate name different partners')
     }
     // The same signature again is the same message again: remembered for as long as its Timestamp is fresh.

@@ -62,8 +62,9 @@ export function buildWsdl (version: ServiceVersion, namespaceBase: string, addre
     name,
     targetNamespace: ns
   })
-  defs.ele(WSDL, 'wsdl:documentation').txt(`${name} ${version.id}. Authenticate with a WS-Security UsernameToken (PasswordText or PasswordDigest with Nonce and Created), ` +
-    'or sign the Body and a Timestamp with a registered X.509 certificate (BinarySecurityToken, exclusive C14N, RSA-SHA256).')
+  defs.ele(WSDL, 'wsdl:documentation').txt(`${name} ${version.id}. Authenticate with a WS-Security UsernameToken ` +
+    '(PasswordText or PasswordDigest with Nonce and Created), or sign the Body and a Timestamp with a registered ' +
+    'X.509 certificate (BinarySecurityToken, exclusive C14N, RSA-SHA256).')
 
   const schema = defs.ele(WSDL, 'wsdl:types').ele(XS, 'xs:schema').att({ targetNamespace: ns, elementFormDefault: 'qualified' })
   sequence(schema.ele(XS, 'xs:complexType').att('name', 'User'), version.userFields)

@@ -14,7 +14,9 @@ export interface TestCertificate {
 }
 
 /** A self-signed RSA certificate valid `days` from now, or between two dates (YYYYMMDDHHMMSSZ). */
-export function makeCertificate (dir: string, name: string, validity: { days: number } | { start: string; end: string } = { days: 2 }): TestCertificate {
+export function makeCertificate (
+  dir: string, name: string, validity: { days: number } | { start: string; end: string } = { days: 2 }
+): TestCertificate {
   const keyPath = join(dir, `${name}.key`)
   const certPath = join(dir, `${name}.pem`)
   const subject = `/CN=${name}`
@@ -27,19 +29,23 @@ export function makeCertificate (dir: string, name: string, validity: { days: nu
     mkdirSync(ca)
     writeFileSync(join(ca, 'index.txt'), '')
     writeFileSync(join(ca, 'serial'), '01\n')
-    writeFileSync(join(ca, 'ca.cnf'), `[ca]\ndefault_ca = my\n[my]\ndatabase = ${ca}/index.txt\nserial = ${ca}/serial\n` +
-      `new_certs_dir = ${ca}\ndefault_md = sha256\npolicy = any\n[any]\ncommonName = supplied\n`)
-    execFileSync('openssl', ['req', '-new', '-newkey', 'rsa:2048', '-nodes', '-keyout', keyPath, '-out', join(ca, 'r.csr'),
-      '-subj', subject], { stdio: 'ignore' })
-    execFileSync('openssl', ['ca', '-batch', '-config', join(ca, 'ca.cnf'), '-selfsign', '-keyfile', keyPath, '-in', join(ca, 'r.csr'),
-      '-out', certPath, '-startdate', validity.start, '-enddate', validity.end, '-notext'], { stdio: 'ignore' })
+    writeFileSync(join(ca, 'ca.cnf'), `[ca]\ndefault_ca = my\n[my]\ndatabase = ${ca}/index.txt\n` +
+      `serial = ${ca}/serial\nnew_certs_dir = ${ca}\ndefault_md = sha256\npolicy = any\n[any]\ncommonName = supplied\n`)
+    execFileSync('openssl', ['req', '-new', '-newkey', 'rsa:2048', '-nodes', '-keyout', keyPath,
+      '-out', join(ca, 'r.csr'), '-subj', subject], { stdio: 'ignore' })
+    execFileSync('openssl', ['ca', '-batch', '-config', join(ca, 'ca.cnf'), '-selfsign', '-keyfile', keyPath,
+      '-in', join(ca, 'r.csr'), '-out', certPath, '-startdate', validity.start, '-enddate', validity.end, '-notext'],
+    { stdio: 'ignore' })
   }
   return { key: readFileSync(keyPath, 'utf8'), cert: readFileSync(certPath, 'utf8'), certPath }
 }
 
 /** A request envelope (with an empty Header for the signer to fill) signed by node-soap's WSSecurityCert. */
-export function signedEnvelope (version: '1.1' | '1.2', body: string, signer: TestCertificate, options: Record<string, unknown> = {}): string {
+export function signedEnvelope (
+  version: '1.1' | '1.2', body: string, signer: TestCertificate, options: Record<string, unknown> = {}
+): string {
   const ns = version === '1.1' ? SOAP11 : SOAP12
-  const xml = `<soap:Envelope xmlns:soap="${ns}"><soap:Header></soap:Header><soap:Body>${body}</soap:Body></soap:Envelope>`
+  const xml = `<soap:Envelope xmlns:soap="${ns}"><soap:Header></soap:Header><soap:Body>${body}</soap:Body>` +
+    '</soap:Envelope>'
   return new soap.WSSecurityCert(signer.key, signer.cert, '', options).postProcess(xml, 'soap')
 }
