@@ -206,7 +206,8 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
     // xml-crypto's references land on the elements checked above.
     const domBody = Array.from(doc.documentElement?.childNodes ?? []).find((n): n is Element =>
       n.nodeType === 1 && (n as Element).localName === 'Body' && (n as Element).namespaceURI === message.root.ns)
-    if (!domBody || domBody.getAttribute(message.body.attributes.find((a) => a.value === bodyId)!.local) !== bodyId) {
+    const domBodyIds = Array.from(domBody?.attributes ?? []).filter((a) => ID_ATTRIBUTES.has(a.localName ?? a.name))
+    if (domBodyIds.length !== 1 || domBodyIds[0]!.value !== bodyId) {
       throw invalid('The signed message could not be read consistently')
     }
     const sig = verifier(partner.certificate.toString(), options.allowSha1)

@@ -162,6 +162,11 @@ test('refusals: each a WS-Security fault, and nothing runs', async (t) => {
   const ok = await post(endpoint, signedEnvelope('1.1', CREATE('ok@example.com'), signer), XML)
   t.equal(ok.status, 200, ok.text)
   t.ok(domainCalls().includes('createUser'), 'the baseline ran')
+  // Ids as wsu:Id (zeep, WCF and WSS4J write them so) are read the same way.
+  const wsuIds = signedEnvelope('1.1', CREATE('wsu@example.com'), signer, { signerOptions: { idMode: 'wssecurity' } })
+  t.match(wsuIds, /<soap:Body [^>]*wsu:Id="_0"/)
+  const withWsuIds = await post(endpoint, wsuIds, XML)
+  t.equal(withWsuIds.status, 200, withWsuIds.text)
 
   const refusals: Array<[string, string, { code: string; reason?: RegExp | string }]> = []
   const signedCreate = () => signedEnvelope('1.1', CREATE('mallory@example.com'), signer)
