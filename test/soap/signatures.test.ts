@@ -288,3 +288,18 @@ test('a signed message accepted by one instance is refused by another (replays s
   const keys = await first.app.redis!.keys(`${prefix}wsse-nonce:signature:*`)
   t.equal(keys.length, 1, 'remembered under the deployment prefix, through the nonce store')
 })
+
+test('a certificate that expired after its registration authenticates nobody', async (t) => {
+  const dir = tempDir(t)
+  const asn1 = (ms: number) => new Date(ms).toISOString().replace(/[-:T]/g, '').replace(/\.\d+Z$/, 'Z')
+  const ends = Date.now() + 3_000
+  const brief = makeCertificate(dir, 'brief', { start: asn1(Date.now() - 3_600_000), end: asn1(ends) })
+  const { store, url, partnerSecretKey } = await listenSoapApp(t)
+  await createPartnerAccount(store, partnerSecretKey, { login: 'brief', certificate: brief.cert, userId: '5' })
+  const getUser = `<GetUser xmlns="${NS}/v1/UserService"><id>2</id></GetUser>`
+  t.equal((await post(`${url}/v1/UserService`, signedEnvelope('1.1', getUser, brief), XML)).status, 200, 'valid: accepted')
+  // Certificate times have whole seconds: wait until its notAfter is past.
+  await new Promise((resolve) => setTimeout(resolve, ends - Date.now() + 1_500))
+  const late = await post(`${url}/v1/UserService`, signedEnvelope('1.1', getUser, brief), XML)
+  t.match(readFault(late.text), { code: 'wsse:FailedAuthentication', reason: /expired/ })
+})
