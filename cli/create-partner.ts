@@ -15,7 +15,7 @@ import { loadConfigOrExit } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
 import type { Store, UserRow } from '../app/store/types.ts'
 import { hashPassword, sealPassword } from '../app/auth/partner-secrets.ts'
-import { fingerprintOf, usableCertificate } from '../app/domain/partners.ts'
+import { fingerprintOf, thumbprintOf, usableCertificate } from '../app/domain/partners.ts'
 
 export interface PartnerAccountInput {
   login: string
@@ -64,7 +64,13 @@ export async function createPartnerAccount (store: Store, partnerSecretKey: stri
     await store.setCredentials(user.id, input.login, null, null)
   }
   if (certificate && fingerprint) {
-    const current = { fingerprint, login: input.login, pem: certificate.toString(), addedAt: new Date(now).toISOString() }
+    const current = {
+      fingerprint,
+      thumbprint: thumbprintOf(certificate),
+      login: input.login,
+      pem: certificate.toString(),
+      addedAt: new Date(now).toISOString()
+    }
     const registered = input.keepPrevious ? await store.certificatesOf(input.login) : []
     const previous = registered.find((c) => c.fingerprint !== fingerprint)
     await store.replaceCertificates(input.login, previous ? [current, previous] : [current])

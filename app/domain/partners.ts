@@ -70,11 +70,21 @@ export function usableCertificate (pem: string | Buffer, now: number): X509Certi
   return certificate
 }
 
-/** The partner a certificate is registered to, or null (unknown, or no longer valid at `now`). */
+/** The SHA-1 thumbprint a ThumbprintSHA1 key identifier names a certificate by: lowercase hex. */
+export function thumbprintOf (certificate: X509Certificate): string {
+  return certificate.fingerprint.replaceAll(':', '').toLowerCase()
+}
+
+/**
+ * The partner a certificate (or the SHA-1 thumbprint of one) is registered to, or null: unknown, or
+ * no longer valid at `now`.
+ */
 export async function findCertificatePartner (
-  store: Store, certificate: X509Certificate, now: number
+  store: Store, certificate: X509Certificate | { thumbprint: string }, now: number
 ): Promise<CertificatePartner | null> {
-  const row = await store.findCertificate(fingerprintOf(certificate))
+  const row = certificate instanceof X509Certificate
+    ? await store.findCertificate(fingerprintOf(certificate))
+    : await store.findCertificateByThumbprint(certificate.thumbprint)
   if (!row) return null
   try {
     usableCertificate(row.pem, now)

@@ -36,6 +36,7 @@ const MIGRATIONS: string[] = [
   // WS-Security X.509 signatures: a partner login's registered certificates, found by fingerprint.
   `CREATE TABLE partner_certificates (
      fingerprint TEXT PRIMARY KEY,
+     thumbprint TEXT NOT NULL UNIQUE,
      login TEXT NOT NULL REFERENCES users (login) ON UPDATE CASCADE ON DELETE CASCADE,
      pem TEXT NOT NULL,
      added_at TIMESTAMPTZ NOT NULL
@@ -48,6 +49,8 @@ const MIGRATION_LOCK = 727_001
 
 const ISO = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
 const USER_COLUMNS = `id, name, email, admin_notes AS "adminNotes", role, ${ISO('created_at')} AS "createdAt"`
+const CERTIFICATE_COLUMNS = `c.fingerprint, c.thumbprint, c.login, c.pem, ${ISO('c.added_at')} AS "addedAt", ` +
+  'u.id AS "userId", u.role FROM partner_certificates c JOIN users u ON u.login = c.login'
 const MESSAGE_COLUMNS = `id::text AS id, room_id AS "roomId", content, author_id AS "authorId", ${ISO('created_at')} AS "createdAt"`
 
 function isUniqueViolation (err: unknown): boolean {
@@ -76,10 +79,10 @@ const q = {
   countUsers: query('count_users', 'SELECT COUNT(*)::int AS n FROM users'),
   findCredentials: query('find_credentials', 'SELECT id AS "userId", login, role, password_hash AS "passwordHash", password_secret AS "passwordSecret" FROM users WHERE login = $1'),
   setCredentials: query('set_credentials', 'UPDATE users SET login = $1, password_hash = $2, password_secret = $3 WHERE id = $4'),
-  findCertificate: query('find_certificate',
-    `SELECT c.fingerprint, c.login, c.pem, ${ISO('c.added_at')} AS "addedAt", u.id AS "userId", u.role ` +
-    'FROM partner_certificates c JOIN users u ON u.login = c.login WHERE c.fingerprint = $1'),
-  certificatesOf: query('certificates_of', `SELECT fingerprint, login, pem, ${ISO('added_at')} AS "addedAt" ` +
+  findCertificate: query('find_certificate', `SELECT ${CERTIFICATE_COLUMNS} WHERE c.fingerprint = $1`),
+  findCertificateByThumbprint: query('find_certificate_by_thumbprint',
+    `SELECT ${CERTIFICATE_COLUMNS} WHERE c.thumbprint = $1`),
+  certificatesOf: query('certificates_of', `SELECT fingerprint, thumbprint, login, pem, ${ISO('added_at')} AS "addedAt" ` +
     'FROM partner_certificates WHERE login = $1 ORDER BY added_at DESC, fingerprint')
 }
 
@@ -208,6 +211,9 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
     async findCertificate (fingerprint) {
       return (await pool.query<CertificateCredentials>(q.findCertificate([fingerprint]))).rows[0] ?? null
     },
+    async findCertificateByThumbprint (thumbprint) {
+      return (await pool.query<CertificateCredentials>(q.findCertificateByThumbprint([thumbprint]))).rows[0] ?? null
+    },
     async certificatesOf (login) {
       return (await pool.query<PartnerCertificate>(q.certificatesOf([login]))).rows
     },
@@ -215,8 +221,9 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
       await client.query('DELETE FROM partner_certificates WHERE login = $1', [login])
       for (const c of certificates) {
         await client.query(
-          'INSERT INTO partner_certificates (fingerprint, login, pem, added_at) VALUES ($1, $2, $3, $4)',
-          [c.fingerprint, login, c.pem, c.addedAt])
+          'INSERT INTO partner_certificates (fingerprint, thumbprint, login, pem, added_at) ' +
+          'VALUES ($1, $2, $3, $4, $5)',
+          [c.fingerprint, c.thumbprint, login, c.pem, c.addedAt])
       }
     }),
     async ping () {

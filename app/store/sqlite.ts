@@ -36,6 +36,7 @@ const MIGRATIONS: string[] = [
   // WS-Security X.509 signatures: a partner login's registered certificates, found by fingerprint.
   `CREATE TABLE partner_certificates (
      fingerprint TEXT PRIMARY KEY,
+     thumbprint TEXT NOT NULL UNIQUE,
      login TEXT NOT NULL REFERENCES users (login) ON UPDATE CASCADE ON DELETE CASCADE,
      pem TEXT NOT NULL,
      added_at TEXT NOT NULL
@@ -44,6 +45,8 @@ const MIGRATIONS: string[] = [
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
+const CERTIFICATE_COLUMNS = 'c.fingerprint, c.thumbprint, c.login, c.pem, c.added_at AS addedAt, u.id AS userId, u.role ' +
+  'FROM partner_certificates c JOIN users u ON u.login = c.login'
 const MESSAGE_COLUMNS = 'CAST(id AS TEXT) AS id, room_id AS roomId, content, author_id AS authorId, created_at AS createdAt'
 
 function isUniqueViolation (err: unknown): boolean {
@@ -75,13 +78,13 @@ export function openSqliteStore (path: string): Store {
     countUsers: prepare('SELECT COUNT(*) AS n FROM users'),
     findCredentials: prepare('SELECT id AS userId, login, role, password_hash AS passwordHash, password_secret AS passwordSecret FROM users WHERE login = ?'),
     setCredentials: prepare('UPDATE users SET login = ?, password_hash = ?, password_secret = ? WHERE id = ?'),
-    findCertificate: prepare('SELECT c.fingerprint, c.login, c.pem, c.added_at AS addedAt, u.id AS userId, u.role ' +
-      'FROM partner_certificates c JOIN users u ON u.login = c.login WHERE c.fingerprint = ?'),
-    certificatesOf: prepare('SELECT fingerprint, login, pem, added_at AS addedAt FROM partner_certificates ' +
-      'WHERE login = ? ORDER BY added_at DESC, fingerprint'),
+    findCertificate: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.fingerprint = ?`),
+    findCertificateByThumbprint: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.thumbprint = ?`),
+    certificatesOf: prepare('SELECT fingerprint, thumbprint, login, pem, added_at AS addedAt ' +
+      'FROM partner_certificates WHERE login = ? ORDER BY added_at DESC, fingerprint'),
     deleteCertificates: prepare('DELETE FROM partner_certificates WHERE login = ?'),
     insertCertificate: prepare(
-      'INSERT INTO partner_certificates (fingerprint, login, pem, added_at) VALUES (?, ?, ?, ?)'),
+      'INSERT INTO partner_certificates (fingerprint, thumbprint, login, pem, added_at) VALUES (?, ?, ?, ?, ?)'),
     ping: prepare('SELECT 1')
   }
 
@@ -183,6 +186,9 @@ export function openSqliteStore (path: string): Store {
     async findCertificate (fingerprint) {
       return (stmt.findCertificate.get(fingerprint) as CertificateCredentials | undefined) ?? null
     },
+    async findCertificateByThumbprint (thumbprint) {
+      return (stmt.findCertificateByThumbprint.get(thumbprint) as CertificateCredentials | undefined) ?? null
+    },
     async certificatesOf (login) {
       return stmt.certificatesOf.all(login) as unknown as PartnerCertificate[]
     },
@@ -190,7 +196,7 @@ export function openSqliteStore (path: string): Store {
       db.exec('BEGIN')
       try {
         stmt.deleteCertificates.run(login)
-        for (const c of certificates) stmt.insertCertificate.run(c.fingerprint, login, c.pem, c.addedAt)
+        for (const c of certificates) stmt.insertCertificate.run(c.fingerprint, c.thumbprint, login, c.pem, c.addedAt)
         db.exec('COMMIT')
       } catch (err) {
         db.exec('ROLLBACK')

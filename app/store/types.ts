@@ -68,6 +68,8 @@ export interface Credentials {
 export interface PartnerCertificate {
   /** SHA-256 of the certificate's DER, lowercase hex without separators. */
   fingerprint: string
+  /** SHA-1 of the DER, lowercase hex: how a ThumbprintSHA1 key identifier names it (an identifier only). */
+  thumbprint: string
   login: string
   pem: string
   /** When it was registered (ISO 8601); the newer of two is the current one. */
@@ -107,6 +109,8 @@ export interface Store {
   setCredentials (userId: string, login: string, passwordHash: string | null, passwordSecret: string | null): Promise<void>
   /** The partner whose login holds the certificate with this SHA-256 fingerprint, or null. */
   findCertificate (fingerprint: string): Promise<CertificateCredentials | null>
+  /** The same, found by the certificate's SHA-1 thumbprint. */
+  findCertificateByThumbprint (thumbprint: string): Promise<CertificateCredentials | null>
   /** The certificates of a login, newest first. */
   certificatesOf (login: string): Promise<PartnerCertificate[]>
   /** Replaces the certificates of a login with these (at most two: the current one and the previous one). */

@@ -16,8 +16,9 @@
 //   covers is, by identity, the one the service runs. A signed Body moved to a header or a wrapper
 //   leaves the dispatched Body unsigned (refused); the same Id on both is a duplicate (refused).
 // - The key: the certificate comes from a BinarySecurityToken of our header (referenced by the
-//   KeyInfo's SecurityTokenReference) and must be registered to a partner and valid now; the
-//   signature is verified with the registered certificate, never with a key the message supplies.
+//   KeyInfo's SecurityTokenReference), or is named by its SHA-1 thumbprint (a KeyIdentifier); it must
+//   be registered to a partner and valid now. The signature is verified with the registered
+//   certificate, never with a key the message supplies.
 import { createHash } from 'node:crypto'
 import { DOMParser } from '@xmldom/xmldom'
 import { SignedXml } from 'xml-crypto'
@@ -28,6 +29,7 @@ import { SoapFault, WSSE_NS } from './faults.ts'
 
 export const DS_NS = 'http://www.w3.org/2000/09/xmldsig#'
 const X509_V3 = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509v3'
+const THUMBPRINT_SHA1 = 'http://docs.oasis-open.org/wss/oasis-wss-soap-message-security-1.1#ThumbprintSHA1'
 const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'
 
 const EXC_C14N = 'http://www.w3.org/2001/10/xml-exc-c14n#'
@@ -108,16 +110,27 @@ function algorithmOf (element: XmlElement, allowed: Set<string>, what: string): 
 }
 
 /** The certificate of the BinarySecurityToken the KeyInfo's SecurityTokenReference names. */
-function tokenCertificate (signature: XmlElement, security: XmlElement, ids: Map<string, XmlElement>, now: number) {
+/**
+ * The signing certificate the KeyInfo's SecurityTokenReference names: a BinarySecurityToken of our
+ * header (wsse:Reference to its Id), or a registered certificate by its SHA-1 thumbprint (KeyIdentifier).
+ */
+function signingKey (signature: XmlElement, security: XmlElement, ids: Map<string, XmlElement>, now: number) {
   const tokens = security.children.filter((c) => c.ns === WSSE_NS && c.local === 'BinarySecurityToken')
   if (tokens.length > MAX_TOKENS) throw invalid(`At most ${MAX_TOKENS} BinarySecurityTokens are accepted`)
   const keyInfo = child(signature, DS_NS, 'KeyInfo')
   const tokenReference = keyInfo && child(keyInfo, WSSE_NS, 'SecurityTokenReference')
+  const identifier = tokenReference && child(tokenReference, WSSE_NS, 'KeyIdentifier')
+  if (identifier && attribute(identifier, '', 'ValueType') === THUMBPRINT_SHA1) {
+    const thumbprint = Buffer.from(identifier.text.trim(), 'base64')
+    if (thumbprint.length !== 20) throw invalid('A ThumbprintSHA1 key identifier is 20 bytes in Base64')
+    return { thumbprint: thumbprint.toString('hex') }
+  }
   const reference = tokenReference && child(tokenReference, WSSE_NS, 'Reference')
   const uri = reference && attribute(reference, '', 'URI')
   const token = uri?.startsWith('#') ? ids.get(uri.slice(1)) : undefined
   if (!token || !tokens.includes(token)) {
-    throw invalid('The KeyInfo must reference a BinarySecurityToken of the Security header (SecurityTokenReference)')
+    throw invalid('The KeyInfo must name a BinarySecurityToken of the Security header or a ThumbprintSHA1 ' +
+      '(SecurityTokenReference)')
   }
   const encoding = attribute(token, '', 'EncodingType') ?? BASE64_BINARY
   if (attribute(token, '', 'ValueType') !== X509_V3 || encoding !== BASE64_BINARY) {
@@ -196,7 +209,7 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
       throw invalid('A signed message needs a wsu:Timestamp the signature covers')
     }
 
-    const certificate = tokenCertificate(signature, security, ids, now)
+    const certificate = signingKey(signature, security, ids, now)
     const partner = await findCertificatePartner(options.store, certificate, now)
     if (!partner) throw SoapFault.failedAuthentication('The signing certificate is not registered to any partner')
 

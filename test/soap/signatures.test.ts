@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
-import { randomUUID } from 'node:crypto'
+import { X509Certificate, randomUUID } from 'node:crypto'
 import { test } from 'tap'
 import soap from 'soap'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
@@ -29,9 +29,10 @@ const SHA1_OPTIONS = {
   digestAlgorithm: 'http://www.w3.org/2000/09/xmldsig#sha1'
 }
 // Store calls authentication makes; any other call is the domain running.
+const THUMBPRINT = 'http://docs.oasis-open.org/wss/oasis-wss-soap-message-security-1.1#ThumbprintSHA1'
 const ENVELOPED = 'http://www.w3.org/2000/09/xmldsig#enveloped-signature'
 const INCLUSIVE_C14N = 'http://www.w3.org/TR/2001/REC-xml-c14n-20010315'
-const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCredentials'])
+const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCertificateByThumbprint', 'findCredentials'])
 
 function tempDir (t: TestLike): string {
   const dir = mkdtempSync(join(tmpdir(), 'x509-'))
@@ -52,6 +53,11 @@ async function seededEnv (dir: string) {
   await loadDemoData(seedStore)
   await seedStore.close()
   return env
+}
+
+/** Base64 of the SHA-1 of the certificate's DER, as a ThumbprintSHA1 KeyIdentifier carries it. */
+function thumbprintOf (who: TestCertificate): string {
+  return Buffer.from(new X509Certificate(who.cert).fingerprint.replaceAll(':', ''), 'hex').toString('base64')
 }
 
 type Client = soap.Client & Record<string, (args: unknown) => Promise<[any, string, unknown, string]>>
@@ -167,6 +173,16 @@ test('refusals: each a WS-Security fault, and nothing runs', async (t) => {
   t.match(wsuIds, /<soap:Body [^>]*wsu:Id="_0"/)
   const withWsuIds = await post(endpoint, wsuIds, XML)
   t.equal(withWsuIds.status, 200, withWsuIds.text)
+  // The key named by its SHA-1 thumbprint instead of a BinarySecurityToken (KeyInfo is not signed: rewritten here).
+  const byThumbprint = (xml: string, who: TestCertificate) => xml
+    .replace(/<wsse:BinarySecurityToken [^>]*>[^<]*<\/wsse:BinarySecurityToken>/, '')
+    .replace(/<wsse:Reference URI="#x509-[^"]*" ValueType="[^"]*"\/>/,
+      `<wsse:KeyIdentifier ValueType="${THUMBPRINT}">${thumbprintOf(who)}</wsse:KeyIdentifier>`)
+  const thumbprinted = byThumbprint(signedEnvelope('1.1', CREATE('thumb@example.com'), signer), signer)
+  t.notMatch(thumbprinted, 'BinarySecurityToken')
+  t.match(thumbprinted, 'KeyIdentifier')
+  const withThumbprint = await post(endpoint, thumbprinted, XML)
+  t.equal(withThumbprint.status, 200, withThumbprint.text)
 
   const refusals: Array<[string, string, { code: string; reason?: RegExp | string }]> = []
   const signedCreate = () => signedEnvelope('1.1', CREATE('mallory@example.com'), signer)
@@ -197,6 +213,9 @@ test('refusals: each a WS-Security fault, and nothing runs', async (t) => {
       { code: 'wsse:InvalidSecurity', reason: /appears more than once/ }])
   }
 
+  refusals.push(['a thumbprint registered to nobody',
+    byThumbprint(signedEnvelope('1.1', CREATE('m@example.com'), other), other),
+    { code: 'wsse:FailedAuthentication', reason: /not registered/ }])
   refusals.push(['a certificate registered to nobody', signedEnvelope('1.1', CREATE('m@example.com'), other),
     { code: 'wsse:FailedAuthentication', reason: /not registered/ }])
   refusals.push(['a Timestamp the signature does not cover',
@@ -297,7 +316,8 @@ test('a certificate that expired after its registration authenticates nobody', a
   const { store, url, partnerSecretKey } = await listenSoapApp(t)
   await createPartnerAccount(store, partnerSecretKey, { login: 'brief', certificate: brief.cert, userId: '5' })
   const getUser = `<GetUser xmlns="${NS}/v1/UserService"><id>2</id></GetUser>`
-  t.equal((await post(`${url}/v1/UserService`, signedEnvelope('1.1', getUser, brief), XML)).status, 200, 'valid: accepted')
+  const early = await post(`${url}/v1/UserService`, signedEnvelope('1.1', getUser, brief), XML)
+  t.equal(early.status, 200, 'valid: accepted')
   // Certificate times have whole seconds: wait until its notAfter is past.
   await new Promise((resolve) => setTimeout(resolve, ends - Date.now() + 1_500))
   const late = await post(`${url}/v1/UserService`, signedEnvelope('1.1', getUser, brief), XML)
