@@ -144,6 +144,8 @@ export interface Config {
     /** Most elements in one SOAP message, and most attributes (namespace declarations included) on one element. */
     maxElements: number
     maxAttributes: number
+    /** Accept RSA-SHA1 signatures and SHA-1 digests from signing partners (legacy toolkits only). */
+    allowSha1: boolean
   }
   ws: {
     allowedOrigins: string[]
@@ -276,6 +278,7 @@ const schema = {
     SOAP_MAX_ELEMENTS: { type: 'integer', minimum: 10, default: 1000 },
     SOAP_MAX_ATTRIBUTES: { type: 'integer', minimum: 4, default: 32 },
     WSSE_MAX_AGE_SEC: { type: 'integer', minimum: 1, default: 300 },
+    WSSE_ALLOW_SHA1: { type: 'boolean', default: false },
     PARTNER_SECRET_KEY: { type: 'string' },
     CURSOR_SECRET: { type: 'string' },
     WS_ALLOWED_ORIGINS: { type: 'string', default: '' },
@@ -543,7 +546,8 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       maxAgeSec: e.WSSE_MAX_AGE_SEC as number,
       partnerSecretKey,
       maxElements: e.SOAP_MAX_ELEMENTS as number,
-      maxAttributes: e.SOAP_MAX_ATTRIBUTES as number
+      maxAttributes: e.SOAP_MAX_ATTRIBUTES as number,
+      allowSha1: e.WSSE_ALLOW_SHA1 as boolean
     },
     ws: {
       // One allowlist for browsers: an origin CORS_ORIGINS admits may open WebSockets too;

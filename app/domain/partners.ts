@@ -1,7 +1,7 @@
 // Who a partner is: the one home of the rule that turns a partner login into a Caller (the user the
 // login is bound to, with that user's role) and of the secrets its password is checked against.
 // WS-Security (routes/soap/ws-security.ts) asks here; nothing else reads partner credentials.
-import { randomBytes } from 'node:crypto'
+import { X509Certificate, randomBytes } from 'node:crypto'
 import { hashPassword, unsealPassword, verifyPassword } from '../auth/partner-secrets.ts'
 import type { Store } from '../store/types.ts'
 import type { Caller } from './context.ts'
@@ -37,4 +37,59 @@ export async function verifyPartnerPassword (partner: Partner | null, password: 
   if (partner?.passwordHash) return verifyPassword(password, partner.passwordHash)
   await verifyPassword(password, await (dummyHash ??= hashPassword(randomBytes(16).toString('base64'))))
   return false
+}
+
+/** A partner authenticated by a registered X.509 certificate (WS-Security signatures). */
+export interface CertificatePartner {
+  caller: Caller
+  login: string
+  certificate: X509Certificate
+}
+
+/** The SHA-256 fingerprint a certificate is registered and found by: lowercase hex, no separators. */
+export function fingerprintOf (certificate: X509Certificate): string {
+  return certificate.fingerprint256.replaceAll(':', '').toLowerCase()
+}
+
+/**
+ * Reads one PEM certificate and checks it is valid at `now` (epoch ms): the same rule at registration
+ * and at each use, so an expired or not-yet-valid certificate authenticates nobody.
+ */
+export function usableCertificate (pem: string | Buffer, now: number): X509Certificate {
+  let certificate: X509Certificate
+  try {
+    certificate = new X509Certificate(pem)
+  } catch {
+    throw new Error('not an X.509 certificate (PEM or DER)')
+  }
+  if (Date.parse(certificate.validFrom) > now) {
+    throw new Error(`the certificate is not valid before ${certificate.validFrom}`)
+  }
+  if (Date.parse(certificate.validTo) < now) throw new Error(`the certificate expired on ${certificate.validTo}`)
+  if (certificate.publicKey.asymmetricKeyType !== 'rsa') throw new Error('only RSA certificates are accepted')
+  return certificate
+}
+
+/** The SHA-1 thumbprint a ThumbprintSHA1 key identifier names a certificate by: lowercase hex. */
+export function thumbprintOf (certificate: X509Certificate): string {
+  return certificate.fingerprint.replaceAll(':', '').toLowerCase()
+}
+
+/**
+ * The partner a certificate (or the SHA-1 thumbprint of one) is registered to, or null: unknown, or
+ * no longer valid at `now`.
+ */
+export async function findCertificatePartner (
+  store: Store, certificate: X509Certificate | { thumbprint: string }, now: number
+): Promise<CertificatePartner | null> {
+  const row = certificate instanceof X509Certificate
+    ? await store.findCertificate(fingerprintOf(certificate))
+    : await store.findCertificateByThumbprint(certificate.thumbprint)
+  if (!row) return null
+  try {
+    usableCertificate(row.pem, now)
+  } catch {
+    return null
+  }
+  return { caller: { id: row.userId, role: row.role }, login: row.login, certificate: new X509Certificate(row.pem) }
 }

@@ -3,16 +3,7 @@
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import {
-  isoNow,
-  type Credentials,
-  type MessageRow,
-  type NewMessage,
-  type NewUser,
-  type Store,
-  type UserPatch,
-  type UserRow
-} from './types.ts'
+import { isoNow, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -40,7 +31,16 @@ const MIGRATIONS: string[] = [
   // database's collation, so both stores page in the same order; a room's messages by (created_at, id).
   // Each page is one index range, whatever the table's size.
   `CREATE INDEX users_keyset ON users (created_at, id COLLATE "C");
-   CREATE INDEX messages_room_created ON messages (room_id, created_at, id);`
+   CREATE INDEX messages_room_created ON messages (room_id, created_at, id);`,
+  // WS-Security X.509 signatures: a partner login's registered certificates, found by fingerprint.
+  `CREATE TABLE partner_certificates (
+     fingerprint TEXT PRIMARY KEY,
+     thumbprint TEXT NOT NULL UNIQUE,
+     login TEXT NOT NULL REFERENCES users (login) ON UPDATE CASCADE ON DELETE CASCADE,
+     pem TEXT NOT NULL,
+     added_at TIMESTAMPTZ NOT NULL
+   );
+   CREATE INDEX partner_certificates_login ON partner_certificates (login, added_at);`
 ]
 
 // Arbitrary constant: the advisory lock that serialises migrations across instances.
@@ -48,6 +48,8 @@ const MIGRATION_LOCK = 727_001
 
 const ISO = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
 const USER_COLUMNS = `id, name, email, admin_notes AS "adminNotes", role, ${ISO('created_at')} AS "createdAt"`
+const CERTIFICATE_COLUMNS = `c.fingerprint, c.thumbprint, c.login, c.pem, ${ISO('c.added_at')} AS "addedAt", ` +
+  'u.id AS "userId", u.role FROM partner_certificates c JOIN users u ON u.login = c.login'
 const MESSAGE_COLUMNS = `id::text AS id, room_id AS "roomId", content, author_id AS "authorId", ${ISO('created_at')} AS "createdAt"`
 
 function isUniqueViolation (err: unknown): boolean {
@@ -75,7 +77,12 @@ const q = {
   insertMessage: query('insert_message', `INSERT INTO messages (room_id, content, author_id, created_at) VALUES ($1, $2, $3, $4) RETURNING ${MESSAGE_COLUMNS}`),
   countUsers: query('count_users', 'SELECT COUNT(*)::int AS n FROM users'),
   findCredentials: query('find_credentials', 'SELECT id AS "userId", login, role, password_hash AS "passwordHash", password_secret AS "passwordSecret" FROM users WHERE login = $1'),
-  setCredentials: query('set_credentials', 'UPDATE users SET login = $1, password_hash = $2, password_secret = $3 WHERE id = $4')
+  setCredentials: query('set_credentials', 'UPDATE users SET login = $1, password_hash = $2, password_secret = $3 WHERE id = $4'),
+  findCertificate: query('find_certificate', `SELECT ${CERTIFICATE_COLUMNS} WHERE c.fingerprint = $1`),
+  findCertificateByThumbprint: query('find_certificate_by_thumbprint',
+    `SELECT ${CERTIFICATE_COLUMNS} WHERE c.thumbprint = $1`),
+  certificatesOf: query('certificates_of', `SELECT fingerprint, thumbprint, login, pem, ${ISO('added_at')} AS "addedAt" ` +
+    'FROM partner_certificates WHERE login = $1 ORDER BY added_at DESC, fingerprint')
 }
 
 export interface PostgresOptions {
@@ -217,6 +224,24 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
     async setCredentials (userId, login, passwordHash, passwordSecret) {
       await pool.query(q.setCredentials([login, passwordHash, passwordSecret, userId]))
     },
+    async findCertificate (fingerprint) {
+      return (await pool.query<CertificateCredentials>(q.findCertificate([fingerprint]))).rows[0] ?? null
+    },
+    async findCertificateByThumbprint (thumbprint) {
+      return (await pool.query<CertificateCredentials>(q.findCertificateByThumbprint([thumbprint]))).rows[0] ?? null
+    },
+    async certificatesOf (login) {
+      return (await pool.query<PartnerCertificate>(q.certificatesOf([login]))).rows
+    },
+    replaceCertificates: (login, certificates) => transaction(async (client) => {
+      await client.query('DELETE FROM partner_certificates WHERE login = $1', [login])
+      for (const c of certificates) {
+        await client.query(
+          'INSERT INTO partner_certificates (fingerprint, thumbprint, login, pem, added_at) ' +
+          'VALUES ($1, $2, $3, $4, $5)',
+          [c.fingerprint, c.thumbprint, login, c.pem, c.addedAt])
+      }
+    }),
     async ping () {
       await pool.query('SELECT 1')
     },

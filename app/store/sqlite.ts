@@ -9,10 +9,12 @@ import { AppError } from '../errors.ts'
 import {
   isoNow,
   ROLES,
+  type CertificateCredentials,
   type Credentials,
   type MessageRow,
   type NewMessage,
   type NewUser,
+  type PartnerCertificate,
   type Role,
   type Store,
   type UserPatch,
@@ -43,10 +45,22 @@ const MIGRATIONS: string[] = [
    CREATE INDEX messages_author ON messages (author_id);`,
   // Keyset pages of a room read (room_id, created_at, id) in
   // order: one index range per page, whatever the table's size.
-  'CREATE INDEX messages_room_created ON messages (room_id, created_at, id);'
+  'CREATE INDEX messages_room_created ON messages (room_id, created_at, id);',
+  // WS-Security X.509 signatures: a partner login's registered certificates, found by fingerprint.
+  `CREATE TABLE partner_certificates (
+     fingerprint TEXT PRIMARY KEY,
+     thumbprint TEXT NOT NULL UNIQUE,
+     login TEXT NOT NULL REFERENCES users (login) ON UPDATE CASCADE ON DELETE CASCADE,
+     pem TEXT NOT NULL,
+     added_at TEXT NOT NULL
+   );
+   CREATE INDEX partner_certificates_login ON partner_certificates (login, added_at);`
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
+const CERTIFICATE_COLUMNS =
+  'c.fingerprint, c.thumbprint, c.login, c.pem, c.added_at AS addedAt, u.id AS userId, u.role ' +
+  'FROM partner_certificates c JOIN users u ON u.login = c.login'
 const MESSAGE_COLUMNS =
   'CAST(id AS TEXT) AS id, room_id AS roomId, content, author_id AS authorId, created_at AS createdAt'
 
@@ -96,6 +110,20 @@ const credentialsRow = (row: SqlRow): Credentials => ({
   passwordSecret: textOrNull(row, 'passwordSecret')
 })
 
+const certificateRow = (row: SqlRow): PartnerCertificate => ({
+  fingerprint: text(row, 'fingerprint'),
+  thumbprint: text(row, 'thumbprint'),
+  login: text(row, 'login'),
+  pem: text(row, 'pem'),
+  addedAt: text(row, 'addedAt')
+})
+
+const certificateCredentialsRow = (row: SqlRow): CertificateCredentials => ({
+  ...certificateRow(row),
+  userId: text(row, 'userId'),
+  role: role(row, 'role')
+})
+
 /** The row an INSERT ... RETURNING always returns. */
 function returned (row: SqlRow | undefined): SqlRow {
   if (!row) throw new Error('sqlite: the statement returned no row')
@@ -133,6 +161,13 @@ export function openSqliteStore (path: string): Store {
     countUsers: prepare('SELECT COUNT(*) AS n FROM users'),
     findCredentials: prepare('SELECT id AS userId, login, role, password_hash AS passwordHash, password_secret AS passwordSecret FROM users WHERE login = ?'),
     setCredentials: prepare('UPDATE users SET login = ?, password_hash = ?, password_secret = ? WHERE id = ?'),
+    findCertificate: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.fingerprint = ?`),
+    findCertificateByThumbprint: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.thumbprint = ?`),
+    certificatesOf: prepare('SELECT fingerprint, thumbprint, login, pem, added_at AS addedAt ' +
+      'FROM partner_certificates WHERE login = ? ORDER BY added_at DESC, fingerprint'),
+    deleteCertificates: prepare('DELETE FROM partner_certificates WHERE login = ?'),
+    insertCertificate: prepare(
+      'INSERT INTO partner_certificates (fingerprint, thumbprint, login, pem, added_at) VALUES (?, ?, ?, ?, ?)'),
     ping: prepare('SELECT 1')
   }
 
@@ -244,6 +279,28 @@ export function openSqliteStore (path: string): Store {
     },
     async setCredentials (userId, login, passwordHash, passwordSecret) {
       stmt.setCredentials.run(login, passwordHash, passwordSecret, userId)
+    },
+    async findCertificate (fingerprint) {
+      const row = stmt.findCertificate.get(fingerprint)
+      return row ? certificateCredentialsRow(row) : null
+    },
+    async findCertificateByThumbprint (thumbprint) {
+      const row = stmt.findCertificateByThumbprint.get(thumbprint)
+      return row ? certificateCredentialsRow(row) : null
+    },
+    async certificatesOf (login) {
+      return stmt.certificatesOf.all(login).map(certificateRow)
+    },
+    async replaceCertificates (login, certificates) {
+      db.exec('BEGIN')
+      try {
+        stmt.deleteCertificates.run(login)
+        for (const c of certificates) stmt.insertCertificate.run(c.fingerprint, c.thumbprint, login, c.pem, c.addedAt)
+        db.exec('COMMIT')
+      } catch (err) {
+        db.exec('ROLLBACK')
+        throw err
+      }
     },
     async ping () {
       stmt.ping.get()

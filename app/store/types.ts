@@ -64,6 +64,24 @@ export interface Credentials {
   passwordSecret: string | null
 }
 
+/** An X.509 certificate registered to a partner login (WS-Security signatures); a login has at most two. */
+export interface PartnerCertificate {
+  /** SHA-256 of the certificate's DER, lowercase hex without separators. */
+  fingerprint: string
+  /** SHA-1 of the DER, lowercase hex: how a ThumbprintSHA1 key identifier names it (an identifier only). */
+  thumbprint: string
+  login: string
+  pem: string
+  /** When it was registered (ISO 8601); the newer of two is the current one. */
+  addedAt: string
+}
+
+/** A registered certificate with the partner it authenticates. */
+export interface CertificateCredentials extends PartnerCertificate {
+  userId: string
+  role: Role
+}
+
 export interface Store {
   readonly kind: 'sqlite' | 'postgres'
   usersByIds (ids: readonly string[]): Promise<UserRow[]>
@@ -94,6 +112,14 @@ export interface Store {
     passwordHash: string | null,
     passwordSecret: string | null
   ): Promise<void>
+  /** The partner whose login holds the certificate with this SHA-256 fingerprint, or null. */
+  findCertificate (fingerprint: string): Promise<CertificateCredentials | null>
+  /** The same, found by the certificate's SHA-1 thumbprint. */
+  findCertificateByThumbprint (thumbprint: string): Promise<CertificateCredentials | null>
+  /** The certificates of a login, newest first. */
+  certificatesOf (login: string): Promise<PartnerCertificate[]>
+  /** Replaces the certificates of a login with these (at most two: the current one and the previous one). */
+  replaceCertificates (login: string, certificates: readonly PartnerCertificate[]): Promise<void>
   /** Resolves when the store answers a trivial query. */
   ping (): Promise<void>
   close (): Promise<void>

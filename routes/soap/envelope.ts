@@ -1,7 +1,6 @@
 // The SOAP envelope: read with the hardened XML reader (xml.ts: no DOCTYPE, no entity expansion,
-// well-formed, namespace-resolved, values kept as text, elements
-// and attributes capped), then checked against the SOAP version the
-// Content-Type announced. The size cap is Fastify's bodyLimit, applied before this.
+// well-formed, namespace-resolved, values kept as text, elements and attributes capped), then checked
+// against the SOAP version the Content-Type announced. The size cap is Fastify's bodyLimit, applied before this.
 import { SoapFault } from './faults.ts'
 import { DEFAULT_XML_LIMITS, XmlError, parseXml as parseXmlText, type XmlElement, type XmlLimits } from './xml.ts'
 
@@ -20,6 +19,9 @@ export interface Envelope {
   headers: XmlElement[]
   /** The single child of the Body: the operation's wrapper element. */
   operation: XmlElement
+  /** The document's root (the Envelope) and its Body, for WS-Security signatures. */
+  root: XmlElement
+  body: XmlElement
 }
 
 /** Parses a complete XML document; a document we do not accept is a Client fault (BAD_REQUEST). */
@@ -55,30 +57,16 @@ export function parseEnvelope (xml: string, version: SoapVersion, limits: XmlLim
     throw new SoapFault('VersionMismatch', 'BAD_REQUEST', 'The root element is not a SOAP Envelope')
   }
   if (root.ns !== envNs) {
-    throw new SoapFault(
-      'VersionMismatch',
-      'BAD_REQUEST',
-      `A SOAP ${version === '1.1' ? '1.2' : '1.1'} envelope was sent with the Content-Type of SOAP ${version}`
-    )
+    throw new SoapFault('VersionMismatch', 'BAD_REQUEST', `A SOAP ${version === '1.1' ? '1.2' : '1.1'} envelope was sent with the Content-Type of SOAP ${version}`)
   }
   let header: XmlElement | undefined
   let body: XmlElement | undefined
   for (const part of root.children) {
     if (part.ns === envNs && part.local === 'Header' && !header && !body) header = part
     else if (part.ns === envNs && part.local === 'Body' && !body) body = part
-    else {
-      throw SoapFault.client(
-        'BAD_REQUEST',
-        `Unexpected element {${part.ns}}${part.local} in the Envelope: expected an optional Header and then a Body`
-      )
-    }
+    else throw SoapFault.client('BAD_REQUEST', `Unexpected element {${part.ns}}${part.local} in the Envelope: expected an optional Header and then a Body`)
   }
   if (!body) throw SoapFault.client('BAD_REQUEST', 'The Envelope has no Body')
-  if (body.children.length !== 1) {
-    throw SoapFault.client(
-      'BAD_REQUEST',
-      `The Body must hold exactly one element (the operation); it holds ${body.children.length}`
-    )
-  }
-  return { version, headers: header?.children ?? [], operation: body.children[0]! }
+  if (body.children.length !== 1) throw SoapFault.client('BAD_REQUEST', `The Body must hold exactly one element (the operation); it holds ${body.children.length}`)
+  return { version, headers: header?.children ?? [], operation: body.children[0]!, root, body }
 }

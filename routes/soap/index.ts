@@ -67,7 +67,8 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     partnerSecretKey: config.soap.partnerSecretKey,
     maxAgeMs: config.soap.maxAgeSec * 1000,
     nonces: app.redis ? redisNonceCache(app.redis, app.redisKey) : memoryNonceCache(),
-    clock
+    clock,
+    allowSha1: config.soap.allowSha1
   })
   const service = createSoapService({
     namespaceBase: config.soap.namespaceBase,

@@ -239,7 +239,8 @@ export function createSoapService (options: SoapServiceOptions) {
         )
       }
       checkActions(request.actions, soapActionOf(namespace, operation), operation)
-      const caller = await wsSecurity.authenticate(security, admission.checkAddress)
+      const signed = { xml: request.envelope, root: envelope.root, body: envelope.body }
+      const caller = await wsSecurity.authenticate(security, admission.checkAddress, signed)
       return { caller, operation, element }
     } catch (err) {
       await admission.spendOnAddress()

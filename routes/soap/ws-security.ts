@@ -21,6 +21,8 @@
 // unsealed password (so both digest and text checks are a hash and a constant-time compare); accounts
 // without a sealed password remember, for the same time, the SHA-256 of a text password that scrypt
 // accepted. A password change or a removed account therefore takes effect within CREDENTIAL_CACHE_MS.
+// X.509 signatures instead of (or beside) a password: signature.ts; a signed message's replay is
+// refused by its SignatureValue through the same NonceCache.
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import type { Caller } from '../../app/domain/context.ts'
@@ -30,6 +32,7 @@ import { LruMap } from '../../app/lru-map.ts'
 import type { Store } from '../../app/store/types.ts'
 import { attribute, child, type XmlElement } from './envelope.ts'
 import { SoapFault, WSSE_NS } from './faults.ts'
+import { DS_NS, createSignatureCheck, type SignedMessage } from './signature.ts'
 
 export const WSU_NS = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
 const TOKEN_PROFILE = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0'
@@ -69,9 +72,7 @@ export function memoryNonceCache (maxEntries = 200_000): NonceCache {
       }
       const expires = seen.get(key)
       if (expires !== undefined && expires > now) return false
-      if (seen.size >= maxEntries) {
-        throw new AppError('SERVICE_UNAVAILABLE', 'Too many WS-Security nonces in flight; retry later')
-      }
+      if (seen.size >= maxEntries) throw new AppError('SERVICE_UNAVAILABLE', 'Too many WS-Security nonces in flight; retry later')
       seen.set(key, now + ttlMs)
       return true
     }
@@ -108,6 +109,8 @@ export interface WsSecurityOptions {
   maxAgeMs: number
   nonces: NonceCache
   clock: () => number
+  /** Accept RSA-SHA1 signatures and SHA-1 digests from signing partners (WSSE_ALLOW_SHA1). */
+  allowSha1?: boolean
 }
 
 interface UsernameToken {
@@ -133,6 +136,7 @@ function instant (value: string, what: string): number {
 export function createWsSecurity (options: WsSecurityOptions) {
   const { store, partnerSecretKey, maxAgeMs, nonces, clock } = options
   const partners = new LruMap<string, PartnerEntry>(CREDENTIAL_CACHE_MAX, CREDENTIAL_CACHE_BYTES)
+  const signatures = createSignatureCheck({ store, allowSha1: options.allowSha1 ?? false })
 
   async function partner (login: string, now: number): Promise<PartnerEntry | null> {
     const cached = partners.get(login)
@@ -156,21 +160,15 @@ export function createWsSecurity (options: WsSecurityOptions) {
   function checkFresh (created: string, what: string, now: number): void {
     const at = instant(created, what)
     if (at > now + CLOCK_SKEW_MS) throw SoapFault.failedAuthentication(`${what} is in the future`)
-    if (now - at > maxAgeMs) {
-      throw SoapFault.failedAuthentication(`${what} is older than ${Math.round(maxAgeMs / 1000)} seconds`)
-    }
+    if (now - at > maxAgeMs) throw SoapFault.failedAuthentication(`${what} is older than ${Math.round(maxAgeMs / 1000)} seconds`)
   }
 
   function readToken (element: XmlElement): UsernameToken {
     const username = text(child(element, WSSE_NS, 'Username'))
     const passwordElement = child(element, WSSE_NS, 'Password')
-    if (!username || !passwordElement) {
-      throw SoapFault.failedAuthentication('The UsernameToken needs a Username and a Password')
-    }
+    if (!username || !passwordElement) throw SoapFault.failedAuthentication('The UsernameToken needs a Username and a Password')
     const type = attribute(passwordElement, '', 'Type') ?? PASSWORD_TEXT
-    if (type !== PASSWORD_TEXT && type !== PASSWORD_DIGEST) {
-      throw SoapFault.failedAuthentication(`Unsupported password type ${type}`)
-    }
+    if (type !== PASSWORD_TEXT && type !== PASSWORD_DIGEST) throw SoapFault.failedAuthentication(`Unsupported password type ${type}`)
     const nonceElement = child(element, WSSE_NS, 'Nonce')
     let nonce: Buffer | null = null
     if (nonceElement) {
@@ -196,11 +194,7 @@ export function createWsSecurity (options: WsSecurityOptions) {
   ): Promise<boolean> {
     if (entry && token.digest) {
       if (entry.password) {
-        const expected = createHash('sha1')
-          .update(token.nonce!)
-          .update(token.created!, 'utf8')
-          .update(entry.password)
-          .digest()
+        const expected = createHash('sha1').update(token.nonce!).update(token.created!, 'utf8').update(entry.password).digest()
         const given = Buffer.from(token.password.trim(), 'base64')
         if (given.length === expected.length && timingSafeEqual(given, expected)) return true
       }
@@ -223,29 +217,10 @@ export function createWsSecurity (options: WsSecurityOptions) {
     return false
   }
 
-  /**
-   * The caller a message's wsse:Security header (one addressed to us) authenticates; a WS-Security
-   * fault otherwise. `beforeScrypt` runs before each scrypt verification (the carrier refuses there a
-   * client that has spent its budget, before the costly work rather than after).
-   */
-  async function authenticate (
-    security: XmlElement | undefined,
-    beforeScrypt: () => Promise<void> = async () => {}
+  /** The caller the header's UsernameToken authenticates (see the top of this file). */
+  async function usernameCaller (
+    security: XmlElement, now: number, beforeScrypt: () => Promise<void>
   ): Promise<Caller> {
-    if (!security) throw SoapFault.invalidSecurity('A wsse:Security header with a UsernameToken is required')
-    const now = clock()
-
-    const timestamp = child(security, WSU_NS, 'Timestamp')
-    if (timestamp) {
-      const created = text(child(timestamp, WSU_NS, 'Created'))
-      if (!created) throw SoapFault.failedAuthentication('The Timestamp needs a Created')
-      checkFresh(created, 'The Timestamp Created', now)
-      const expires = text(child(timestamp, WSU_NS, 'Expires'))
-      if (expires !== undefined && instant(expires, 'The Timestamp Expires') <= now - CLOCK_SKEW_MS) {
-        throw SoapFault.failedAuthentication('The message has expired (Timestamp Expires)')
-      }
-    }
-
     const tokenElement = child(security, WSSE_NS, 'UsernameToken')
     if (!tokenElement) throw SoapFault.invalidSecurity('The Security header has no UsernameToken')
     const token = readToken(tokenElement)
@@ -261,14 +236,48 @@ export function createWsSecurity (options: WsSecurityOptions) {
     // Claimed after authentication, so nobody can burn a partner's nonce with a forged message; keyed
     // by the partner's user and the nonce's bytes (canonical Base64 of them).
     if (token.nonce) {
-      const fresh = await nonces.claim(
-        `${entry.partner.caller.id}:${token.nonce.toString('base64')}`,
-        maxAgeMs + CLOCK_SKEW_MS,
-        now
-      )
+      const fresh = await nonces.claim(`${entry.partner.caller.id}:${token.nonce.toString('base64')}`, maxAgeMs + CLOCK_SKEW_MS, now)
       if (!fresh) throw SoapFault.failedAuthentication('The Nonce has already been used (replayed message)')
     }
     return entry.partner.caller
+  }
+
+  /**
+   * The caller a message's wsse:Security header (one addressed to us) authenticates; a WS-Security
+   * fault otherwise. `beforeScrypt` runs before each scrypt verification and before a signature's
+   * cryptography (the carrier refuses there a client that has spent its budget, before the costly
+   * work rather than after). A header with a ds:Signature is checked by signature.ts against
+   * `message` (the document's text and tree); a UsernameToken beside it must name the same partner.
+   */
+  async function authenticate (security: XmlElement | undefined, beforeScrypt: () => Promise<void> = async () => {},
+    message?: SignedMessage): Promise<Caller> {
+    if (!security) throw SoapFault.invalidSecurity('A wsse:Security header with a UsernameToken is required')
+    const now = clock()
+
+    const timestamp = child(security, WSU_NS, 'Timestamp')
+    if (timestamp) {
+      const created = text(child(timestamp, WSU_NS, 'Created'))
+      if (!created) throw SoapFault.failedAuthentication('The Timestamp needs a Created')
+      checkFresh(created, 'The Timestamp Created', now)
+      const expires = text(child(timestamp, WSU_NS, 'Expires'))
+      if (expires !== undefined && instant(expires, 'The Timestamp Expires') <= now - CLOCK_SKEW_MS) {
+        throw SoapFault.failedAuthentication('The message has expired (Timestamp Expires)')
+      }
+    }
+
+    if (!child(security, DS_NS, 'Signature')) return usernameCaller(security, now, beforeScrypt)
+    if (!message) throw SoapFault.invalidSecurity('Signed messages are not accepted here')
+    const verified = await signatures.verify(message, security, timestamp, now, beforeScrypt)
+    const caller = verified.partner.caller
+    const beside = child(security, WSSE_NS, 'UsernameToken') && await usernameCaller(security, now, beforeScrypt)
+    if (beside && beside.id !== caller.id) {
+      throw SoapFault.failedAuthentication('The UsernameToken and the signing certificate name different partners')
+    }
+    // The same signature again is the same message again: remembered for as long as its Timestamp is fresh.
+    if (!(await nonces.claim(`signature:${verified.replayKey}`, maxAgeMs + CLOCK_SKEW_MS, now))) {
+      throw SoapFault.failedAuthentication('This signed message has already been received (replayed message)')
+    }
+    return caller
   }
 
   return { authenticate }

@@ -92,12 +92,17 @@ test('every operation requires a UsernameToken: no Security header is a wsse:Inv
   t.match(readFault(empty.text), { code: 'wsse:InvalidSecurity', reason: /no UsernameToken/ })
 })
 
-test('the WSDL declares the UsernameToken requirement (WS-SecurityPolicy) on both bindings', async (t) => {
+test('the WSDL declares the UsernameToken and X.509 signature alternatives (WS-SecurityPolicy) on both bindings', async (t) => {
   const { url } = await listenSoapApp(t, ENV)
+  const v2 = await (await fetch(`${url}/v2/UserService?wsdl`)).text()
+  t.match(v2, /<wsp:ExactlyOne>[\s\S]*<sp:UsernameToken [\s\S]*<sp:AsymmetricBinding>/, 'v2 too')
   const wsdl = await (await fetch(`${url}/v1/UserService?wsdl`)).text()
   t.match(wsdl, 'xmlns:sp="http://docs.oasis-open.org/ws-sx/ws-securitypolicy/200702"')
-  t.match(wsdl, /<wsp:Policy wsu:Id="UsernameTokenPolicy">[\s\S]*<sp:SupportingTokens>[\s\S]*<sp:UsernameToken /)
-  t.equal(wsdl.match(/<wsp:PolicyReference URI="#UsernameTokenPolicy"\/>/g)?.length, 2, 'one reference per binding')
+  t.match(wsdl, /<wsp:Policy wsu:Id="PartnerSecurityPolicy">\s*<wsp:ExactlyOne>\s*<wsp:All>\s*<sp:SupportingTokens>[\s\S]*<sp:UsernameToken /)
+  t.match(wsdl, /<\/wsp:All>\s*<wsp:All>\s*<sp:AsymmetricBinding>[\s\S]*<sp:InitiatorToken>[\s\S]*<sp:X509Token [\s\S]*<sp:WssX509V3Token10\/>/,
+    'the X.509 signature alternative')
+  t.match(wsdl, /<sp:IncludeTimestamp\/>[\s\S]*<sp:SignedParts>\s*<sp:Body\/>/)
+  t.equal(wsdl.match(/<wsp:PolicyReference URI="#PartnerSecurityPolicy"\/>/g)?.length, 2, 'one reference per binding')
 })
 
 test('PasswordText without Nonce or Created (zeep\'s default) may repeat the same call; with a Created, freshness holds', async (t) => {
