@@ -147,3 +147,19 @@ test('npm start: the service is the process that receives signals; SIGTERM to np
   t.notOk(alive(), 'no server process is left running')
   await t.rejects(fetch(`${server.url}/health/live`), 'nothing listens any more')
 })
+
+test('the access log is buffered off the request path, yet every line reaches stdout by the time the process exits', async (t) => {
+  const dir = t.testdir()
+  const server = await startService(t, { PORT: '0', HOST: '127.0.0.1', SQLITE_PATH: `${dir}/service.db`, JWT_SECRET: TEST_JWT_SECRET, PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY, LOG_LEVEL: 'info', NODE_ENV: 'development' })
+  const requests = 30
+  for (let i = 0; i < requests; i++) {
+    const response = await fetch(`${server.url}/health/live`)
+    await response.arrayBuffer()
+  }
+  // Fewer than the buffer's 4 KiB: written by the periodic flush or at exit, not because the buffer filled.
+  server.child.kill('SIGTERM')
+  t.equal(await server.exited, 0)
+  const access = server.stdout().split('\n').filter((l) => l.includes('"msg":"request completed"')).map((l) => JSON.parse(l))
+  t.equal(access.filter((l) => l.url === '/health/live').length, requests, 'one access line per request, none lost')
+  t.match(server.stdout(), /"msg":"shutting down"/, 'lines logged during shutdown are written too')
+})

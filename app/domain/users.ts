@@ -37,7 +37,7 @@ export async function getExistingUser (ctx: DomainContext, id: string): Promise<
 
 export async function listUsers (ctx: DomainContext, limit: number): Promise<UserRow[]> {
   const users = await ctx.store.listUsers(assertPageSize(limit, ctx.caps))
-  for (const user of users) ctx.loaders.userById.prime(user.id, user)
+  ctx.loaders.rememberUsers(users)
   return users
 }
 
@@ -49,7 +49,7 @@ export async function listUsersPage (
   const page = await readPage(ctx, 'users', '', { first: args.first, after: args.after }, (_direction, from, limit) =>
     ctx.store.usersAfter(from, limit)
   )
-  for (const { node } of page.edges) ctx.loaders.userById.prime(node.id, node)
+  ctx.loaders.rememberUsers(page.edges.map((edge) => edge.node))
   return page
 }
 
@@ -83,7 +83,7 @@ export async function deleteUser (ctx: DomainContext, id: string): Promise<boole
   actions.deleteUser(ctx.caller)
   assertBeforeDeadline(ctx)
   const deleted = await ctx.store.deleteUser(id)
-  ctx.loaders.userById.clear(id)
+  ctx.loaders.forgetUser(id)
   return deleted
 }
 

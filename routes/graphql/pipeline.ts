@@ -4,7 +4,7 @@
 //   request → document text (persisted id, APQ hash or ad-hoc query; persisted.ts)
 //           → plan (made once per text and cached by bytes: plan.ts)
 //           → operation chosen by operationName, allowed on this transport
-//           → introspection rule (by caller) → variables coerced (graphql-js) and capped
+//           → introspection rule (by caller) → variables coerced (variables.ts or graphql-js) and capped
 //           → cost = the plan's function of the variables, against the caller's budget
 //           → cost units spent (one call, every transport) → execution (graphql-jit) under a deadline
 //
@@ -40,6 +40,7 @@ import {
   type GraphQLRequestParams,
   type PersistedQueries
 } from './persisted.ts'
+import { scalarCoercion, type ScalarCoercion } from './variables.ts'
 
 // graphql-jit's CommonJS build: its ESM build imports a sibling module without its extension and
 // fails to load under Node's resolver.
@@ -248,25 +249,38 @@ export function createPlans (schema: () => GraphQLSchema, limits: PlanCacheLimit
   }
 }
 
+/** Each operation's checker for plain scalar variables (variables.ts), made on its first request; null: graphql-js. */
+const scalarCoercions = new WeakMap<OperationPlan, ScalarCoercion | null>()
+
+function scalarCoercionOf (operation: OperationPlan): ScalarCoercion | null {
+  let coercion = scalarCoercions.get(operation)
+  if (coercion === undefined) scalarCoercions.set(operation, coercion = scalarCoercion(operation.variableDefinitions))
+  return coercion
+}
+
 export function createPipeline (options: PipelineOptions): Pipeline {
   const { limits, plans } = options
 
-  /** Variables coerced by graphql-js (its words when refused), then held to the input caps. */
+  /**
+   * Variables coerced (plain scalars by the operation's own checker, anything else and every refusal by
+   * graphql-js, in its words), then held to the input caps.
+   */
   function coerceVariables (operation: OperationPlan, sent: unknown): Record<string, unknown> {
     if (sent != null && (typeof sent !== 'object' || Array.isArray(sent))) {
       throw new AppError('BAD_REQUEST', 'variables must be a JSON object')
     }
     const definitions = operation.variableDefinitions
     if (definitions.length === 0) return {}
-    const { coerced, errors } = getVariableValues(
-      options.schema(),
-      definitions,
-      (sent ?? {}) as Record<string, unknown>,
-      { maxErrors: 10 }
-    )
-    if (errors) throw new ValidationFailed(errors, 'BAD_USER_INPUT')
+    const inputs = (sent ?? {}) as Record<string, unknown>
+    const coerced = scalarCoercionOf(operation)?.(inputs) ?? coerceByGraphQL(definitions, inputs)
     // Only declared variables, as deep as their types: the caps walk is bounded by the schema.
     assertWithinCaps(coerced, limits, 'variables')
+    return coerced
+  }
+
+  function coerceByGraphQL (definitions: OperationPlan['variableDefinitions'], inputs: Record<string, unknown>): Record<string, unknown> {
+    const { coerced, errors } = getVariableValues(options.schema(), definitions, inputs, { maxErrors: 10 })
+    if (errors) throw new ValidationFailed(errors, 'BAD_USER_INPUT')
     return coerced
   }
 
