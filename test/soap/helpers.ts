@@ -1,16 +1,32 @@
 // Shared by the SOAP tests: a listening app with a partner account, raw envelope posting, fault reading.
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../../app/app.ts'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import type { Store } from '../../app/store/types.ts'
-import { testConfig, type TestLike } from '../helpers/app.ts'
+import { TEST_PARTNER_SECRET_KEY, testConfig, type TestLike } from '../helpers/app.ts'
 import { parseXml, type XmlElement } from '../../routes/soap/envelope.ts'
 
 export const FIXTURES = new URL('../fixtures/soap/', import.meta.url)
+
+/** The environment of a CLI run (`npm run partner:create`) on a fresh sqlite file in `dir` holding the demo users. */
+export async function seededCliEnv (dir: string) {
+  const env = {
+    ...process.env,
+    SQLITE_PATH: join(dir, 'service.db'),
+    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
+    NODE_ENV: 'development',
+    DATABASE_URL: ''
+  }
+  const seedStore = openSqliteStore(env.SQLITE_PATH)
+  await loadDemoData(seedStore)
+  await seedStore.close()
+  return env
+}
 export const SOAP11 = 'http://schemas.xmlsoap.org/soap/envelope/'
 export const SOAP12 = 'http://www.w3.org/2003/05/soap-envelope'
 export const WSSE = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'

@@ -10,9 +10,8 @@ import { createHash, randomBytes } from 'node:crypto'
 import { test } from 'tap'
 import { hashPassword, sealPassword, unsealPassword, verifyPassword } from '../../app/auth/partner-secrets.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
-import { loadDemoData } from '../../app/store/sample-data.ts'
 import { TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
-import { WSSE, WSU, envelope, listenSoapApp, post, readFault, textToken } from './helpers.ts'
+import { WSSE, WSU, envelope, listenSoapApp, post, readFault, seededCliEnv, textToken } from './helpers.ts'
 
 const run = promisify(execFile)
 const SCRIPT = new URL('../../cli/create-partner.ts', import.meta.url).pathname
@@ -33,16 +32,7 @@ test('sealing: opens with the same key and login only; scrypt hashes verify', as
 test('npm run partner:create creates a SERVICE partner that authenticates over SOAP', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'partner-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  const env = {
-    ...process.env,
-    SQLITE_PATH: join(dir, 'service.db'),
-    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
-    NODE_ENV: 'development',
-    DATABASE_URL: ''
-  }
-  const seedStore = openSqliteStore(env.SQLITE_PATH)
-  await loadDemoData(seedStore)
-  await seedStore.close()
+  const env = await seededCliEnv(dir)
 
   const created = await run(
     process.execPath,

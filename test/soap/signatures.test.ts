@@ -17,7 +17,7 @@ import { loadDemoData } from '../../app/store/sample-data.ts'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { countingStore } from '../helpers/counting-store.ts'
 import { TEST_PARTNER_SECRET_KEY, type TestLike } from '../helpers/app.ts'
-import { listenSoapApp, post, readFault } from './helpers.ts'
+import { listenSoapApp, post, readFault, seededCliEnv } from './helpers.ts'
 import { makeCertificate, signedEnvelope, type TestCertificate } from './x509.ts'
 
 const run = promisify(execFile)
@@ -40,21 +40,6 @@ function tempDir (t: TestLike): string {
   return dir
 }
 
-/** The environment of a CLI run on a fresh sqlite file holding the demo users. */
-async function seededEnv (dir: string) {
-  const env = {
-    ...process.env,
-    SQLITE_PATH: join(dir, 'service.db'),
-    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
-    NODE_ENV: 'development',
-    DATABASE_URL: ''
-  }
-  const seedStore = openSqliteStore(env.SQLITE_PATH)
-  await loadDemoData(seedStore)
-  await seedStore.close()
-  return env
-}
-
 /** Base64 of the SHA-1 of the certificate's DER, as a ThumbprintSHA1 KeyIdentifier carries it. */
 function thumbprintOf (who: TestCertificate): string {
   return Buffer.from(new X509Certificate(who.cert).fingerprint.replaceAll(':', ''), 'hex').toString('base64')
@@ -64,7 +49,7 @@ type Client = soap.Client & Record<string, (args: unknown) => Promise<[any, stri
 
 test('npm run partner:create --certificate: node-soap WSSecurityCert calls both versions', async (t) => {
   const dir = tempDir(t)
-  const env = await seededEnv(dir)
+  const env = await seededCliEnv(dir)
   const signer = makeCertificate(dir, 'signer', { days: 30 })
   // Bound to the administrator (user 1), who may also list users; without a password.
   const created = await run(process.execPath,
@@ -100,7 +85,7 @@ test('npm run partner:create --certificate: node-soap WSSecurityCert calls both 
 
 test('partner:create refuses expired and not-yet-valid certificates; --keep-previous overlaps two', async (t) => {
   const dir = tempDir(t)
-  const env = await seededEnv(dir)
+  const env = await seededCliEnv(dir)
   const cli = (...args: string[]) => run(process.execPath, [SCRIPT, ...args], { env })
   const refused = (args: string[]) => cli(...args).then(() => null, (err: { code: number; stderr: string }) => err)
 
