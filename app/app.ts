@@ -59,8 +59,12 @@ function clientErrorHandler (err: Error & { code?: string }, socket: Socket): vo
   socket.destroy(err)
 }
 
-export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
-  const production = config.profile === 'production'
+/**
+ * The HTTP server every request meets first: Fastify's options (body cap, trusted proxies, request ids,
+ * slow-client deadlines), the connection caps, the access log and the hooks on every response. The
+ * service builds on it (buildApp), and so does the bench's guarded baseline (bench/guarded-server.ts).
+ */
+export function createServer (config: Config, options: LoggingOptions = {}): FastifyInstance {
   const trustedPeer = trustedPeers(config.trustProxy)
   const app = Fastify({
     ...serverLogging(config, options),
@@ -103,6 +107,34 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     if (closing) reply.header('connection', 'close')
     done(null, payload)
   })
+  return app
+}
+
+/**
+ * The protections every API route pays, in their order: config, tracing, CORS, metrics, load shedding,
+ * graceful drain, store, Redis, events, identity (JWT) and budgets (request and cost units).
+ */
+export async function registerProtections (app: FastifyInstance, config: Config, store?: Store): Promise<void> {
+  await app.register(configPlugin, { config })
+  // Tracing next (when configured): its server span starts before any other route hook, so it covers
+  // them, and it wraps every route declared after it.
+  await app.register(tracingPlugin)
+  // CORS first: preflights are answered before rate limiting, and every answer (429s too) carries the headers.
+  await app.register(corsPlugin)
+  // Metrics next, so every route's responses are counted; then load shedding, before any real work.
+  await app.register(metricsPlugin)
+  await app.register(underPressurePlugin)
+  await app.register(gracefulDrainPlugin)
+  await app.register(storePlugin, { store })
+  await app.register(redisPlugin)
+  await app.register(eventsPlugin)
+  await app.register(authPlugin)
+  await app.register(rateLimitPlugin)
+}
+
+export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
+  const production = config.profile === 'production'
+  const app = createServer(config, options)
 
   // Every error that escapes a route answers in the GraphQL error shape, without internals in production.
   // (The SOAP routes answer with faults through their own handler.)
@@ -131,21 +163,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
       })
   })
 
-  await app.register(configPlugin, { config })
-  // Tracing next (when configured): its server span starts before any other route hook, so it covers
-  // them, and it wraps every route declared after it.
-  await app.register(tracingPlugin)
-  // CORS first: preflights are answered before rate limiting, and every answer (429s too) carries the headers.
-  await app.register(corsPlugin)
-  // Metrics next, so every route's responses are counted; then load shedding, before any real work.
-  await app.register(metricsPlugin)
-  await app.register(underPressurePlugin)
-  await app.register(gracefulDrainPlugin)
-  await app.register(storePlugin, { store: options.store })
-  await app.register(redisPlugin)
-  await app.register(eventsPlugin)
-  await app.register(authPlugin)
-  await app.register(rateLimitPlugin)
+  await registerProtections(app, config, options.store)
   // The domain's dependencies, built once here and handed to both transports (GraphQL and SOAP).
   const domain: DomainDeps = {
     store: app.store,

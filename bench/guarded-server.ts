@@ -1,6 +1,6 @@
 // The benchmark's guarded baselines: the `rest` routes' work (the same store reads, the same JSON) behind
 // every per-request protection the service's GraphQL routes pay, and no GraphQL. The process is composed
-// from the service's own plugins, registered as app/app.ts registers them (same order, same Fastify
+// from the service's own plugins, registered by app/app.ts's own functions (same order, same Fastify
 // options, the same configuration loader), up to the rate limits; the GraphQL plugins and routes are not
 // registered. Each route identifies its caller as routes/graphql.ts does (JWT through the auth plugin,
 // in the route's own onRequest hook, so the request budget appended after it counts the user) and spends
@@ -8,26 +8,13 @@
 // (GUARDED_COST_USER, GUARDED_COST_LIST). So a guarded row minus its rest row is what the protections
 // cost, and a GraphQL row against its guarded row is what GraphQL itself costs.
 //
-// Copied from app/app.ts (keep in step): the Fastify options, the connection guards, the access log, the
-// request-id and closing hooks, the plugin order. Not copied: the client-error handler (malformed HTTP
-// only) and the error handler's GraphQL shape (a benchmark row fails on any error anyway).
-import Fastify, { type onRequestHookHandler } from 'fastify'
+// The server and the protections are app/app.ts's own (createServer, registerProtections), so the rows
+// cannot drift from the service. Not added: the error handler's GraphQL shape (a benchmark row fails on any
+// error anyway).
+import type { onRequestHookHandler } from 'fastify'
+import { createServer, registerProtections } from '../app/app.ts'
 import { loadConfig } from '../app/config.ts'
-import { accessLog, serverLogging } from '../app/logging.ts'
-import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from '../app/peers.ts'
-import { connectionCaps, guardListener } from '../app/descriptors.ts'
 import { AppError } from '../app/errors.ts'
-import configPlugin from '../plugins/config.ts'
-import tracingPlugin from '../plugins/tracing.ts'
-import corsPlugin from '../plugins/cors.ts'
-import storePlugin from '../plugins/store.ts'
-import metricsPlugin from '../plugins/metrics.ts'
-import underPressurePlugin from '../plugins/under-pressure.ts'
-import gracefulDrainPlugin from '../plugins/graceful-drain.ts'
-import eventsPlugin from '../plugins/events.ts'
-import redisPlugin from '../plugins/redis.ts'
-import authPlugin from '../plugins/auth.ts'
-import rateLimitPlugin from '../plugins/rate-limit.ts'
 import healthRoutes from '../routes/health.ts'
 
 const config = loadConfig()
@@ -41,50 +28,9 @@ const listCost = price('GUARDED_COST_LIST')
 const JSON_TYPE = 'application/json; charset=utf-8'
 const JSON_BODY = /^application\/json\s*(;|$)/i // routes/graphql.ts's test of a POST's Content-Type
 
-const trustedPeer = trustedPeers(config.trustProxy)
-const app = Fastify({
-  ...serverLogging(config),
-  bodyLimit: config.bodyLimitBytes,
-  trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
-  requestIdHeader: false,
-  genReqId: requestIdFrom(trustedPeer),
-  requestTimeout: config.requestTimeoutMs,
-  connectionTimeout: config.connectionTimeoutMs,
-  http: {
-    requestTimeout: config.requestTimeoutMs,
-    connectionsCheckingInterval:
-      config.requestTimeoutMs > 0 ? Math.min(30_000, Math.max(100, config.requestTimeoutMs / 4)) : 30_000
-  },
-  return503OnClosing: false,
-  routerOptions: { maxParamLength: 200 }
-})
-limitConnectionsPerPeer(app.server, config.maxConnectionsPerIp, trustedPeer)
-guardListener(app.server, connectionCaps(config.maxConnections, (config.metricsPort ?? 0) > 0).api, app.log, 'api')
-accessLog(app)
-app.addHook('onRequest', (request, reply, done) => {
-  reply.header('x-request-id', request.id)
-  done()
-})
-let closing = false
-app.addHook('preClose', async () => {
-  closing = true
-})
-app.addHook('onSend', (_request, reply, payload, done) => {
-  if (closing) reply.header('connection', 'close')
-  done(null, payload)
-})
-
-await app.register(configPlugin, { config })
-await app.register(tracingPlugin)
-await app.register(corsPlugin)
-await app.register(metricsPlugin)
-await app.register(underPressurePlugin)
-await app.register(gracefulDrainPlugin)
-await app.register(storePlugin)
-await app.register(redisPlugin)
-await app.register(eventsPlugin)
-await app.register(authPlugin)
-await app.register(rateLimitPlugin)
+// The service's own server and protections (app/app.ts), in its order; then only health and the plain routes.
+const app = createServer(config)
+await registerProtections(app, config)
 await app.register(healthRoutes)
 
 // What routes/graphql/http.ts's onRequest hooks check before the request budget: a JSON body for a POST,
