@@ -40,6 +40,11 @@ export interface Payer {
   cost: number
 }
 
+/** Who a budget or a cap counts: the user when authenticated, the client address otherwise. */
+export function callerKey (caller: Caller | null, ip: string): string {
+  return caller ? `user:${caller.id}` : `ip:${ip}`
+}
+
 export type SpendCostUnits = (
   caller: Caller | null,
   ip: string,
@@ -58,7 +63,7 @@ export async function chargeEvent<M extends Payer> (
 ): Promise<{ refused: M[]; resetMs: number }> {
   const payers = new Map<string, { first: M; total: number; members: M[] }>()
   for (const member of members) {
-    const key = member.caller ? `user:${member.caller.id}` : `ip:${member.ip}`
+    const key = callerKey(member.caller, member.ip)
     const payer = payers.get(key)
     if (payer) {
       payer.total += member.cost

@@ -15,7 +15,7 @@ import { AppError } from '../../app/errors.ts'
 import type { Caller } from '../../app/domain/context.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import { formatError, formatResult, formatThrown, type FormatOptions } from './error-format.ts'
-import { TopicEvents, createFanout, type Fanout, type Subscription, type SubscriptionSink } from './fanout.ts'
+import { TopicEvents, callerKey, createFanout, type Fanout, type Subscription, type SubscriptionSink } from './fanout.ts'
 import type { Admission, OperationRequest, Pipeline } from './pipeline.ts'
 import type { OperationPlan } from './plan.ts'
 
@@ -82,7 +82,7 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   const held = new Map<string, number>()
   /** Takes one of the caller's subscription slots (refused when all are held); returns its release. */
   function takeSlot (caller: Caller | null, ip: string): () => void {
-    const key = caller ? `user:${caller.id}` : `ip:${ip}`
+    const key = callerKey(caller, ip)
     const count = held.get(key) ?? 0
     if (count >= maxPerCaller) {
       throw new AppError(
