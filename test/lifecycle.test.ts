@@ -156,7 +156,7 @@ test('the access log is buffered off the request path, yet every line reaches st
     const response = await fetch(`${server.url}/health/live`)
     await response.arrayBuffer()
   }
-  // Fewer than the buffer's 4 KiB: written by the periodic flush or at exit, not because the buffer filled.
+  // Fewer than a batch's 16 KiB: written by the periodic flush or at exit, not because the batch filled.
   server.child.kill('SIGTERM')
   t.equal(await server.exited, 0)
   const access = server.stdout().split('\n').filter((l) => l.includes('"msg":"request completed"')).map((l) => JSON.parse(l))
