@@ -44,21 +44,71 @@ export function assertBeforeDeadline (ctx: DomainContext): void {
   if (Date.now() > ctx.deadline) throw new AppError('TIMEOUT', Messages.queryTimeout)
 }
 
+/** A race still waiting on its work: `expire` settles it with its timeout value; null once the work settled. */
+interface Waiting {
+  due: number
+  expire: (() => void) | null
+}
+
 /**
- * Settles as `work` does, or with `onTimeout` once `ms` have passed first: one timer and one promise,
- * the timer cleared as soon as the work settles. (A timer cannot interrupt synchronous work: that is
- * bounded by the cost budgets instead.)
+ * The races of one duration, in the order they started, which is also the order they fall due: one
+ * timer for the whole queue, armed for its head, instead of a timer set and cleared per request.
+ */
+class DeadlineQueue {
+  readonly #ms: number
+  #waiting: Waiting[] = []
+  #head = 0
+  #timer: NodeJS.Timeout | null = null
+
+  constructor (ms: number) {
+    this.#ms = ms
+  }
+
+  add (expire: () => void): Waiting {
+    const entry: Waiting = { due: performance.now() + this.#ms, expire }
+    this.#waiting.push(entry)
+    this.#timer ??= setTimeout(this.#sweep, this.#ms)
+    return entry
+  }
+
+  readonly #sweep = () => {
+    this.#timer = null
+    const now = performance.now()
+    const waiting = this.#waiting
+    while (this.#head < waiting.length && waiting[this.#head]!.due <= now) {
+      const entry = waiting[this.#head++]!
+      entry.expire?.()
+      entry.expire = null
+    }
+    // The settled prefix is dropped once it is half the array: amortised O(1) per race.
+    if (this.#head * 2 >= waiting.length) {
+      this.#waiting = waiting.slice(this.#head)
+      this.#head = 0
+    }
+    if (this.#waiting.length > this.#head) this.#timer = setTimeout(this.#sweep, this.#waiting[this.#head]!.due - now)
+  }
+}
+
+const queues = new Map<number, DeadlineQueue>()
+
+/**
+ * Settles as `work` does, or with `onTimeout` once `ms` have passed first. The deadlines of one
+ * duration share a queue and its one timer (see DeadlineQueue). (A timer cannot interrupt synchronous
+ * work: that is bounded by the cost budgets instead.)
  */
 export function withinDeadline<T, U> (work: Promise<T>, ms: number, onTimeout: U): Promise<T | U> {
+  let queue = queues.get(ms)
+  if (!queue) queues.set(ms, queue = new DeadlineQueue(ms))
+  const deadlines = queue
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(resolve, ms, onTimeout)
+    const entry = deadlines.add(() => resolve(onTimeout))
     work.then(
       (value) => {
-        clearTimeout(timer)
+        entry.expire = null
         resolve(value)
       },
       (err: unknown) => {
-        clearTimeout(timer)
+        entry.expire = null
         reject(err)
       }
     )
