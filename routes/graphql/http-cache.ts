@@ -1,6 +1,7 @@
 // HTTP caching of persisted GET /graphql responses (mobile clients' hottest path):
-// - a successful answer (200, no errors) carries a strong ETag (sha256 of the exact bytes and media
-//   type), Cache-Control `public, max-age=N` for anonymous callers or `private, max-age=N` when an
+// - a successful answer (200, no errors) carries a strong ETag (a 64-bit hash of the exact text and
+//   media type: a validator needs no cryptographic hash, and sha256 cost a fortieth of a persisted
+//   GET's CPU), Cache-Control `public, max-age=N` for anonymous callers or `private, max-age=N` when an
 //   Authorization header is present, and `Vary: Accept, Authorization`; anything else is `no-store`;
 // - If-None-Match is answered 304 *before executing* when this instance answered the same request
 //   (URL, Accept, caller) with that ETag less than max-age ago; after executing, a matching ETag
@@ -12,7 +13,6 @@
 // `extensions.cost.remaining` (the caller's rate-limit window) is left out of cacheable answers: a
 // cached copy is replayed later, to other callers when public, when that number is no longer true;
 // without it, unchanged data gives byte-identical answers and so the same ETag.
-import { hash } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Caller } from '../../app/domain/context.ts'
 import { LruMap } from '../../app/lru-map.ts'
@@ -80,6 +80,30 @@ export function ifNoneMatchHits (header: string | undefined, etag: string): bool
   })
 }
 
+/**
+ * A 64-bit hash of texts, as 16 hex digits: two 32-bit FNV-1a-style lanes with different multipliers,
+ * mixed at the end (cyrb53's finaliser). Not cryptographic: an ETag only has to change when the
+ * answer to the same request changes, and a client gains nothing by forging one (it only chooses
+ * whether its own request is answered 304). The texts are read in place, never joined.
+ */
+export function textHash (...texts: string[]): string {
+  let h1 = 0xdeadbeef
+  let h2 = 0x41c6ce57
+  for (const text of texts) {
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i)
+      h1 = Math.imul(h1 ^ c, 2654435761)
+      h2 = Math.imul(h2 ^ c, 1597334677)
+    }
+    // A separator, so ("ab", "c") and ("a", "bc") differ.
+    h1 = Math.imul(h1 ^ 0xffff, 2654435761)
+    h2 = Math.imul(h2 ^ 0xffff, 1597334677)
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909)
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909)
+  return (h1 >>> 0).toString(16).padStart(8, '0') + (h2 >>> 0).toString(16).padStart(8, '0')
+}
+
 export function createHttpCache (options: HttpCacheOptions): HttpCache {
   const { maxAgeSec } = options
   const remembered = new LruMap<string, Remembered>(maxAgeSec > 0 ? options.maxEntries : 0, options.maxBytes)
@@ -112,7 +136,7 @@ export function createHttpCache (options: HttpCacheOptions): HttpCache {
     },
 
     cacheable (request, reply, json, contentType) {
-      const etag = `"${hash('sha256', `${contentType}\n${json}`, 'base64url')}"`
+      const etag = `"${textHash(contentType, json)}"`
       setCacheHeaders(request, reply, etag)
       if (maxAgeSec > 0) {
         const key = keyOf(request)
