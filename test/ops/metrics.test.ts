@@ -76,6 +76,17 @@ test('GET /metrics exposes requests, latency, GraphQL operations by name and out
     [...samples.keys()].some((k) => k.startsWith('http_request_duration_seconds_bucket{') && k.includes('le="0.005"')),
     'histogram buckets'
   )
+  // The histogram's series, as Prometheus reads one: cumulative buckets ending in +Inf = count, and a sum.
+  const buckets = [...samples].filter(([k]) => k.startsWith('http_request_duration_seconds_bucket{') &&
+    k.includes('method="POST"') && k.includes('route="/graphql"'))
+  t.equal(buckets.length, 14, '13 bounds and +Inf')
+  t.ok(buckets.every(([, v], i) => i === 0 || v >= buckets[i - 1]![1]), 'cumulative: never decreasing')
+  t.equal(buckets.at(-1)![0], 'http_request_duration_seconds_bucket{le="+Inf",method="POST",route="/graphql"}')
+  t.equal(buckets.at(-1)![1], sample(samples, 'http_request_duration_seconds_count', { method: 'POST', route: '/graphql' }))
+  t.ok(sample(samples, 'http_request_duration_seconds_sum', { method: 'POST', route: '/graphql' }) > 0, 'a sum of seconds')
+  t.match(response.headers.get('content-type'), /version=0\.0\.4/)
+  const text = await (await fetch(`${url}/metrics`)).text()
+  t.equal(text.match(/^# TYPE http_request_duration_seconds histogram$/gm)?.length, 1, 'one TYPE line for the histogram')
   t.ok([...samples.keys()].some((k) => k.startsWith('process_cpu_user_seconds_total')), 'process metrics')
   t.ok([...samples.keys()].some((k) => k.startsWith('nodejs_eventloop_lag_seconds')), 'event loop lag')
 
