@@ -13,6 +13,7 @@ import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastif
 import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
 import type { CostReport } from '../app/limits/cost-report.ts'
+import type { CostUnitsLeft } from '../routes/graphql/fanout.ts'
 import { appendRouteHook } from '../app/route-hooks.ts'
 import {
   localCounters,
@@ -30,13 +31,14 @@ declare module 'fastify' {
     /** Throws RATE_LIMITED when the caller's request budget is already exhausted; spends nothing. */
     checkRequestBudget (caller: Caller | null, ip: string): Promise<void>
     /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. */
-    spendCostUnits (caller: Caller | null, ip: string, cost: number): Promise<{ remaining: number; resetMs: number }>
+    spendCostUnits (caller: Caller | null, ip: string, cost: number): CostUnitsLeft | Promise<CostUnitsLeft>
     /**
      * What every transport calls once an operation is priced: refuses it over the caller's per-operation
      * budget (COST_LIMIT_EXCEEDED), spends its cost units, refuses it when the window is exhausted
-     * (RATE_LIMITED). Returns the price report sent to the caller.
+     * (RATE_LIMITED). Returns the price report sent to the caller: at once from in-process counters (no
+     * promise on the request's path), as a promise from Redis.
      */
-    chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
+    chargeCost (caller: Caller | null, ip: string, cost: number): CostReport | Promise<CostReport>
   }
   interface FastifyContextConfig {
     /** false: the route spends no request budget. */
@@ -129,25 +131,16 @@ export default fp(async function rateLimits (app: FastifyInstance) {
     route.onRequest = appendRouteHook(route.onRequest, requestBudget)
   })
 
-  app.decorate('spendCostUnits', async (caller: Caller | null, ip: string, cost: number) => {
+  app.decorate('spendCostUnits', (caller: Caller | null, ip: string, cost: number) => {
     const key = counterKey('cost', caller, ip)
-    const { total, resetMs } = counters.incrNow
-      ? counters.incrNow(key, cost, limits.rateWindowMs)
-      : await counters.incr(key, cost, limits.rateWindowMs)
-    return { remaining: limits.rateCostUnits - total, resetMs }
+    const left = ({ total, resetMs }: WindowCount): CostUnitsLeft =>
+      ({ remaining: limits.rateCostUnits - total, resetMs })
+    return counters.incrNow
+      ? left(counters.incrNow(key, cost, limits.rateWindowMs))
+      : counters.incr(key, cost, limits.rateWindowMs).then(left)
   })
 
-  app.decorate('chargeCost', async (caller: Caller | null, ip: string, requested: number): Promise<CostReport> => {
-    const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
-    if (requested > budget) {
-      throw new AppError(
-        'COST_LIMIT_EXCEEDED',
-        `Query cost ${requested} exceeds the budget of ${budget} for this caller`,
-        { cost: requested, budget }
-      )
-    }
-    // Looked up on the app at each call, so a test can slow the spending down.
-    const { remaining, resetMs } = await app.spendCostUnits(caller, ip, requested)
+  const costRefusal = (requested: number, { remaining, resetMs }: CostUnitsLeft, budget: number): CostReport => {
     if (remaining < 0) {
       const retryAfter = Math.ceil(resetMs / 1000)
       throw new AppError(
@@ -157,5 +150,20 @@ export default fp(async function rateLimits (app: FastifyInstance) {
       )
     }
     return { requested, budget, remaining }
+  }
+  app.decorate('chargeCost', (caller: Caller | null, ip: string, requested: number): CostReport | Promise<CostReport> => {
+    const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
+    if (requested > budget) {
+      throw new AppError(
+        'COST_LIMIT_EXCEEDED',
+        `Query cost ${requested} exceeds the budget of ${budget} for this caller`,
+        { cost: requested, budget }
+      )
+    }
+    // Looked up on the app at each call, so a test can slow the spending down.
+    const left = app.spendCostUnits(caller, ip, requested)
+    return left instanceof Promise
+      ? left.then((units) => costRefusal(requested, units, budget))
+      : costRefusal(requested, left, budget)
   })
 }, { name: 'rate-limit', dependencies: ['config', 'redis'] })

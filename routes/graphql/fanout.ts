@@ -45,11 +45,14 @@ export function callerKey (caller: Caller | null, ip: string): string {
   return caller ? `user:${caller.id}` : `ip:${ip}`
 }
 
+/** What a spend leaves of the caller's window (negative when over), and when the window resets. */
+export interface CostUnitsLeft { remaining: number; resetMs: number }
+
 export type SpendCostUnits = (
   caller: Caller | null,
   ip: string,
   units: number
-) => Promise<{ remaining: number; resetMs: number }>
+) => CostUnitsLeft | Promise<CostUnitsLeft>
 
 /**
  * Spends the price of one event for each subscriber: one spend per distinct payer (the user, or the IP

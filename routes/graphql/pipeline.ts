@@ -110,7 +110,7 @@ export interface PipelineOptions {
    * Refuses an operation over the caller's budget, spends its cost units
    * (RATE_LIMITED when exhausted): the one call every transport makes.
    */
-  chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
+  chargeCost (caller: Caller | null, ip: string, cost: number): CostReport | Promise<CostReport>
   /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
   spendRequest (caller: Caller | null, ip: string): Promise<void>
   /** Spends cost units of the caller's window (what chargeCost spends): what is left, and when the window resets. */
@@ -335,7 +335,9 @@ export function createPipeline (options: PipelineOptions): Pipeline {
       throw new AppError('INTROSPECTION_DISABLED', Messages.introspectionDisabled)
     }
     const variables = coerceVariables(operation, params.variables)
-    const cost = await options.chargeCost(caller, ip, operation.cost(variables))
+    // In-process counters answer at once: no turn of the event loop waits for them.
+    const charged = options.chargeCost(caller, ip, operation.cost(variables))
+    const cost = charged instanceof Promise ? await charged : charged
     // Compiled once paid for: the compilation is bounded by the budget just checked (each field costs at least 1).
     const compiled = plans.compiled(operation, source)
     return { caller, operation, compiled, variables, cost }

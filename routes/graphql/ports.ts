@@ -19,7 +19,7 @@ export interface Budgets {
    * Refuses an operation over the caller's budget, spends its cost units
    * (RATE_LIMITED when exhausted): the one call every transport makes.
    */
-  chargeCost (caller: Caller | null, ip: string, cost: number): Promise<CostReport>
+  chargeCost (caller: Caller | null, ip: string, cost: number): CostReport | Promise<CostReport>
   /** Spends cost units of the caller's window: what is left, and when the window resets (subscription events). */
   spendCostUnits: SpendCostUnits
 }
