@@ -52,22 +52,27 @@ interface Waiting {
 
 /**
  * The races of one duration, in the order they started, which is also the order they fall due: one
- * timer for the whole queue, armed for its head, instead of a timer set and cleared per request.
+ * timer for the whole queue, armed for its head, instead of a timer set and cleared per request. The
+ * timer wakes at most once per `#slack` (a tenth of the duration, at most 10 ms), taking every race
+ * due by then: most races settled long before, and waking for each one's due time would turn the
+ * event loop a thousand times a second under load for nothing. A deadline is kept that much late at most.
  */
 class DeadlineQueue {
   readonly #ms: number
+  readonly #slack: number
   #waiting: Waiting[] = []
   #head = 0
   #timer: NodeJS.Timeout | null = null
 
   constructor (ms: number) {
     this.#ms = ms
+    this.#slack = Math.min(10, ms / 10)
   }
 
   add (expire: () => void): Waiting {
     const entry: Waiting = { due: performance.now() + this.#ms, expire }
     this.#waiting.push(entry)
-    this.#timer ??= setTimeout(this.#sweep, this.#ms)
+    this.#timer ??= this.#arm(this.#ms)
     return entry
   }
 
@@ -85,7 +90,15 @@ class DeadlineQueue {
       this.#waiting = waiting.slice(this.#head)
       this.#head = 0
     }
-    if (this.#waiting.length > this.#head) this.#timer = setTimeout(this.#sweep, this.#waiting[this.#head]!.due - now)
+    if (this.#waiting.length > this.#head) {
+      this.#timer = this.#arm(Math.max(this.#slack, this.#waiting[this.#head]!.due - now))
+    }
+  }
+
+  // Unref'd: settled races must not keep a closing process alive until they fall due (pending work
+  // keeps it alive through its own sockets and queries).
+  #arm (ms: number): NodeJS.Timeout {
+    return setTimeout(this.#sweep, ms).unref()
   }
 }
 
