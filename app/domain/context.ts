@@ -44,24 +44,24 @@ export function assertBeforeDeadline (ctx: DomainContext): void {
   if (Date.now() > ctx.deadline) throw new AppError('TIMEOUT', Messages.queryTimeout)
 }
 
-/** A race still waiting on its work: `expire` settles it with its timeout value; null once the work settled. */
+/** A race still waiting on its work: `expire` settles it with its timeout value. */
 interface Waiting {
   due: number
-  expire: (() => void) | null
+  expire: () => void
 }
 
 /**
- * The races of one duration, in the order they started, which is also the order they fall due: one
- * timer for the whole queue, armed for its head, instead of a timer set and cleared per request. The
- * timer wakes at most once per `#slack` (a tenth of the duration, at most 10 ms), taking every race
- * due by then: most races settled long before, and waking for each one's due time would turn the
- * event loop a thousand times a second under load for nothing. A deadline is kept that much late at most.
+ * The races of one duration still waiting, in the order they started, which is also the order they
+ * fall due: one timer for the whole set instead of a timer set and cleared per request. A race that
+ * settles leaves the set at once (nothing of it is kept until its due time), and the timer is armed for
+ * the oldest waiting race, at least `#slack` ahead (a tenth of the duration, at most 10 ms), so a race
+ * expires at most that late and the timer wakes rarely: under load, the oldest race has usually just
+ * started.
  */
 class DeadlineQueue {
   readonly #ms: number
   readonly #slack: number
-  #waiting: Waiting[] = []
-  #head = 0
+  readonly #waiting = new Set<Waiting>()
   #timer: NodeJS.Timeout | null = null
 
   constructor (ms: number) {
@@ -71,32 +71,29 @@ class DeadlineQueue {
 
   add (expire: () => void): Waiting {
     const entry: Waiting = { due: performance.now() + this.#ms, expire }
-    this.#waiting.push(entry)
+    this.#waiting.add(entry)
     this.#timer ??= this.#arm(this.#ms)
     return entry
+  }
+
+  settled (entry: Waiting): void {
+    this.#waiting.delete(entry)
   }
 
   readonly #sweep = () => {
     this.#timer = null
     const now = performance.now()
-    const waiting = this.#waiting
-    while (this.#head < waiting.length && waiting[this.#head]!.due <= now) {
-      const entry = waiting[this.#head++]!
-      entry.expire?.()
-      entry.expire = null
-    }
-    // The settled prefix is dropped once it is half the array: amortised O(1) per race.
-    if (this.#head * 2 >= waiting.length) {
-      this.#waiting = waiting.slice(this.#head)
-      this.#head = 0
-    }
-    if (this.#waiting.length > this.#head) {
-      this.#timer = this.#arm(Math.max(this.#slack, this.#waiting[this.#head]!.due - now))
+    for (const entry of this.#waiting) {
+      if (entry.due > now) {
+        this.#timer = this.#arm(Math.max(this.#slack, entry.due - now))
+        return
+      }
+      this.#waiting.delete(entry)
+      entry.expire()
     }
   }
 
-  // Unref'd: settled races must not keep a closing process alive until they fall due (pending work
-  // keeps it alive through its own sockets and queries).
+  // Unref'd: a closing process is kept alive by pending work's own sockets and queries, not by its deadline.
   #arm (ms: number): NodeJS.Timeout {
     return setTimeout(this.#sweep, ms).unref()
   }
@@ -117,11 +114,11 @@ export function withinDeadline<T, U> (work: Promise<T>, ms: number, onTimeout: U
     const entry = deadlines.add(() => resolve(onTimeout))
     work.then(
       (value) => {
-        entry.expire = null
+        deadlines.settled(entry)
         resolve(value)
       },
       (err: unknown) => {
-        entry.expire = null
+        deadlines.settled(entry)
         reject(err)
       }
     )
