@@ -4,7 +4,7 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify'
 import type { Config } from './config.ts'
-import { accessLog, serverLogging, type LoggingOptions } from './logging.ts'
+import { accessLog, logDestination, serverLogging, type LoggingOptions } from './logging.ts'
 import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts'
 import { connectionCaps, guardListener } from './descriptors.ts'
 import type { DomainDeps } from './domain/context.ts'
@@ -66,8 +66,9 @@ function clientErrorHandler (err: Error & { code?: string }, socket: Socket): vo
  */
 export function createServer (config: Config, options: LoggingOptions = {}): FastifyInstance {
   const trustedPeer = trustedPeers(config.trustProxy)
+  const destination = logDestination(options)
   const app = Fastify({
-    ...serverLogging(config, options),
+    ...serverLogging(config, options, destination),
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
     // X-Request-Id is taken from trusted proxies only, and only in a safe form (app/peers.ts).
@@ -93,7 +94,7 @@ export function createServer (config: Config, options: LoggingOptions = {}): Fas
 
   limitConnectionsPerPeer(app.server, config.maxConnectionsPerIp, trustedPeer)
   guardListener(app.server, connectionCaps(config.maxConnections, (config.metricsPort ?? 0) > 0).api, app.log, 'api')
-  accessLog(app)
+  accessLog(app, destination, config.tracing !== null)
   // Every response carries its request id (set on arrival: streamed responses such as SSE skip onSend).
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)

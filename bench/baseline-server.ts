@@ -6,7 +6,7 @@
 //   same `data` JSON: what the work costs without GraphQL (no JWT, no cost analysis, no execution).
 import { readFileSync } from 'node:fs'
 import Fastify from 'fastify'
-import { accessLog, serverLogging } from '../app/logging.ts'
+import { accessLog, logDestination, serverLogging } from '../app/logging.ts'
 import { loadConfig } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
 
@@ -15,11 +15,12 @@ const store = await openStore(config)
 const limitBody = process.env.LIMIT_BODY_FILE ? readFileSync(process.env.LIMIT_BODY_FILE) : Buffer.from('{}')
 const JSON_TYPE = 'application/json; charset=utf-8'
 
+const destination = logDestination()
 const app = Fastify({
-  ...serverLogging(config),
+  ...serverLogging(config, {}, destination),
   bodyLimit: config.bodyLimitBytes
 })
-accessLog(app)
+accessLog(app, destination, false)
 app.addHook('onClose', () => store.close())
 
 app.get('/health/ready', async () => {

@@ -60,6 +60,13 @@ test('production logging: one access line per request with its request id, no he
   const access = lines.map((l) => JSON.parse(l)).filter((l) => l.reqId === 'req-abc')
   t.match(access, [{ msg: 'request completed', method: 'POST', url: '/graphql', statusCode: 200, ms: Number }])
   t.notMatch(lines.join(''), new RegExp(token.split('.')[2]!), 'the token never reaches the logs')
+  // The line is pino's at info, with pino's base fields, whatever the path holds (quotes, backslashes, non-ASCII).
+  t.match(access[0], { level: 30, time: Number, pid: process.pid, hostname: String, ip: String })
+  const odd = await fetch(`${url}/odd"path\\é%22`)
+  await odd.arrayBuffer()
+  const parsed = lines.map((l) => JSON.parse(l)).filter((l) => l.statusCode === 404)
+  t.equal(parsed.length, 1, 'every line is one JSON document')
+  t.equal(parsed[0].url, new URL(`${url}/odd"path\\é%22`).pathname, 'the path exactly as received')
 })
 
 test('logs carry no user data: a persisted GET is logged by path and persisted id, never its variables', async (t) => {
