@@ -104,8 +104,8 @@ const queues = new Map<number, DeadlineQueue>()
 /**
  * Settles as `work` does, or with `onTimeout` once `ms` have passed first. The deadlines of one
  * duration share a queue and its one timer (see DeadlineQueue), kept for the process's life: `ms` must
- * be a setting, never a computed remainder, or the queues would grow with the requests. (A timer cannot interrupt synchronous
- * work: that is bounded by the cost budgets instead.)
+ * be a setting, never a computed remainder, or the queues would grow with the requests. (A timer cannot
+ * interrupt synchronous work: that is bounded by the cost budgets instead.)
  */
 export function withinDeadline<T, U> (work: Promise<T>, ms: number, onTimeout: U): Promise<T | U> {
   let queue = queues.get(ms)
