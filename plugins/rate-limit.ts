@@ -12,8 +12,7 @@ import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastify'
 import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
-import type { CostReport } from '../app/limits/cost-report.ts'
-import type { CostUnitsLeft } from '../routes/graphql/fanout.ts'
+import type { CostReport, CostUnitsLeft } from '../app/limits/cost-report.ts'
 import { appendRouteHook } from '../app/route-hooks.ts'
 import {
   localCounters,

@@ -7,3 +7,6 @@ export interface CostReport {
   /** Cost units left in the caller's current rate-limit window, after this operation. */
   remaining: number
 }
+
+/** What a spend of cost units leaves of the caller's window (negative when over), and when the window resets. */
+export interface CostUnitsLeft { remaining: number; resetMs: number }

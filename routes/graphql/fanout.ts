@@ -8,6 +8,7 @@
 import { TypeInfo, visit, visitWithTypeInfo, type GraphQLSchema } from 'graphql'
 import type { MQEmitter, Message } from 'mqemitter'
 import type { Caller } from '../../app/domain/context.ts'
+import type { CostUnitsLeft } from '../../app/limits/cost-report.ts'
 import type { Admission } from './pipeline.ts'
 import type { OperationPlan } from './plan.ts'
 
@@ -44,9 +45,6 @@ export interface Payer {
 export function callerKey (caller: Caller | null, ip: string): string {
   return caller ? `user:${caller.id}` : `ip:${ip}`
 }
-
-/** What a spend leaves of the caller's window (negative when over), and when the window resets. */
-export interface CostUnitsLeft { remaining: number; resetMs: number }
 
 export type SpendCostUnits = (
   caller: Caller | null,
