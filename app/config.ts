@@ -162,6 +162,8 @@ export interface Config {
     maxSubscriptionsPerCaller: number
     /** Unsent bytes past which a subscriber (WebSocket or event stream) is closed: it stopped reading. */
     maxBufferedBytesPerSubscriber: number
+    /** Longest life of a WebSocket connection or an event stream (less up to a tenth at random); 0: no limit. */
+    maxLifetimeMs: number
   }
   /** OpenTelemetry tracing, from the standard OTEL_* variables; null: off (no SDK loaded, no hooks, no spans). */
   tracing: TracingConfig | null
@@ -291,6 +293,7 @@ const schema = {
     WS_MAX_RECEIVED_BYTES_PER_SECOND: { type: 'integer', minimum: 1024, default: 1048576 },
     SUBSCRIPTIONS_MAX_PER_CALLER: { type: 'integer', minimum: 1, default: 100 },
     SUBSCRIBER_MAX_BUFFERED_BYTES: { type: 'integer', minimum: 65536, default: 4194304 },
+    SUBSCRIBER_MAX_LIFETIME_MS: { type: 'integer', minimum: 0, default: 3600000 },
     // OpenTelemetry's own variable names (its SDK environment specification), so collectors' and
     // platforms' usual settings work unchanged.
     OTEL_SDK_DISABLED: { type: 'boolean', default: false },
@@ -561,7 +564,8 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       maxMessagesPerSecond: e.WS_MAX_MESSAGES_PER_SECOND as number,
       maxReceivedBytesPerSecond: e.WS_MAX_RECEIVED_BYTES_PER_SECOND as number,
       maxSubscriptionsPerCaller: e.SUBSCRIPTIONS_MAX_PER_CALLER as number,
-      maxBufferedBytesPerSubscriber: e.SUBSCRIBER_MAX_BUFFERED_BYTES as number
+      maxBufferedBytesPerSubscriber: e.SUBSCRIBER_MAX_BUFFERED_BYTES as number,
+      maxLifetimeMs: e.SUBSCRIBER_MAX_LIFETIME_MS as number
     },
     tracing
   }

@@ -12,9 +12,16 @@
 // A client that leaves, or a server that closes, ends the operation and releases its subscription; a
 // client whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES (it stopped reading) has its response
 // destroyed, so a stalled reader cannot pin memory.
+//
+// A stream lasts as long as its caller's token, as a WebSocket connection does: at `exp` it ends like a
+// refusal (a `next` carrying UNAUTHENTICATED "Token expired", then `complete`: the operation is over
+// under that identity). It also ends after SUBSCRIBER_MAX_LIFETIME_MS, without `complete`: the
+// graphql-sse client takes a stream that ends unfinished for a network error and opens it again.
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import { AppError } from '../../app/errors.ts'
 import type { OperationRequest } from './pipeline.ts'
 import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
+import { endAtDeadline } from './stream-deadline.ts'
 
 /** How often an idle stream carries a comment, so proxies and browsers keep it open (graphql-sse's interval). */
 const KEEP_ALIVE_MS = 12_000
@@ -35,6 +42,8 @@ export interface SseOptions {
   track (stop: () => void): () => void
   /** Unsent bytes past which a stream is cut. */
   maxBufferedBytes: number
+  /** How long a stream may live (0: no limit); it ends at its caller's token `exp` first. */
+  maxLifetimeMs: number
 }
 
 /** One event-stream request, handed over by the HTTP carrier (which no longer writes to the response). */
@@ -51,12 +60,14 @@ export function createSseHandler (options: SseOptions) {
     let subscription: Subscription | null = null
     let ended = false
     let keepAlive: NodeJS.Timeout | undefined
+    let cancelDeadline = () => {}
     let settle: () => void = () => {}
     const over = new Promise<void>((resolve) => { settle = resolve })
     const finish = () => {
       if (ended) return
       ended = true
       clearInterval(keepAlive)
+      cancelDeadline()
       subscription?.stop()
       settle()
     }
@@ -86,6 +97,11 @@ export function createSseHandler (options: SseOptions) {
       // Some browsers (Firefox, Safari) wait for a first byte before they report the stream open.
       write(':\n\n')
       keepAlive = setInterval(() => write(':\n\n'), KEEP_ALIVE_MS)
+      cancelDeadline = endAtDeadline(operation.caller?.expiresAt, Date.now(), options.maxLifetimeMs, (why) => {
+        if (why === 'token-expired') return sink.end(options.formatErrors(new AppError('UNAUTHENTICATED', 'Token expired')))
+        finish()
+        response.end()
+      })
       const started = await options.start(operation, sink)
       if (started.subscription) {
         // The client left (or the stream was ended) while the operation was admitted: nothing is kept.

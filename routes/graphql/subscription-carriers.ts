@@ -134,7 +134,8 @@ export async function registerSubscriptionCarriers (
     maxOperations: ws.maxSubscriptionsPerConnection,
     maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
     maxMessagesPerSecond: ws.maxMessagesPerSecond,
-    maxReceivedBytesPerSecond: ws.maxReceivedBytesPerSecond
+    maxReceivedBytesPerSecond: ws.maxReceivedBytesPerSecond,
+    maxLifetimeMs: ws.maxLifetimeMs
   }
 
   // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
@@ -198,6 +199,7 @@ export async function registerSubscriptionCarriers (
     start,
     formatErrors,
     maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
+    maxLifetimeMs: ws.maxLifetimeMs,
     track: (stop) => {
       eventStreams.add(stop)
       return () => eventStreams.delete(stop)

@@ -13,7 +13,9 @@
 // in the shapes clients' documented examples use (credentialOf); the init timeout (4408), one init
 // (4429), nothing before the ack (4401), refused credentials (4403), bad messages (4400), duplicate ids
 // (4409); the per-user connection cap (1013), the per-connection operation cap; keep-alive; a token's
-// expiry closes the connection (4403); a graceful shutdown sends `complete` for every operation. Added:
+// expiry closes the connection (4403), and so does the end of its lifetime (1001,
+// SUBSCRIBER_MAX_LIFETIME_MS: the client reconnects and subscribes again); a graceful shutdown sends
+// `complete` for every operation. Added:
 // - a per-connection frame budget (messages and bytes per second, pings included): over it, close 1008
 //   (policy violation; graphql-ws clients do not retry it);
 // - a subscriber whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES is closed with 4503 (a private
@@ -31,6 +33,7 @@ import { AppError } from '../../app/errors.ts'
 import type { ErrorJson } from './error-format.ts'
 import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
+import { endAtDeadline } from './stream-deadline.ts'
 
 export { CloseCode }
 export const SUBPROTOCOLS = [GRAPHQL_TRANSPORT_WS_PROTOCOL, DEPRECATED_GRAPHQL_WS_PROTOCOL] as const
@@ -39,6 +42,8 @@ export const SUBPROTOCOLS = [GRAPHQL_TRANSPORT_WS_PROTOCOL, DEPRECATED_GRAPHQL_W
 export const SLOW_READER_CLOSE_CODE = 4503
 /** Frames beyond the connection's budget. */
 export const OVER_BUDGET_CLOSE_CODE = 1008
+/** The connection lived SUBSCRIBER_MAX_LIFETIME_MS ("going away": every client reconnects and subscribes again). */
+export const LIFETIME_CLOSE_CODE = 1001
 
 export interface WebSocketOptions {
   start: StartOperation
@@ -56,6 +61,8 @@ export interface WebSocketOptions {
   /** Frames (any type, pings included) and their bytes a connection may send per second. */
   maxMessagesPerSecond: number
   maxReceivedBytesPerSecond: number
+  /** How long a connection may live (0: no limit); it ends at its token's `exp` first. */
+  maxLifetimeMs: number
 }
 
 /** One connection, whichever subprotocol it speaks. */
@@ -256,7 +263,9 @@ class Connection {
   closed = false
   releaseCaller: (() => void) | null = null
   readonly operations = new Map<string, Operation>()
+  private readonly openedAt = Date.now()
   private readonly timers: NodeJS.Timeout[] = []
+  private cancelDeadline: () => void = () => {}
   /** The frame budget's current second: when it started, frames and bytes received in it. */
   private budgetStart = 0
   private budgetMessages = 0
@@ -361,23 +370,13 @@ class Connection {
     if (!release) return { code: 1013, reason: 'Too many connections for this user' }
     this.caller = caller
     this.releaseCaller = release
-    this.closeAtExpiry(caller?.expiresAt)
+    // The identity lasts as long as its token: at `exp` no operation runs, or keeps delivering, under it
+    // (the client reconnects with a fresh token). A connection also ends with its lifetime.
+    this.cancelDeadline = endAtDeadline(caller?.expiresAt, this.openedAt, this.options.maxLifetimeMs, (why) => {
+      if (why === 'token-expired') closeSocket(this.socket, CloseCode.Forbidden, 'Forbidden: Token expired')
+      else closeSocket(this.socket, LIFETIME_CLOSE_CODE, 'Connection lifetime ended')
+    })
     return null
-  }
-
-  /**
-   * A connection's identity lasts as long as its token: at `exp` the connection closes with 4403
-   * (the client reconnects with a fresh token), so no operation runs, or keeps delivering, under an
-   * expired identity.
-   */
-  private closeAtExpiry (expiresAt: number | undefined): void {
-    if (expiresAt === undefined) return
-    // setTimeout holds at most ~24.8 days; a longer-lived token is checked again then.
-    const wait = Math.min(expiresAt - Date.now(), 2 ** 31 - 1)
-    this.timers.push(setTimeout(() => {
-      if (Date.now() >= expiresAt) closeSocket(this.socket, CloseCode.Forbidden, 'Forbidden: Token expired')
-      else this.closeAtExpiry(expiresAt)
-    }, Math.max(0, wait)))
   }
 
   private async receive (data: string): Promise<void> {
@@ -462,6 +461,7 @@ class Connection {
     if (this.closed) return
     this.closed = true
     for (const timer of this.timers) clearTimeout(timer)
+    this.cancelDeadline()
     this.releaseCaller?.()
     for (const operation of this.operations.values()) operation.subscription?.stop()
     this.operations.clear()

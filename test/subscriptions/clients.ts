@@ -152,6 +152,22 @@ export function refusedUpgrade (
   })
 }
 
+/**
+ * Waits for `promise` at most `ms`: a broken rule fails the test in seconds, with a message naming the
+ * rule (`rule`), instead of hanging until tap's timeout.
+ */
+export async function within<T> (promise: Promise<T>, ms: number, rule: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_resolve, reject) => {
+    timer = setTimeout(() => reject(new Error(`${rule}: nothing within ${ms} ms`)), ms)
+  })
+  try {
+    return await Promise.race([promise, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** Polls until `check` returns true (or fails after `ms`). */
 export async function eventually (
   check: () => boolean | Promise<boolean>,

@@ -1,8 +1,24 @@
 // Subscriptions over server-sent events (graphql-sse protocol, distinct connections mode) against a
 // listening server, with the real graphql-sse client and with raw fetch for the wire format.
 import { test } from 'tap'
+import { createSigner } from 'fast-jwt'
+import type { Config } from '../../app/config.ts'
+import type { Role } from '../../app/store/types.ts'
 import { gql, listenTestApp } from '../helpers/app.ts'
-import { collect, eventually, roomListeners, sseClient } from './clients.ts'
+import { collect, eventually, roomListeners, sseClient, within } from './clients.ts'
+
+/** A token for `sub` that expires `expiresInMs` after `issuedAt` (exp has a resolution of a second). */
+function tokenExpiring (config: Config, sub: string, role: Role, expiresInMs: number, issuedAt = Date.now()): string {
+  return createSigner({
+    key: config.jwt.secret!,
+    expiresIn: expiresInMs,
+    clockTimestamp: issuedAt,
+    ...(config.jwt.issuer ? { iss: config.jwt.issuer } : {}),
+    ...(config.jwt.audience ? { aud: config.jwt.audience } : {})
+  })({ sub, role })
+}
+
+const TOKEN_EXPIRED = { errors: [{ message: 'Token expired', extensions: { code: 'UNAUTHENTICATED' } }] }
 
 test('count over SSE: next events, then complete, on POST /graphql with Accept: text/event-stream', async (t) => {
   const { url, token } = await listenTestApp(t)
@@ -114,4 +130,63 @@ test('event streams count against the per-client connection cap', async (t) => {
     (await collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 1) }').done).completed,
     'a new stream is accepted'
   )
+})
+
+test('an event stream ends at its token\'s exp: a next with UNAUTHENTICATED "Token expired", then complete', async (t) => {
+  const { url, app, config } = await listenTestApp(t)
+  const expiring = tokenExpiring(config, '2', 'USER', 3000)
+  const counting = collect(sseClient(url, `Bearer ${expiring}`), 'subscription { count(target: 100) }')
+  t.teardown(() => counting.dispose())
+  const outcome = await within(counting.done, 6000, 'SSE token expiry: the count stream did not stop at exp')
+  t.ok(outcome.completed, 'completed, not cut')
+  t.notOk(outcome.error)
+  const last = outcome.values.at(-1)
+  t.same(last, TOKEN_EXPIRED, 'the last event says why')
+  t.ok(outcome.values.length >= 2 && outcome.values.length <= 4, `${outcome.values.length - 1} ticks before the token expired, then none`)
+  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 0, 2000, 'the stream released')
+})
+
+test('an ADMIN stream whose token expired never delivers an event (with email) after exp', async (t) => {
+  const { url, app, config, token } = await listenTestApp(t)
+  const QUERY = 'subscription { messageAdded(roomId: "expiry") { content author { email } } }'
+  const post = (content: string) => gql(url, `mutation { postMessage(roomId: "expiry", content: "${content}") { id } }`,
+    undefined, { authorization: `Bearer ${token('2')}` })
+
+  // Expired 3 s ago: still within JWT_CLOCK_TOLERANCE_SEC (5 s), so the request is accepted; the stream
+  // ends at once, before any event.
+  const lateAdmin = tokenExpiring(config, '1', 'ADMIN', 1000, Date.now() - 4000)
+  const late = collect(sseClient(url, `Bearer ${lateAdmin}`), QUERY)
+  t.teardown(() => late.dispose())
+  const lateOutcome = await within(late.done, 3000, 'SSE token expiry: a stream opened with an expired token was not ended')
+  t.same(lateOutcome.values, [TOKEN_EXPIRED], 'no event, only the refusal')
+
+  // Valid for a second or two: delivers while valid, then ends, and the next post reaches nobody.
+  const admin = collect(sseClient(url, `Bearer ${tokenExpiring(config, '1', 'ADMIN', 2000)}`), QUERY)
+  t.teardown(() => admin.dispose())
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 1, 2000, 'the stream subscribed')
+  await post('while valid')
+  const outcome = await within(admin.done, 5000, 'SSE token expiry: the ADMIN stream did not end at exp')
+  t.match(outcome.values[0], { data: { messageAdded: { content: 'while valid', author: { email: 'ada@example.com' } } } })
+  t.same(outcome.values.slice(1), [TOKEN_EXPIRED], 'then only the refusal')
+  t.ok(outcome.completed)
+  await post('after expiry')
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  t.equal(outcome.values.length, 2, 'nothing after exp')
+  t.equal(app.graphqlRoom.subscriptionStats().topicSubscribers, 0, 'the subscription left the room')
+})
+
+test('an event stream ends after SUBSCRIBER_MAX_LIFETIME_MS, without complete (the client reconnects)', async (t) => {
+  const { url, app, token } = await listenTestApp(t, { SUBSCRIBER_MAX_LIFETIME_MS: '1000' })
+  const started = Date.now()
+  const response = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${token('2')}` },
+    body: JSON.stringify({ query: 'subscription { messageAdded(roomId: "lifetime") { id } }' })
+  })
+  t.equal(response.status, 200)
+  const text = await within(response.text(), 4000, 'SSE lifetime: the stream did not end')
+  const lived = Date.now() - started
+  t.ok(lived >= 850, `not before the lifetime, less its random tenth (${lived} ms)`)
+  t.notMatch(text, /event: complete/, 'no complete: the operation is not over, the client opens it again')
+  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 0, 2000, 'the stream released')
 })

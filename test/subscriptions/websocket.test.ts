@@ -4,7 +4,7 @@
 import { test } from 'tap'
 import { createSigner } from 'fast-jwt'
 import { gql, listenTestApp } from '../helpers/app.ts'
-import { collect, eventually, rawSocket, refusedUpgrade, wsClient } from './clients.ts'
+import { collect, eventually, rawSocket, refusedUpgrade, within, wsClient } from './clients.ts'
 
 const COUNT = 'subscription { count(target: 2) }'
 
@@ -338,4 +338,17 @@ test('a connection ends when its token expires: closed with 4403, its subscripti
     running.outcome.values.length < 5,
     `the subscription delivered ${running.outcome.values.length} events, then stopped with the connection`
   )
+})
+
+test('a connection ends after SUBSCRIBER_MAX_LIFETIME_MS: closed with 1001, so clients reconnect', async (t) => {
+  const { url } = await listenTestApp(t, { SUBSCRIBER_MAX_LIFETIME_MS: '1000' })
+  const started = Date.now()
+  const client = wsClient(url)
+  t.teardown(() => client.dispose())
+  const running = collect(client, 'subscription { messageAdded(roomId: "lifetime") { id } }')
+  const closed = await within(client.closed, 4000, 'connection lifetime: the connection was not closed')
+  const lived = Date.now() - started
+  t.match(closed, { code: 1001, reason: 'Connection lifetime ended' })
+  t.ok(lived >= 850, `not before the lifetime, less its random tenth (${lived} ms)`)
+  t.notOk(running.outcome.completed, 'no complete: the client subscribes again when it reconnects')
 })
