@@ -71,15 +71,19 @@ export function createSseHandler (options: SseOptions) {
       subscription?.stop()
       settle()
     }
-    const write = (chunk: string) => { if (!ended && response.writable) response.write(chunk) }
+    // Every chunk goes out here (events, keep-alive comments, the end), checked against the slow-reader
+    // bound: a client that stopped reading has its response destroyed, whatever it stopped reading.
+    const write = (chunk: string) => {
+      if (ended || !response.writable) return
+      if (response.writableLength > options.maxBufferedBytes) {
+        finish()
+        response.destroy()
+        return
+      }
+      response.write(chunk)
+    }
     const sink: SubscriptionSink = {
       next (json) {
-        if (ended) return
-        if (response.writableLength > options.maxBufferedBytes) {
-          finish()
-          response.destroy()
-          return
-        }
         write(`event: next\ndata: ${json}\n\n`)
       },
       end (errors) {

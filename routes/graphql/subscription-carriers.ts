@@ -154,6 +154,8 @@ export async function registerSubscriptionCarriers (
   await app.register(websocket, {
     options: {
       maxPayload: ws.maxMessageBytes,
+      // Pongs are sent by the connection (websocket.ts), through the send path that bounds unsent bytes.
+      autoPong: false,
       handleProtocols: (offered: Set<string>) => SUBPROTOCOLS.find((p) => offered.has(p)) ?? false
     }
   })

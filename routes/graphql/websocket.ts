@@ -18,8 +18,9 @@
 // `complete` for every operation. Added:
 // - a per-connection frame budget (messages and bytes per second, pings included): over it, close 1008
 //   (policy violation; graphql-ws clients do not retry it);
-// - a subscriber whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES is closed with 4503 (a private
-//   code: 1013 already means "too many connections" here; graphql-ws clients retry it with back-off).
+// - a connection whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES is closed with 4503 (a private
+//   code: 1013 already means "too many connections" here; graphql-ws clients retry it with back-off),
+//   whatever the frames it stopped reading (events, pongs, keep-alives...): one send path checks them all.
 import {
   CloseCode,
   DEPRECATED_GRAPHQL_WS_PROTOCOL,
@@ -287,8 +288,8 @@ class Connection {
         closeSocket(socket, CloseCode.InternalServerError, 'Internal server error')
       )
     })
-    // Protocol-level pings (ws answers them itself) are frames too.
-    socket.on('ping', (data: Buffer) => { this.spend(data.length) })
+    // Protocol-level pings are frames too, and their pongs go out through `send` like every frame.
+    socket.on('ping', (data: Buffer) => { if (this.spend(data.length)) this.send(data, 'pong') })
   }
 
   get activeSubscriptions (): number {
@@ -317,8 +318,17 @@ class Connection {
     return false
   }
 
-  send (data: string): void {
-    if (this.socket.readyState === this.socket.OPEN) this.socket.send(data)
+  /**
+   * Every frame the server sends goes out here (ack, next, error, complete, pong, keep-alive, refusal):
+   * each counts toward the slow-reader bound, so a client that stops reading cannot make this process
+   * hold any kind of frame for it. Protocol-level pongs too (ws's automatic pong is off).
+   */
+  send (data: string | Buffer, frame: 'message' | 'pong' = 'message'): void {
+    const { socket } = this
+    if (this.closing || socket.readyState !== socket.OPEN) return
+    if (socket.bufferedAmount > this.options.maxBufferedBytes) return this.abandon()
+    if (frame === 'pong') socket.pong(data)
+    else socket.send(data)
   }
 
   private sendMessage (type: string, id: string, payload?: unknown): void {
@@ -328,7 +338,6 @@ class Connection {
   /** An answer already serialised, wrapped for this operation without parsing or serialising it again. */
   sendNext (operation: Operation, json: string): void {
     if (this.closed || this.operations.get(operation.id) !== operation) return
-    if (this.socket.bufferedAmount > this.options.maxBufferedBytes) return this.abandon()
     this.send(`{"id":${operation.idJson},"type":"${this.dialect.next}","payload":${json}}`)
   }
 

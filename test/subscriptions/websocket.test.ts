@@ -352,3 +352,48 @@ test('a connection ends after SUBSCRIBER_MAX_LIFETIME_MS: closed with 1001, so c
   t.ok(lived >= 850, `not before the lifetime, less its random tenth (${lived} ms)`)
   t.notOk(running.outcome.completed, 'no complete: the client subscribes again when it reconnects')
 })
+
+test('every frame counts toward the slow-reader bound: a client that pings and never reads is closed 4503', async (t) => {
+  // Pings well within the frame budget (30 a second of 40 KB, against 100 frames and 4 MiB a second),
+  // from clients that never read their pongs: the pongs pile up, and pass SUBSCRIBER_MAX_BUFFERED_BYTES.
+  const { url, app } = await listenTestApp(t, {
+    SUBSCRIBER_MAX_BUFFERED_BYTES: '65536',
+    WS_MAX_RECEIVED_BYTES_PER_SECOND: '4194304'
+  })
+  const ping = JSON.stringify({ type: 'ping', payload: { pad: 'p'.repeat(40_000) } })
+  const readers = await Promise.all(Array.from({ length: 3 }, async () => {
+    const ws = await rawSocket(url, 'graphql-transport-ws')
+    ws.send({ type: 'connection_init' })
+    await ws.next('connection_ack')
+    ws.socket.pause()
+    return ws
+  }))
+  const pinging = setInterval(() => {
+    for (const { socket } of readers) if (socket.readyState === socket.OPEN) socket.send(ping)
+  }, 33)
+  t.teardown(() => {
+    clearInterval(pinging)
+    for (const { socket } of readers) socket.terminate()
+  })
+  // The server gives a closed slow reader a second to read its close frame: watch its side, then read.
+  const serverSockets = [...app.websocketServer.clients]
+  t.equal(serverSockets.length, 3)
+  await within(
+    new Promise<void>((resolve) => {
+      const poll = setInterval(() => {
+        if (serverSockets.every((socket) => socket.readyState !== socket.OPEN)) {
+          clearInterval(poll)
+          resolve()
+        }
+      }, 20)
+      t.teardown(() => clearInterval(poll))
+    }),
+    10_000,
+    'slow-reader bound on pongs: connections that ping and never read were not closed'
+  )
+  clearInterval(pinging)
+  for (const { socket } of readers) socket.resume()
+  for (const { closed } of readers) {
+    t.match(await within(closed, 3000, 'the slow reader\'s close frame'), { code: 4503, reason: /^Subscriber too slow/ })
+  }
+})
