@@ -365,6 +365,10 @@ test('every frame counts toward the slow-reader bound: a client that pings and n
     const ws = await rawSocket(url, 'graphql-transport-ws')
     ws.send({ type: 'connection_init' })
     await ws.next('connection_ack')
+    // Protocol-level pings are answered by the connection, through the same send path.
+    const pong = new Promise<Buffer>((resolve) => ws.socket.once('pong', resolve))
+    ws.socket.ping('are you there')
+    t.equal(String(await within(pong, 2000, 'protocol-level pong')), 'are you there')
     ws.socket.pause()
     return ws
   }))
