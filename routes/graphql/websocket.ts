@@ -135,9 +135,25 @@ const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 /** How long a closed slow reader's socket may take to read the close frame before it is cut. */
 const SLOW_READER_GRACE_MS = 1000
 
-/** A close reason is at most 123 bytes. */
+/** The longest close reason: a close frame's payload is at most 125 bytes, two of them the code. */
+const MAX_CLOSE_REASON_BYTES = 123
+
+/**
+ * `reason` in at most 123 UTF-8 bytes, cut before a character rather than inside one (a reason holding
+ * client text such as an id may have multibyte characters: cut mid-character, it decodes to U+FFFD,
+ * three bytes, and passes the limit, which makes ws throw).
+ */
+function closeReason (reason: string): string {
+  const bytes = Buffer.from(reason)
+  if (bytes.length <= MAX_CLOSE_REASON_BYTES) return reason
+  let end = MAX_CLOSE_REASON_BYTES
+  // Continuation bytes (10xxxxxx) belong to the character before them.
+  while (end > 0 && (bytes[end]! & 0xc0) === 0x80) end--
+  return bytes.subarray(0, end).toString()
+}
+
 function closeSocket (socket: WebSocket, code: number, reason: string): void {
-  if (socket.readyState === socket.OPEN) socket.close(code, Buffer.from(reason).subarray(0, 123).toString())
+  if (socket.readyState === socket.OPEN) socket.close(code, closeReason(reason))
 }
 
 /** A message from the client, in either dialect's words. */

@@ -401,3 +401,33 @@ test('every frame counts toward the slow-reader bound: a client that pings and n
     t.match(await within(closed, 3000, 'the slow reader\'s close frame'), { code: 4503, reason: /^Subscriber too slow/ })
   }
 })
+
+test('close reasons holding client text are cut on a character boundary, so the close code is kept', async (t) => {
+  const { url } = await listenTestApp(t)
+  /** The close, bounded; its reason is at most 123 bytes and a prefix of `expected` (no broken character). */
+  type Raw = Awaited<ReturnType<typeof rawSocket>>
+  const closedWith = async (ws: Raw, rule: string, code: number, expected: string) => {
+    const closed = await within(ws.closed, 3000, rule)
+    t.equal(closed.code, code, rule)
+    t.ok(Buffer.byteLength(closed.reason) <= 123, `${rule}: reason within 123 bytes`)
+    t.ok(expected.startsWith(closed.reason) && closed.reason.length > 60, `${rule}: the reason is cut before a character (${closed.reason})`)
+  }
+  const id = `${'i'.repeat(93)}${'é'.repeat(20)}`
+  const duplicate = await rawSocket(url, 'graphql-transport-ws')
+  duplicate.send({ type: 'connection_init' })
+  await duplicate.next('connection_ack')
+  const subscribe = { id, type: 'subscribe', payload: { query: 'subscription { messageAdded(roomId: "r") { id } }' } }
+  duplicate.send(subscribe)
+  duplicate.send(subscribe)
+  await closedWith(duplicate, 'duplicate id (4409)', 4409, `Subscriber for ${id} already exists`)
+
+  const type = `${'t'.repeat(90)}${'ü'.repeat(30)}`
+  const legacy = await rawSocket(url, 'graphql-ws')
+  legacy.send({ type })
+  await closedWith(legacy, 'legacy unknown message type (4400)', 4400, `Invalid message type ${JSON.stringify(type)}`)
+
+  const key = `authKey${'ß'.repeat(70)}`
+  const credential = await rawSocket(url, 'graphql-transport-ws')
+  credential.send({ type: 'connection_init', payload: { [key]: 'x' } })
+  await closedWith(credential, 'credential in an unread field (4403)', 4403, `Forbidden: Unrecognised credential ${key}: send`)
+})
