@@ -52,6 +52,9 @@ const PUBSUB_READY_TIMEOUT_MS = 10_000
 /** How long a graceful shutdown waits for `complete` messages before closing the sockets. */
 const SHUTDOWN_GRACE_MS = 2000
 
+/** Socket errors that only say the client went away. */
+const CLIENT_GONE = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED'])
+
 /** Connections per client key (`ip:…`, `user:…`), capped; per instance. */
 function connectionCounter (max: number) {
   const counts = new Map<string, number>()
@@ -152,6 +155,18 @@ export async function registerSubscriptionCarriers (
   })
 
   await app.register(websocket, {
+    errorHandler: (error, socket, request) => {
+      const code = (error as NodeJS.ErrnoException).code
+      // A client's mistake (a frame over WS_MAX_MESSAGE_BYTES, invalid UTF-8, a bad opcode: ws has
+      // already closed with the code that says so, 1009, 1007, 1002) or a client gone abruptly is not a
+      // server error: a debug line, no stack. Anything else is ours.
+      if (code !== undefined && (code.startsWith('WS_ERR_') || CLIENT_GONE.has(code))) {
+        request.log.debug({ code, reason: error.message }, 'WebSocket closed: the client broke the protocol or left')
+      } else {
+        request.log.error({ err: error }, 'WebSocket error')
+      }
+      socket.terminate()
+    },
     options: {
       maxPayload: ws.maxMessageBytes,
       // Pongs are sent by the connection (websocket.ts), through the send path that bounds unsent bytes.

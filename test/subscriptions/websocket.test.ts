@@ -1,9 +1,12 @@
 // Subscriptions over WebSocket against a listening server, with the real graphql-ws client
 // (graphql-transport-ws) and raw sockets (legacy graphql-ws, protocol violations): subprotocols,
 // identity at connection_init, close codes, Origin, caps, and validation of subscription documents.
+import { Writable } from 'node:stream'
 import { test } from 'tap'
 import { createSigner } from 'fast-jwt'
-import { gql, listenTestApp } from '../helpers/app.ts'
+import { buildApp } from '../../app/app.ts'
+import { openSqliteStore } from '../../app/store/sqlite.ts'
+import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { collect, eventually, rawSocket, refusedUpgrade, within, wsClient } from './clients.ts'
 
 const COUNT = 'subscription { count(target: 2) }'
@@ -430,4 +433,31 @@ test('close reasons holding client text are cut on a character boundary, so the 
   const credential = await rawSocket(url, 'graphql-transport-ws')
   credential.send({ type: 'connection_init', payload: { [key]: 'x' } })
   await closedWith(credential, 'credential in an unread field (4403)', 4403, `Forbidden: Unrecognised credential ${key}: send`)
+})
+
+test('an oversized frame closes 1009 and logs no error: a client\'s mistake is not a server error', async (t) => {
+  const lines: { level: number; msg?: string; code?: string; err?: unknown }[] = []
+  const stream = new Writable({
+    write (chunk, _encoding, done) {
+      for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line))
+      done()
+    }
+  })
+  const store = openSqliteStore(':memory:')
+  const app = await buildApp(testConfig({ WS_MAX_MESSAGE_BYTES: '1024' }), { store, logger: { stream, level: 'debug' } })
+  t.teardown(async () => { await app.close(); await store.close() })
+  const url = await app.listen({ host: '127.0.0.1', port: 0 })
+  for (const protocol of ['graphql-transport-ws', 'graphql-ws']) {
+    const ws = await rawSocket(url, protocol)
+    ws.send({ type: 'connection_init', payload: { filler: 'x'.repeat(2000) } })
+    t.equal((await within(ws.closed, 3000, 'message size cap (1009)')).code, 1009, `${protocol}: message too big`)
+  }
+  const logged = (line: object) => JSON.stringify(line).includes('WS_ERR_UNSUPPORTED_MESSAGE_LENGTH')
+  await eventually(() => lines.filter(logged).length === 2, 2000, 'a line for each refused frame')
+  t.same(lines.filter((line) => line.level >= 40), [], 'nothing at warn or error')
+  t.notOk(lines.some((line) => JSON.stringify(line).includes('"stack"')), 'no stack trace')
+  t.match(lines.find(logged), {
+    level: 20,
+    msg: 'WebSocket closed: the client broke the protocol or left'
+  })
 })
