@@ -155,7 +155,10 @@ export interface Config {
     maxMessageBytes: number
     /** Interval of protocol keep-alive messages on idle WebSocket connections; 0 turns them off. */
     keepAliveMs: number
-    /** Frames (pings included) and bytes one connection may send per second; over either, it is closed (1008). */
+    /**
+     * Frames (pings included) and bytes one connection may send per second on average (bursts up to a
+     * second's worth); over either, it is closed (1008).
+     */
     maxMessagesPerSecond: number
     maxReceivedBytesPerSecond: number
     /** Active subscriptions of one caller (user, or IP when anonymous) across its connections and carriers. */

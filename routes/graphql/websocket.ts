@@ -16,8 +16,8 @@
 // expiry closes the connection (4403), and so does the end of its lifetime (1001,
 // SUBSCRIBER_MAX_LIFETIME_MS: the client reconnects and subscribes again); a graceful shutdown sends
 // `complete` for every operation. Added:
-// - a per-connection frame budget (messages and bytes per second, pings included): over it, close 1008
-//   (policy violation; graphql-ws clients do not retry it);
+// - a per-connection frame budget (messages and bytes per second, pings included, as token buckets that
+//   allow bursts): over it, close 1008 (policy violation; graphql-ws clients do not retry it);
 // - a connection whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES is closed with 4503 (a private
 //   code: 1013 already means "too many connections" here; graphql-ws clients retry it with back-off),
 //   whatever the frames it stopped reading (events, pongs, keep-alives...): one send path checks them all.
@@ -59,7 +59,7 @@ export interface WebSocketOptions {
   maxOperations: number
   /** Unsent bytes (ws's bufferedAmount) past which a subscriber is closed. */
   maxBufferedBytes: number
-  /** Frames (any type, pings included) and their bytes a connection may send per second. */
+  /** Frames (any type, pings included) and their bytes a connection may send per second, on average (token buckets). */
   maxMessagesPerSecond: number
   maxReceivedBytesPerSecond: number
   /** How long a connection may live (0: no limit); it ends at its token's `exp` first. */
@@ -283,16 +283,18 @@ class Connection {
   private readonly openedAt = Date.now()
   private readonly timers: NodeJS.Timeout[] = []
   private cancelDeadline: () => void = () => {}
-  /** The frame budget's current second: when it started, frames and bytes received in it. */
-  private budgetStart = 0
-  private budgetMessages = 0
-  private budgetBytes = 0
+  /** The frame budget's buckets (frames, bytes) and when they were last refilled. */
+  private messageTokens: number
+  private byteTokens: number
+  private refilledAt = Date.now()
 
   constructor (socket: WebSocket, ip: string, options: WebSocketOptions, dialect: Dialect) {
     this.socket = socket
     this.ip = ip
     this.options = options
     this.dialect = dialect
+    this.messageTokens = options.maxMessagesPerSecond
+    this.byteTokens = options.maxReceivedBytesPerSecond
     this.timers.push(setTimeout(() => {
       const waited = dialect.initWaitsFor === 'init' ? this.initReceived : this.acknowledged
       if (!waited) closeSocket(socket, CloseCode.ConnectionInitialisationTimeout, 'Connection initialisation timeout')
@@ -314,18 +316,22 @@ class Connection {
     return n
   }
 
-  /** Spends one frame of `bytes` from the connection's budget; closes it (false) when over. */
+  /**
+   * Spends one frame of `bytes` from the connection's budget; closes it (false) when over. Token buckets
+   * (frames, bytes) that hold one second's budget and refill continuously at the per-second rates: a
+   * burst of up to a second's budget passes (or a clump read late by a busy server), and over any T
+   * seconds a connection sends at most T + 1 seconds' worth. (A fixed one-second window closed clients
+   * averaging 50-75% of the budget: two bursts 0.9 s apart fell into one window.)
+   */
   private spend (bytes: number): boolean {
     const now = Date.now()
-    if (now - this.budgetStart >= 1000) {
-      this.budgetStart = now
-      this.budgetMessages = 0
-      this.budgetBytes = 0
-    }
-    this.budgetMessages++
-    this.budgetBytes += bytes
+    const seconds = (now - this.refilledAt) / 1000
+    this.refilledAt = now
     const { maxMessagesPerSecond, maxReceivedBytesPerSecond } = this.options
-    if (this.budgetMessages <= maxMessagesPerSecond && this.budgetBytes <= maxReceivedBytesPerSecond) return true
+    const refill = (tokens: number, rate: number) => Math.min(rate, tokens + seconds * rate)
+    this.messageTokens = refill(this.messageTokens, maxMessagesPerSecond) - 1
+    this.byteTokens = refill(this.byteTokens, maxReceivedBytesPerSecond) - bytes
+    if (this.messageTokens >= 0 && this.byteTokens >= 0) return true
     closeSocket(
       this.socket,
       OVER_BUDGET_CLOSE_CODE,

@@ -461,3 +461,33 @@ test('an oversized frame closes 1009 and logs no error: a client\'s mistake is n
     msg: 'WebSocket closed: the client broke the protocol or left'
   })
 })
+
+test('the frame budget allows bursts within it: 60% in bursts stays open, 150% is closed 1008', async (t) => {
+  const { url } = await listenTestApp(t, { WS_MAX_MESSAGES_PER_SECOND: '20', WS_MAX_RECEIVED_BYTES_PER_SECOND: '1048576' })
+  const ping = JSON.stringify({ type: 'ping', payload: { pad: 'b'.repeat(50_000) } })
+  // Bursts of 12 pings of 50 KB every 900 ms: 60% of the frames and 57% of the bytes a second, on
+  // average; two bursts fall within one second.
+  const bursty = await rawSocket(url, 'graphql-transport-ws')
+  bursty.send({ type: 'connection_init' })
+  await bursty.next('connection_ack')
+  for (let burst = 0; burst < 4; burst++) {
+    if (burst > 0) await new Promise((resolve) => setTimeout(resolve, 900))
+    for (let i = 0; i < 12; i++) bursty.send(ping)
+  }
+  await eventually(() => bursty.received.filter((m) => m.type === 'pong').length === 48 ||
+    bursty.socket.readyState !== bursty.socket.OPEN, 5000, 'the pongs')
+  t.equal(bursty.socket.readyState, bursty.socket.OPEN, 'frame budget: a bursty client under it stays open')
+  t.equal(bursty.received.filter((m) => m.type === 'pong').length, 48, 'every ping answered')
+  bursty.socket.close()
+
+  // 30 frames a second, sustained: over the budget, closed within seconds.
+  const flooding = await rawSocket(url, 'graphql-transport-ws')
+  flooding.send({ type: 'connection_init' })
+  await flooding.next('connection_ack')
+  const flood = setInterval(() => {
+    if (flooding.socket.readyState === flooding.socket.OPEN) for (let i = 0; i < 3; i++) flooding.send({ type: 'ping' })
+  }, 100)
+  t.teardown(() => clearInterval(flood))
+  t.match(await within(flooding.closed, 5000, 'frame budget (1008)'), { code: 1008, reason: /^Too many messages/ })
+  clearInterval(flood)
+})
