@@ -12,6 +12,7 @@
 // for and shared (fanout.ts), a subscriber that stops reading closed.
 import { once } from 'node:events'
 import type { OutgoingHttpHeaders } from 'node:http'
+import type { Server } from 'node:net'
 import websocket from '@fastify/websocket'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { WebSocket } from 'ws'
@@ -79,6 +80,36 @@ function connectionCounter (max: number) {
   }
 }
 
+/** The share of MAX_CONNECTIONS kept free by closing idle WebSockets (at least two slots). */
+const IDLE_EVICTION_RESERVE = 0.01
+
+/**
+ * Near the listener's connection cap (MAX_CONNECTIONS: Node drops a connection over it unanswered), idle
+ * WebSockets give their slots up, the longest idle first, so that a new client is never refused only
+ * because idle connections hold every slot: whenever a connection arrives and fewer than the reserve's
+ * slots are free (counting those already being closed as free), idle ones are closed with 4410 (and cut
+ * a second later if they do not read the close). Connections with an operation in flight are never
+ * chosen; neither are unacknowledged ones (the init timeout ends those).
+ */
+function evictIdleNearCap (server: Server, idle: Set<GraphQLWebSocket>): void {
+  let evicting = 0
+  server.on('connection', () => {
+    const cap = server.maxConnections
+    if (idle.size === 0 || !(cap > 0 && cap < Infinity)) return
+    server.getConnections((err, open) => {
+      if (err) return
+      const reserve = Math.max(2, Math.ceil(cap * IDLE_EVICTION_RESERVE))
+      let excess = open - evicting - (cap - reserve)
+      for (const connection of idle) {
+        if (excess-- <= 0) break
+        evicting++
+        void connection.closed.then(() => { evicting-- })
+        connection.evict()
+      }
+    })
+  })
+}
+
 const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
 
 /**
@@ -112,6 +143,8 @@ export async function registerSubscriptionCarriers (
 ): Promise<SubscriptionCarriers> {
   const { ws, limits } = ports.config
   const connections = new Set<GraphQLWebSocket>()
+  /** Idle connections (acknowledged, no operation in flight), the longest idle first (a Set keeps insertion order). */
+  const idleConnections = new Set<GraphQLWebSocket>()
   const eventStreams = new Set<() => void>()
   const counter = connectionCounter(ws.maxConnectionsPerClient)
   let shuttingDown = false
@@ -138,8 +171,13 @@ export async function registerSubscriptionCarriers (
     maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
     maxMessagesPerSecond: ws.maxMessagesPerSecond,
     maxReceivedBytesPerSecond: ws.maxReceivedBytesPerSecond,
-    maxLifetimeMs: ws.maxLifetimeMs
+    maxLifetimeMs: ws.maxLifetimeMs,
+    idleChanged: (connection: GraphQLWebSocket, idle: boolean) => {
+      if (idle) idleConnections.add(connection)
+      else idleConnections.delete(connection)
+    }
   }
+  evictIdleNearCap(app.server, idleConnections)
 
   // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
   app.addHook('preClose', async () => {

@@ -43,6 +43,11 @@ export const SUBPROTOCOLS = [GRAPHQL_TRANSPORT_WS_PROTOCOL, DEPRECATED_GRAPHQL_W
 export const SLOW_READER_CLOSE_CODE = 4503
 /** Frames beyond the connection's budget. */
 export const OVER_BUDGET_CLOSE_CODE = 1008
+/**
+ * An idle connection (acknowledged, no operation) closed near MAX_CONNECTIONS so that a new client gets
+ * its slot. A private code (HTTP 410's number): clients retry it, or reconnect when they next subscribe.
+ */
+export const IDLE_CLOSE_CODE = 4410
 /** The connection lived SUBSCRIBER_MAX_LIFETIME_MS ("going away": every client reconnects and subscribes again). */
 export const LIFETIME_CLOSE_CODE = 1001
 
@@ -64,6 +69,8 @@ export interface WebSocketOptions {
   maxReceivedBytesPerSecond: number
   /** How long a connection may live (0: no limit); it ends at its token's `exp` first. */
   maxLifetimeMs: number
+  /** Told when a connection becomes idle (acknowledged, no operation in flight) and when it stops being idle. */
+  idleChanged (connection: GraphQLWebSocket, idle: boolean): void
 }
 
 /** One connection, whichever subprotocol it speaks. */
@@ -72,6 +79,10 @@ export interface GraphQLWebSocket {
   readonly activeSubscriptions: number
   /** Ends every operation (the client is told each completed), then closes with 1001 after at most `graceMs`. */
   shutdown (graceMs: number): Promise<void>
+  /** Closes an idle connection with 4410 (its slot is needed); it is cut if the close is not read within a second. */
+  evict (): void
+  /** Settles when the socket has closed and everything it held is released. */
+  readonly closed: Promise<void>
 }
 
 /**
@@ -132,8 +143,8 @@ export function credentialOf (payload: unknown): string | undefined {
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref())
 
-/** How long a closed slow reader's socket may take to read the close frame before it is cut. */
-const SLOW_READER_GRACE_MS = 1000
+/** How long a socket closed by the server (slow reader, idle) may take to read the close frame before it is cut. */
+const CLOSE_GRACE_MS = 1000
 
 /** The longest close reason: a close frame's payload is at most 125 bytes, two of them the code. */
 const MAX_CLOSE_REASON_BYTES = 123
@@ -268,7 +279,7 @@ class Operation implements SubscriptionSink {
 }
 
 /** One connection, whichever subprotocol it speaks. */
-class Connection {
+class Connection implements GraphQLWebSocket {
   readonly socket: WebSocket
   readonly ip: string
   readonly options: WebSocketOptions
@@ -277,8 +288,12 @@ class Connection {
   initReceived = false
   acknowledged = false
   closing = false
-  closed = false
+  /** The socket has closed (released() ran). */
+  socketClosed = false
   releaseCaller: (() => void) | null = null
+  /** Acknowledged, with no operation in flight: may give its slot up near MAX_CONNECTIONS. */
+  private idle = false
+  readonly closed: Promise<void>
   readonly operations = new Map<string, Operation>()
   private readonly openedAt = Date.now()
   private readonly timers: NodeJS.Timeout[] = []
@@ -306,6 +321,12 @@ class Connection {
         closeSocket(socket, CloseCode.InternalServerError, 'Internal server error')
       )
     })
+    this.closed = new Promise<void>((resolve) =>
+      socket.once('close', () => {
+        this.released()
+        resolve()
+      })
+    )
     // Protocol-level pings are frames too, and their pongs go out through `send` like every frame.
     socket.on('ping', (data: Buffer) => { if (this.spend(data.length)) this.send(data, 'pong') })
   }
@@ -359,7 +380,7 @@ class Connection {
 
   /** An answer already serialised, wrapped for this operation without parsing or serialising it again. */
   sendNext (operation: Operation, json: string): void {
-    if (this.closed || this.operations.get(operation.id) !== operation) return
+    if (this.socketClosed || this.operations.get(operation.id) !== operation) return
     this.send(`{"id":${operation.idJson},"type":"${this.dialect.next}","payload":${json}}`)
   }
 
@@ -368,20 +389,35 @@ class Connection {
    * close frame waits behind that data; if it is not read within a second, the socket is cut.
    */
   private abandon (): void {
+    this.end(SLOW_READER_CLOSE_CODE, `Subscriber too slow: more than ${this.options.maxBufferedBytes} bytes unsent`)
+  }
+
+  evict (): void {
+    this.end(IDLE_CLOSE_CODE, 'Idle connection closed: its slot is needed')
+  }
+
+  /** Closes the connection from the server's side; a socket that does not read the close within a second is cut. */
+  private end (code: number, reason: string): void {
     if (this.closing) return
     this.closing = true
-    closeSocket(
-      this.socket,
-      SLOW_READER_CLOSE_CODE,
-      `Subscriber too slow: more than ${this.options.maxBufferedBytes} bytes unsent`
-    )
-    setTimeout(() => this.socket.terminate(), SLOW_READER_GRACE_MS).unref()
+    this.updateIdle()
+    closeSocket(this.socket, code, reason)
+    setTimeout(() => this.socket.terminate(), CLOSE_GRACE_MS).unref()
+  }
+
+  /** Tells the carriers whether the connection is idle, when that changes. */
+  private updateIdle (): void {
+    const idle = this.acknowledged && !this.closing && !this.socketClosed && this.operations.size === 0
+    if (idle === this.idle) return
+    this.idle = idle
+    this.options.idleChanged(this, idle)
   }
 
   /** An operation ended by the server: `complete`, or `error` with its errors. */
   finish (operation: Operation, errors?: unknown[]): void {
     if (this.operations.get(operation.id) !== operation) return
     this.operations.delete(operation.id)
+    this.updateIdle()
     operation.subscription?.stop()
     if (errors) this.sendMessage(MessageType.Error, operation.id, errors)
     else this.sendMessage(MessageType.Complete, operation.id)
@@ -431,6 +467,7 @@ class Connection {
           return closeSocket(socket, refused.code, refused.reason)
         }
         this.acknowledged = true
+        this.updateIdle()
         this.send(dialect.ack)
         if (dialect.afterAck) this.send(dialect.afterAck)
         const { keepAliveMs } = this.options
@@ -450,6 +487,7 @@ class Connection {
         const operation = this.operations.get(String(message.id))
         if (!operation) return
         this.operations.delete(operation.id)
+        this.updateIdle()
         operation.subscription?.stop()
         return
       }
@@ -463,6 +501,7 @@ class Connection {
   private async run (operation: Operation, params: GraphQLRequestParams): Promise<void> {
     const { id } = operation
     this.operations.set(id, operation)
+    this.updateIdle()
     try {
       const max = this.options.maxOperations
       if (this.operations.size > max) {
@@ -472,7 +511,7 @@ class Connection {
       }
       const started = await this.options.start({ params, transport: 'WS', caller: this.caller, ip: this.ip }, operation)
       // The client completed the operation, or left, or the server is closing, while it was admitted.
-      if (this.operations.get(id) !== operation || this.closing || this.closed) {
+      if (this.operations.get(id) !== operation || this.closing || this.socketClosed) {
         started.subscription?.stop()
         return
       }
@@ -488,9 +527,10 @@ class Connection {
   }
 
   /** The socket closed: every subscription leaves its topic, every timer and slot is released. */
-  released (): void {
-    if (this.closed) return
-    this.closed = true
+  private released (): void {
+    if (this.socketClosed) return
+    this.socketClosed = true
+    this.updateIdle()
     for (const timer of this.timers) clearTimeout(timer)
     this.cancelDeadline()
     this.releaseCaller?.()
@@ -511,28 +551,7 @@ class Connection {
 }
 
 /** Serves one upgraded socket in the subprotocol it agreed (a client naming none speaks graphql-transport-ws). */
-export function openConnection (
-  socket: WebSocket,
-  ip: string,
-  options: WebSocketOptions
-): GraphQLWebSocket & { closed: Promise<void> } {
-  const connection = new Connection(
-    socket,
-    ip,
-    options,
-    socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL ? legacyWs : transportWs
-  )
-  const closed = new Promise<void>((resolve) =>
-    socket.once('close', () => {
-      connection.released()
-      resolve()
-    })
-  )
-  return {
-    get activeSubscriptions () {
-      return connection.activeSubscriptions
-    },
-    shutdown: (graceMs) => connection.shutdown(graceMs),
-    closed
-  }
+export function openConnection (socket: WebSocket, ip: string, options: WebSocketOptions): GraphQLWebSocket {
+  const dialect = socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL ? legacyWs : transportWs
+  return new Connection(socket, ip, options, dialect)
 }

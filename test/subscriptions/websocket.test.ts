@@ -491,3 +491,42 @@ test('the frame budget allows bursts within it: 60% in bursts stays open, 150% i
   t.match(await within(flooding.closed, 5000, 'frame budget (1008)'), { code: 1008, reason: /^Too many messages/ })
   clearInterval(flood)
 })
+
+test('near MAX_CONNECTIONS idle connections give their slots up, the longest idle first (4410)', async (t) => {
+  const { url, app } = await listenTestApp(t, {
+    MAX_CONNECTIONS: '20',
+    WS_MAX_CONNECTIONS_PER_CLIENT: '100',
+    RATE_LIMIT_REQUESTS: '100000'
+  })
+  // A connection with a subscription is never chosen.
+  const busy = wsClient(url)
+  t.teardown(() => busy.dispose())
+  const room = collect(busy, 'subscription { messageAdded(roomId: "cap") { id } }')
+  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1, 3000, 'the busy subscription')
+  // Twice the cap of idle connections, one after another: each is accepted.
+  const idle: Awaited<ReturnType<typeof rawSocket>>[] = []
+  t.teardown(() => { for (const ws of idle) ws.socket.terminate() })
+  for (let i = 0; i < 40; i++) {
+    const ws = await rawSocket(url, 'graphql-transport-ws').catch((err: Error) => {
+      throw new Error(`idle eviction: connection ${i} refused near MAX_CONNECTIONS (${err.message})`)
+    })
+    idle.push(ws)
+    ws.send({ type: 'connection_init' })
+    await ws.next('connection_ack')
+  }
+  // The longest idle gave their slots up.
+  for (const [i, ws] of idle.slice(0, 20).entries()) {
+    t.match(await within(ws.closed, 3000, `idle eviction (4410) of connection ${i}`), {
+      code: 4410,
+      reason: 'Idle connection closed: its slot is needed'
+    })
+  }
+  t.ok(idle.slice(-5).every((ws) => ws.socket.readyState === ws.socket.OPEN), 'the most recent stay open')
+  // A new client is served, and the busy connection kept its subscription.
+  const late = wsClient(url)
+  t.teardown(() => late.dispose())
+  const counted = await within(collect(late, 'subscription { count(target: 1) }').done, 5000, 'a new client near the cap')
+  t.same(counted.values, [{ data: { count: 0 } }])
+  t.equal(app.graphqlRoom.subscriptionStats().webSocketSubscriptions, 1, 'the busy subscription is still live')
+  t.notOk(room.outcome.error ?? room.outcome.completed, 'and was not ended')
+})
