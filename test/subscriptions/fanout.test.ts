@@ -4,7 +4,7 @@ import { request as httpRequest } from 'node:http'
 import { test } from 'tap'
 import WebSocket from 'ws'
 import { gql, listenTestApp } from '../helpers/app.ts'
-import { collect, eventually, rawSocket, sseClient, wsClient, wsUrl } from './clients.ts'
+import { collect, eventually, rawSocket, sseClient, within, wsClient, wsUrl } from './clients.ts'
 
 const ROOM_WITH_AUTHOR =
   'subscription ($room: String!) { messageAdded(roomId: $room) { content author { id email adminNotes } } }'
@@ -109,7 +109,7 @@ test('every event is charged to whoever holds the subscription, one spend per pa
   // User 2 and user 3 can no longer pay: their subscriptions end with RATE_LIMITED, on both carriers.
   broke = new Set(['user:2', 'user:3'])
   await post('two')
-  const [over2, over3] = await Promise.all([byUser2.done, byUser3.done])
+  const [over2, over3] = await within(Promise.all([byUser2.done, byUser3.done]), 5000, 'per-event charge (RATE_LIMITED)')
   t.equal(over2.values.length, 1, 'the unpaid event is not sent over WebSocket')
   t.match(
     over2.error,
@@ -154,10 +154,10 @@ test('count ticks are charged the same way', async (t) => {
     return spend(caller, ip, units)
   }
   // The admission is the first spend, the first tick the second; the second tick cannot be paid.
-  const outcome = await collect(
+  const outcome = await within(collect(
     wsClient(url, { authToken: `Bearer ${token('2')}` }),
     'subscription { count(target: 5) }'
-  ).done
+  ).done, 5000, 'per-tick charge (RATE_LIMITED)')
   t.same(outcome.values, [{ data: { count: 0 } }])
   t.match(outcome.error, [{ extensions: { code: 'RATE_LIMITED' } }])
   await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 0, 3000, 'released')
@@ -209,23 +209,24 @@ test('frames on an open WebSocket are budgeted per connection: pings included; o
   pings.send({ type: 'ping' })
   t.same(await pings.next('pong'), { type: 'pong' }, 'a ping within the budget is answered')
   for (let i = 0; i < 20; i++) pings.send({ type: 'ping' })
-  t.match(await pings.closed, { code: 1008, reason: /Too many messages/ })
+  t.match(await within(pings.closed, 3000, 'frame budget (1008)'), { code: 1008, reason: /Too many messages/ })
 
   const large = await rawSocket(url, 'graphql-transport-ws')
   large.send({ type: 'connection_init' })
   await large.next('connection_ack')
   for (let i = 0; i < 3; i++) large.send({ type: 'ping', payload: { pad: 'x'.repeat(9000) } })
-  t.equal((await large.closed).code, 1008, 'bytes count too')
+  t.equal((await within(large.closed, 3000, 'byte budget (1008)')).code, 1008, 'bytes count too')
 
   const legacy = await rawSocket(url, 'graphql-ws')
   legacy.send({ type: 'connection_init' })
   await legacy.next('connection_ack')
   for (let i = 0; i < 20; i++) legacy.send({ id: String(i), type: 'stop' })
-  t.equal((await legacy.closed).code, 1008, 'the legacy subprotocol too')
+  t.equal((await within(legacy.closed, 3000, 'frame budget, legacy (1008)')).code, 1008, 'the legacy subprotocol too')
 
   const control = await rawSocket(url, 'graphql-transport-ws')
   for (let i = 0; i < 20; i++) control.socket.ping()
-  t.equal((await control.closed).code, 1008, 'WebSocket-level ping frames count too')
+  t.equal((await within(control.closed, 3000, 'frame budget, protocol pings (1008)')).code, 1008,
+    'WebSocket-level ping frames count too')
 })
 
 test('the answer cap counts UTF-8 bytes over WebSocket and SSE alike', async (t) => {

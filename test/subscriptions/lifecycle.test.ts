@@ -6,7 +6,7 @@ import { mintToken } from '../../cli/mint-token.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { listenTestApp, testConfig } from '../helpers/app.ts'
-import { collect, eventually, rawSocket, roomListeners, sseClient, wsClient } from './clients.ts'
+import { collect, eventually, rawSocket, roomListeners, sseClient, within, wsClient } from './clients.ts'
 
 const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
 
@@ -147,14 +147,18 @@ test('graceful shutdown completes subscriptions and closes sockets cleanly', asy
   const took = Date.now() - started
   t.ok(took < 3000, `close took ${took} ms`)
 
-  const [countOutcome, roomOutcome, sseOutcome] = await Promise.all([counting.done, room.done, sse.done])
+  const [countOutcome, roomOutcome, sseOutcome] = await within(
+    Promise.all([counting.done, room.done, sse.done]),
+    5000,
+    'graceful shutdown: complete for every subscription'
+  )
   t.ok(countOutcome.completed, 'count completed, not errored')
   t.notOk(countOutcome.error)
   t.ok(roomOutcome.completed, 'messageAdded completed')
   t.ok(sseOutcome.completed, 'the event stream completed')
   t.notOk(sseOutcome.error)
-  t.match((await client.closed), { code: 1001, reason: 'Server shutting down' })
+  t.match(await within(client.closed, 5000, 'graceful shutdown (1001)'), { code: 1001, reason: 'Server shutting down' })
   t.match(await legacy.next('complete'), { id: 'L1' })
-  t.match(await legacy.closed, { code: 1001 })
+  t.match(await within(legacy.closed, 5000, 'graceful shutdown, legacy (1001)'), { code: 1001 })
   client.dispose()
 })

@@ -85,8 +85,8 @@ test('identity comes from connection_init: good, missing, bad, expired, wrong ty
   refusals.push([{ authToken: `Bearer ${expired}` }, /^Forbidden: Token expired$/])
   for (const [payload, reason] of refusals) {
     const client = wsClient(url, { payload })
-    const outcome = await collect(client, ROOM).done
-    const closed = await client.closed
+    const outcome = await within(collect(client, ROOM).done, 3000, 'refused credential (4403)')
+    const closed = await within(client.closed, 3000, 'refused credential (4403)')
     t.equal(closed.code, 4403, `refused with 4403: ${JSON.stringify(payload).slice(0, 40)}`)
     t.match(closed.reason, reason)
     t.match(outcome.error, { code: 4403 })
@@ -97,7 +97,7 @@ test('identity comes from connection_init: good, missing, bad, expired, wrong ty
   const legacy = await rawSocket(url, 'graphql-ws')
   legacy.send({ type: 'connection_init', payload: { authToken: 'Bearer bad.token.here' } })
   t.match(await legacy.next('connection_error'), { payload: { message: /^Forbidden/ } })
-  t.equal((await legacy.closed).code, 4403)
+  t.equal((await within(legacy.closed, 3000, 'refused credential, legacy (4403)')).code, 4403)
 })
 
 test('the upgrade request does not authenticate: its Authorization header and cookies are ignored', async (t) => {
@@ -131,7 +131,7 @@ test('late or repeated initialisation and operations before it', async (t) => {
 
   const silent = await rawSocket(url, 'graphql-transport-ws')
   const started = Date.now()
-  const closed = await silent.closed
+  const closed = await within(silent.closed, 3000, 'init timeout (4408)')
   t.equal(closed.code, 4408)
   t.equal(closed.reason, 'Connection initialisation timeout')
   t.ok(Date.now() - started >= 250, 'not before the configured time')
@@ -139,21 +139,21 @@ test('late or repeated initialisation and operations before it', async (t) => {
   const late = await rawSocket(url, 'graphql-transport-ws')
   await new Promise((resolve) => setTimeout(resolve, 450))
   late.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}` } })
-  t.equal((await late.closed).code, 4408, 'a token that arrives after the timeout is too late')
+  t.equal((await within(late.closed, 3000, 'init timeout (4408)')).code, 4408, 'a token that arrives after the timeout is too late')
 
   const twice = await rawSocket(url, 'graphql-transport-ws')
   twice.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}` } })
   await twice.next('connection_ack')
   twice.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('1', 'ADMIN')}` } })
-  t.same(await twice.closed, { code: 4429, reason: 'Too many initialisation requests' }, 'no identity swap')
+  t.same(await within(twice.closed, 3000, 'one init (4429)'), { code: 4429, reason: 'Too many initialisation requests' }, 'no identity swap')
 
   const early = await rawSocket(url, 'graphql-transport-ws')
   early.send({ id: '1', type: 'subscribe', payload: { query: COUNT } })
-  t.equal((await early.closed).code, 4401)
+  t.equal((await within(early.closed, 3000, 'nothing before the ack (4401)')).code, 4401)
 
   const garbage = await rawSocket(url, 'graphql-transport-ws')
   garbage.send('not json')
-  t.equal((await garbage.closed).code, 4400)
+  t.equal((await within(garbage.closed, 3000, 'bad message (4400)')).code, 4400)
 })
 
 test('Origin is checked against the allowlist', async (t) => {
@@ -234,14 +234,14 @@ test('subscriptions per connection and message size are capped', async (t) => {
   ws.send(room('4'))
   ws.send(room('4'))
   t.same(
-    await ws.closed,
+    await within(ws.closed, 3000, 'duplicate id (4409)'),
     { code: 4409, reason: 'Subscriber for 4 already exists' },
     'a duplicate id closes the connection'
   )
 
   const big = await rawSocket(url, 'graphql-transport-ws')
   big.send({ type: 'connection_init', payload: { authToken: `Bearer ${token('2')}`, filler: 'x'.repeat(2000) } })
-  t.equal((await big.closed).code, 1009, 'message too big')
+  t.equal((await within(big.closed, 3000, 'message size cap (1009)')).code, 1009, 'message too big')
 })
 
 test('subscription documents are validated and limited like any operation', async (t) => {
@@ -335,7 +335,7 @@ test('a connection ends when its token expires: closed with 4403, its subscripti
   const client = wsClient(url, { authToken: `Bearer ${shortLived}` })
   t.teardown(() => client.dispose())
   const running = collect(client, 'subscription { count(target: 100) }')
-  const closed = await client.closed
+  const closed = await within(client.closed, 5000, 'token expiry (4403)')
   t.match(closed, { code: 4403, reason: 'Forbidden: Token expired' })
   t.ok(
     running.outcome.values.length < 5,
