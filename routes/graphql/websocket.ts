@@ -393,10 +393,14 @@ class Connection implements GraphQLWebSocket {
   }
 
   evict (): void {
-    this.end(IDLE_CLOSE_CODE, 'Idle connection closed: its slot is needed')
+    if (this.idle) this.end(IDLE_CLOSE_CODE, 'Idle connection closed: its slot is needed')
   }
 
-  /** Closes the connection from the server's side; a socket that does not read the close within a second is cut. */
+  /**
+   * Closes the connection from the server's side (slow reader, idle, token expired, lifetime ended):
+   * nothing more is sent, and a socket that does not read the close within a second is cut (rather than
+   * holding its slot for ws's 30 s closing handshake).
+   */
   private end (code: number, reason: string): void {
     if (this.closing) return
     this.closing = true
@@ -440,8 +444,8 @@ class Connection implements GraphQLWebSocket {
     // The identity lasts as long as its token: at `exp` no operation runs, or keeps delivering, under it
     // (the client reconnects with a fresh token). A connection also ends with its lifetime.
     this.cancelDeadline = endAtDeadline(caller?.expiresAt, this.openedAt, this.options.maxLifetimeMs, (why) => {
-      if (why === 'token-expired') closeSocket(this.socket, CloseCode.Forbidden, 'Forbidden: Token expired')
-      else closeSocket(this.socket, LIFETIME_CLOSE_CODE, 'Connection lifetime ended')
+      if (why === 'token-expired') this.end(CloseCode.Forbidden, 'Forbidden: Token expired')
+      else this.end(LIFETIME_CLOSE_CODE, 'Connection lifetime ended')
     })
     return null
   }
@@ -542,6 +546,7 @@ class Connection implements GraphQLWebSocket {
   async shutdown (graceMs: number): Promise<void> {
     for (const operation of [...this.operations.values()]) this.finish(operation)
     this.closing = true
+    this.updateIdle()
     const deadline = Date.now() + graceMs
     while (this.socket.bufferedAmount > 0 && this.socket.readyState === this.socket.OPEN && Date.now() < deadline) {
       await delay(10)
