@@ -7,9 +7,11 @@
 //
 // WebSocket rules: the Origin header, when sent, must be in CORS_ORIGINS or WS_ALLOWED_ORIGINS; connections
 // are capped per client IP (at the upgrade) and per user (at connection_init), messages by size (1009)
-// and rate (1008), active subscriptions per connection; identity comes from connection_init's payload only.
+// and rate (1008), active subscriptions per connection; identity comes from connection_init's payload only;
+// near MAX_CONNECTIONS idle connections give their slots up (4410).
 // Every carrier: active subscriptions capped per caller (SUBSCRIPTIONS_MAX_PER_CALLER), every event paid
-// for and shared (fanout.ts), a subscriber that stops reading closed.
+// for and shared (fanout.ts), a subscriber that stops reading closed, a connection or stream ended at its
+// token's `exp` and after SUBSCRIBER_MAX_LIFETIME_MS (stream-deadline.ts).
 import { once } from 'node:events'
 import type { OutgoingHttpHeaders } from 'node:http'
 import type { Server } from 'node:net'
