@@ -235,20 +235,20 @@ function readSignedInfo (signedInfo: XmlElement, ids: Map<string, XmlElement>, s
 
 /**
  * The signing certificate the KeyInfo's SecurityTokenReference names: a BinarySecurityToken of our
- * header (wsse:Reference to its Id), or a registered certificate by its SHA-1 thumbprint (KeyIdentifier).
+ * header (wsse:Reference to its Id), a registered certificate by its SHA-1 thumbprint (KeyIdentifier),
+ * or a ds:X509Data holding the certificate (and, optionally, its issuer and serial number, which must
+ * then name that same certificate). Whichever, it only selects a registered certificate: the caller
+ * looks it up, and the signature is verified with the registered one.
  */
 function signingKey (keyInfo: XmlElement, security: XmlElement, ids: Map<string, XmlElement>, now: number) {
   const tokens = security.children.filter((c) => c.ns === WSSE_NS && c.local === 'BinarySecurityToken')
   if (tokens.length > MAX_TOKENS) throw invalid(`At most ${MAX_TOKENS} BinarySecurityTokens are accepted`)
   const [tokenReferences] = shape(keyInfo, [[WSSE_NS, 'SecurityTokenReference', 1, 1]], 'KeyInfo')
-  const [references, identifiers] = shape(tokenReferences![0]!, [
-    [WSSE_NS, 'Reference', 0, 1], [WSSE_NS, 'KeyIdentifier', 0, 1]
-  ], 'SecurityTokenReference')
-  if (references!.length + identifiers!.length !== 1) {
-    throw invalid('The KeyInfo must name a BinarySecurityToken of the Security header or a ThumbprintSHA1 ' +
-      '(SecurityTokenReference)')
-  }
-  const identifier = identifiers![0]
+  const tokenReference = tokenReferences![0]!
+  if (tokenReference.children.length !== 1) throw invalid(KEY_REFERENCES)
+  const [reference, identifier, x509Data] = shape(tokenReference, [
+    [WSSE_NS, 'Reference', 0, 1], [WSSE_NS, 'KeyIdentifier', 0, 1], [DS_NS, 'X509Data', 0, 1]
+  ], 'SecurityTokenReference').map((group) => group[0])
   if (identifier) {
     shape(identifier, [], 'KeyIdentifier', true)
     if (attribute(identifier, '', 'ValueType') !== THUMBPRINT_SHA1) throw invalid('A KeyIdentifier must be a ThumbprintSHA1')
@@ -256,20 +256,63 @@ function signingKey (keyInfo: XmlElement, security: XmlElement, ids: Map<string,
     if (thumbprint.length !== 20) throw invalid('A ThumbprintSHA1 key identifier is 20 bytes in Base64')
     return { thumbprint: thumbprint.toString('hex') }
   }
-  const reference = references![0]!
-  shape(reference, [], 'The SecurityTokenReference\'s Reference')
-  const uri = attribute(reference, '', 'URI')
+  if (x509Data) return x509DataCertificate(x509Data, now)
+  shape(reference!, [], 'The SecurityTokenReference\'s Reference')
+  const uri = attribute(reference!, '', 'URI')
   const token = uri?.startsWith('#') ? ids.get(uri.slice(1)) : undefined
-  if (!token || !tokens.includes(token)) {
-    throw invalid('The KeyInfo must name a BinarySecurityToken of the Security header or a ThumbprintSHA1 ' +
-      '(SecurityTokenReference)')
-  }
+  if (!token || !tokens.includes(token)) throw invalid(KEY_REFERENCES)
   const encoding = attribute(token, '', 'EncodingType') ?? BASE64_BINARY
   if (attribute(token, '', 'ValueType') !== X509_V3 || encoding !== BASE64_BINARY) {
     throw invalid('The BinarySecurityToken must be an X509v3 certificate in Base64Binary')
   }
   shape(token, [], 'The BinarySecurityToken', true)
   return certificateOf(base64Value(token, 'The BinarySecurityToken'), now)
+}
+
+const KEY_REFERENCES = 'The KeyInfo\'s SecurityTokenReference must hold one wsse:Reference to a BinarySecurityToken ' +
+  'of the Security header, one ThumbprintSHA1 KeyIdentifier, or one ds:X509Data'
+
+/** The certificate of a ds:X509Data (zeep's Signature): its X509Certificate, an X509IssuerSerial agreeing. */
+function x509DataCertificate (x509Data: XmlElement, now: number) {
+  if (x509Data.text.trim() !== '') throw invalid('X509Data holds text where the schema allows none')
+  const part = (local: string) => {
+    const found = x509Data.children.filter((c) => c.ns === DS_NS && c.local === local)
+    if (found.length > 1) throw invalid(`X509Data holds at most one ${local}`)
+    return found[0]
+  }
+  const [issuerSerial, certificateElement] = [part('X509IssuerSerial'), part('X509Certificate')]
+  const other = x509Data.children.find((c) => c !== issuerSerial && c !== certificateElement)
+  if (other) throw invalid(`X509Data may not hold {${other.ns}}${other.local}`)
+  if (!certificateElement) {
+    throw invalid('An X509Data must carry the X509Certificate (an X509IssuerSerial alone is not accepted)')
+  }
+  shape(certificateElement, [], 'X509Certificate', true)
+  const certificate = certificateOf(base64Value(certificateElement, 'The X509Certificate'), now)
+  // zeep's Signature sends an empty X509IssuerSerial beside the certificate (xmlsec does not fill it in).
+  if (issuerSerial && (issuerSerial.children.length > 0 || issuerSerial.text.trim() !== '')) {
+    const [issuer, serial] = shape(issuerSerial, [[DS_NS, 'X509IssuerName', 1, 1], [DS_NS, 'X509SerialNumber', 1, 1]],
+      'X509IssuerSerial').map((group) => group[0]!)
+    shape(issuer!, [], 'X509IssuerName', true)
+    shape(serial!, [], 'X509SerialNumber', true)
+    if (!sameName(issuer!.text, certificate.issuer) || !sameSerial(serial!.text, certificate.serialNumber)) {
+      throw invalid('The X509IssuerSerial does not name the X509Certificate it is sent with')
+    }
+  }
+  return certificate
+}
+
+/** An RFC 4514 name (X509IssuerName, "CN=a, O=b") and Node's issuer ("O=b\nCN=a") hold the same attributes. */
+function sameName (rfc4514: string, node: string): boolean {
+  const attributes = (parts: string[]) => parts.map((p) => p.trim().replace(/\s*=\s*/, '=')).filter((p) => p !== '').sort()
+  const ours = attributes(rfc4514.split(/(?<!\\),/).map((p) => p.replace(/\\(.)/g, '$1')))
+  const theirs = attributes(node.split('\n'))
+  return ours.length === theirs.length && ours.every((p, i) => p === theirs[i])
+}
+
+/** X509SerialNumber is an xs:integer (decimal); Node's serialNumber is hexadecimal. */
+function sameSerial (decimal: string, hex: string): boolean {
+  const value = decimal.trim()
+  return /^\d{1,200}$/.test(value) && BigInt(value) === BigInt(`0x${hex}`)
 }
 
 function certificateOf (der: Buffer, now: number) {
