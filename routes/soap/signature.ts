@@ -47,7 +47,7 @@ const X509_V3 = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-to
 const THUMBPRINT_SHA1 = 'http://docs.oasis-open.org/wss/oasis-wss-soap-message-security-1.1#ThumbprintSHA1'
 const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'
 
-const EXC_C14N = 'http://www.w3.org/2001/10/xml-exc-c14n#'
+export const EXC_C14N = 'http://www.w3.org/2001/10/xml-exc-c14n#'
 const EXC_C14N_COMMENTS = 'http://www.w3.org/2001/10/xml-exc-c14n#WithComments'
 const ENVELOPED = 'http://www.w3.org/2000/09/xmldsig#enveloped-signature'
 const RSA_SHA256 = 'http://www.w3.org/2001/04/xmldsig-more#rsa-sha256'
@@ -385,7 +385,8 @@ function ancestorNamespaces (element: Element) {
   return found
 }
 
-function canonical (element: Element, algorithm: string, prefixes: string[]): string {
+/** Exclusive C14N of one element in its document (xml-crypto's), with an InclusiveNamespaces prefix list. */
+export function canonical (element: Element, algorithm: string, prefixes: string[]): string {
   const c14n = algorithm === EXC_C14N_COMMENTS
     ? new ExclusiveCanonicalizationWithComments()
     : new ExclusiveCanonicalization()
