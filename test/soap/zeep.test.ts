@@ -4,6 +4,10 @@
 // - Key references: zeep's `Signature` names its key by a ds:X509Data (the certificate and its issuer
 //   and serial number), `BinarySignature` by a BinarySecurityToken; both are accepted when the
 //   certificate is registered, and an X509Data is only ever a way to name a registered certificate.
+// - Round trips as a partner runs them (the recipe of docs/soap.md: SHA-256, a wsu:Timestamp added to
+//   the Security header before signing), both styles, v1 and v2, SOAP 1.1 and 1.2, against a listening
+//   server that signs its replies: zeep verifies every reply (faults included) against the service's
+//   certificate, and refuses one checked against another certificate.
 import { execFile } from 'node:child_process'
 import { X509Certificate } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -134,4 +138,47 @@ test('zeep Signature (ds:X509Data key reference) and BinarySignature are served;
     t.match(readFault(response.text), { ...fault, errorCode: 'UNAUTHENTICATED' }, what)
     t.equal(domainCalls().length, before, `${what}: nothing ran`)
   }
+})
+
+/** The service's signing key and certificate, made for the test, as SOAP_SIGNING_KEY and SOAP_SIGNING_CERT. */
+function serviceSigning (dir: string) {
+  const service = makeCertificate(dir, 'service')
+  return { service, env: { SOAP_SIGNING_KEY: keyFiles(service).key, SOAP_SIGNING_CERT: service.certPath } }
+}
+
+test('zeep round trips with a verified reply: both styles, v1 and v2, SOAP 1.1 and 1.2', async (t) => {
+  const dir = tempDir(t)
+  const { service, env } = serviceSigning(dir)
+  const { url, partner, base } = await setup(t, env)
+  const call = (version: string, soap12: boolean, style: ZeepArgs['style'], operation: string,
+    params: Record<string, unknown>, serviceCert = service.certPath) => zeep({
+    wsdl: `${url}/${version}/UserService?wsdl`,
+    soap12,
+    style,
+    ...keyFiles(partner),
+    serviceCert,
+    operation,
+    params,
+    mode: 'call'
+  })
+  for (const version of ['v1', 'v2']) {
+    for (const soap12 of [false, true]) {
+      for (const style of ['Signature', 'BinarySignature'] as const) {
+        const what = `${version} SOAP ${soap12 ? '1.2' : '1.1'} ${style}`
+        const name = `Renamed ${version} ${soap12 ? '12' : '11'} ${style}`
+        const renamed = await call(version, soap12, style, 'UpdateUser', { id: '2', name })
+        t.match(renamed, { result: { id: '2', name } }, `${what}: served, the reply verified by zeep`)
+        t.equal((await base.usersByIds(['2']))[0]?.name, name, `${what}: the rename is stored`)
+        // A fault is signed too: zeep verifies it, then raises it as a Fault with its code.
+        const missing = await call(version, soap12, style, 'GetUser', { id: '999999' })
+        t.match(missing, { fault: /not found/i, code: 'NOT_FOUND' }, `${what}: a signed fault`)
+      }
+    }
+  }
+  const listed = await call('v2', false, 'BinarySignature', 'ListUsers', { pageSize: 2 })
+  t.equal(listed.result?.user?.length, 2, 'v2 ListUsers')
+  // zeep really verifies: with another certificate than the service's, the same reply is refused.
+  const other = makeCertificate(dir, 'not-the-service')
+  t.match(await call('v1', false, 'BinarySignature', 'GetUser', { id: '2' }, other.certPath),
+    { signatureVerificationFailed: true }, 'a reply checked against another certificate fails')
 })
