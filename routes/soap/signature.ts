@@ -32,11 +32,13 @@
 //   it reads (SignedInfo, every signed element) is taken at the same position as in our tree and must
 //   agree with it (names, Ids, SignedInfo's whole content), so what was verified is what we act on.
 // - The replay key is the SHA-256 of exactly the SignatureValue bytes that were verified.
-import { createHash, timingSafeEqual, verify as verifyRsa } from 'node:crypto'
+import { X509Certificate, createHash, timingSafeEqual, verify as verifyRsa } from 'node:crypto'
 import { DOMParser } from '@xmldom/xmldom'
 import { ExclusiveCanonicalization, ExclusiveCanonicalizationWithComments } from 'xml-crypto'
-import { findCertificatePartner, usableCertificate, type CertificatePartner } from '../../app/domain/partners.ts'
-import type { Store } from '../../app/store/types.ts'
+import {
+  findCertificatePartner, usableCertificate, type CertificateName, type CertificatePartner
+} from '../../app/domain/partners.ts'
+import { certificateIssuerSerial, issuerSerialKey, type Store } from '../../app/store/types.ts'
 import { attribute, child, type XmlElement } from './envelope.ts'
 import { SoapFault, WSSE_NS } from './faults.ts'
 
@@ -256,7 +258,7 @@ function signingKey (keyInfo: XmlElement, security: XmlElement, ids: Map<string,
     if (thumbprint.length !== 20) throw invalid('A ThumbprintSHA1 key identifier is 20 bytes in Base64')
     return { thumbprint: thumbprint.toString('hex') }
   }
-  if (x509Data) return x509DataCertificate(x509Data, now)
+  if (x509Data) return x509DataName(x509Data, now)
   shape(reference!, [], 'The SecurityTokenReference\'s Reference')
   const uri = attribute(reference!, '', 'URI')
   const token = uri?.startsWith('#') ? ids.get(uri.slice(1)) : undefined
@@ -272,8 +274,12 @@ function signingKey (keyInfo: XmlElement, security: XmlElement, ids: Map<string,
 const KEY_REFERENCES = 'The KeyInfo\'s SecurityTokenReference must hold one wsse:Reference to a BinarySecurityToken ' +
   'of the Security header, one ThumbprintSHA1 KeyIdentifier, or one ds:X509Data'
 
-/** The certificate of a ds:X509Data (zeep's Signature): its X509Certificate, an X509IssuerSerial agreeing. */
-function x509DataCertificate (x509Data: XmlElement, now: number) {
+/**
+ * What a ds:X509Data names (zeep's Signature; WSS4J's IssuerSerial): its X509Certificate, with an
+ * X509IssuerSerial that must then name that same certificate; or, without a certificate, the
+ * certificate of that issuer and serial number among the registered ones.
+ */
+function x509DataName (x509Data: XmlElement, now: number): X509Certificate | CertificateName {
   if (x509Data.text.trim() !== '') throw invalid('X509Data holds text where the schema allows none')
   const part = (local: string) => {
     const found = x509Data.children.filter((c) => c.ns === DS_NS && c.local === local)
@@ -283,36 +289,35 @@ function x509DataCertificate (x509Data: XmlElement, now: number) {
   const [issuerSerial, certificateElement] = [part('X509IssuerSerial'), part('X509Certificate')]
   const other = x509Data.children.find((c) => c !== issuerSerial && c !== certificateElement)
   if (other) throw invalid(`X509Data may not hold {${other.ns}}${other.local}`)
+  // zeep's Signature sends an empty X509IssuerSerial beside the certificate (xmlsec does not fill it in).
+  const named = issuerSerial && (issuerSerial.children.length > 0 || issuerSerial.text.trim() !== '')
+    ? issuerSerialKeyOf(issuerSerial)
+    : undefined
   if (!certificateElement) {
-    throw invalid('An X509Data must carry the X509Certificate (an X509IssuerSerial alone is not accepted)')
+    if (!named) throw invalid('An X509Data must carry an X509Certificate or an X509IssuerSerial')
+    return { issuerSerial: named }
   }
   shape(certificateElement, [], 'X509Certificate', true)
   const certificate = certificateOf(base64Value(certificateElement, 'The X509Certificate'), now)
-  // zeep's Signature sends an empty X509IssuerSerial beside the certificate (xmlsec does not fill it in).
-  if (issuerSerial && (issuerSerial.children.length > 0 || issuerSerial.text.trim() !== '')) {
-    const [issuer, serial] = shape(issuerSerial, [[DS_NS, 'X509IssuerName', 1, 1], [DS_NS, 'X509SerialNumber', 1, 1]],
-      'X509IssuerSerial').map((group) => group[0]!)
-    shape(issuer!, [], 'X509IssuerName', true)
-    shape(serial!, [], 'X509SerialNumber', true)
-    if (!sameName(issuer!.text, certificate.issuer) || !sameSerial(serial!.text, certificate.serialNumber)) {
-      throw invalid('The X509IssuerSerial does not name the X509Certificate it is sent with')
-    }
+  if (named !== undefined && named !== certificateIssuerSerial(certificate.raw)) {
+    throw invalid('The X509IssuerSerial does not name the X509Certificate it is sent with')
   }
   return certificate
 }
 
-/** An RFC 4514 name (X509IssuerName, "CN=a, O=b") and Node's issuer ("O=b\nCN=a") hold the same attributes. */
-function sameName (rfc4514: string, node: string): boolean {
-  const attributes = (parts: string[]) => parts.map((p) => p.trim().replace(/\s*=\s*/, '=')).filter((p) => p !== '').sort()
-  const ours = attributes(rfc4514.split(/(?<!\\),/).map((p) => p.replace(/\\(.)/g, '$1')))
-  const theirs = attributes(node.split('\n'))
-  return ours.length === theirs.length && ours.every((p, i) => p === theirs[i])
-}
-
-/** X509SerialNumber is an xs:integer (decimal); Node's serialNumber is hexadecimal. */
-function sameSerial (decimal: string, hex: string): boolean {
-  const value = decimal.trim()
-  return /^\d{1,200}$/.test(value) && BigInt(value) === BigInt(`0x${hex}`)
+/**
+ * The issuerSerialKey of an X509IssuerSerial: its X509IssuerName (RFC 4514: "CN=bank, O=Bank", with
+ * backslash escapes) and X509SerialNumber (an xs:integer, decimal).
+ */
+function issuerSerialKeyOf (issuerSerial: XmlElement): string {
+  const [issuer, serial] = shape(issuerSerial, [[DS_NS, 'X509IssuerName', 1, 1], [DS_NS, 'X509SerialNumber', 1, 1]],
+    'X509IssuerSerial').map((group) => group[0]!)
+  shape(issuer!, [], 'X509IssuerName', true)
+  shape(serial!, [], 'X509SerialNumber', true)
+  const number = serial!.text.trim()
+  if (!/^\d{1,100}$/.test(number)) throw invalid('X509SerialNumber must be a decimal integer')
+  const attributes = issuer!.text.split(/(?<!\\)[,+]/).map((a) => a.replace(/\\(.)/g, '$1'))
+  return issuerSerialKey(attributes, BigInt(number))
 }
 
 function certificateOf (der: Buffer, now: number) {

@@ -23,7 +23,7 @@ import { makeCertificate, signedEnvelope, type TestCertificate } from './x509.ts
 
 const NS = 'urn:graphql-query-service:soap/v1/UserService'
 const XML = { 'content-type': 'text/xml; charset=utf-8' }
-const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCertificateByThumbprint', 'findCredentials'])
+const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCertificateByThumbprint', 'findCertificateByIssuerSerial', 'findCredentials'])
 /** The server CPU a refused forgery may cost, at most (user + system, this process: the server is in it). */
 const FORGERY_CPU_BOUND_MS = 100
 

@@ -32,7 +32,7 @@ const SHA1_OPTIONS = {
 const THUMBPRINT = 'http://docs.oasis-open.org/wss/oasis-wss-soap-message-security-1.1#ThumbprintSHA1'
 const ENVELOPED = 'http://www.w3.org/2000/09/xmldsig#enveloped-signature'
 const INCLUSIVE_C14N = 'http://www.w3.org/TR/2001/REC-xml-c14n-20010315'
-const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCertificateByThumbprint', 'findCredentials'])
+const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCertificateByThumbprint', 'findCertificateByIssuerSerial', 'findCredentials'])
 
 function tempDir (t: TestLike): string {
   const dir = mkdtempSync(join(tmpdir(), 'x509-'))

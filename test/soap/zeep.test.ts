@@ -28,7 +28,7 @@ const PYTHON = '/usr/bin/python3'
 const CLIENT = new URL('./zeep-client.py', import.meta.url).pathname
 const PACKAGES = 'python3-zeep and python3-xmlsec (Debian: apt-get install python3-zeep python3-xmlsec; .ci/system-deps.sh installs them)'
 const XML = { 'content-type': 'text/xml; charset=utf-8' }
-const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCertificateByThumbprint', 'findCredentials'])
+const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCertificateByThumbprint', 'findCertificateByIssuerSerial', 'findCredentials'])
 
 export interface ZeepArgs {
   wsdl: string
@@ -87,7 +87,7 @@ function issuerSerial (who: TestCertificate, serial?: bigint): string {
 
 const keyFiles = (who: TestCertificate) => ({ key: who.certPath.replace(/\.pem$/, '.key'), cert: who.certPath })
 
-test('zeep Signature (ds:X509Data key reference) and BinarySignature are served; X509Data names a registered certificate only', async (t) => {
+test('zeep Signature (ds:X509Data) and BinarySignature are served; an X509Data only names a registered certificate', async (t) => {
   const { url, dir, partner, domainCalls } = await setup(t)
   const endpoint = `${url}/v1/UserService`
   const message = async (style: ZeepArgs['style'], who: TestCertificate, name: string) => (await zeep({
@@ -110,15 +110,24 @@ test('zeep Signature (ds:X509Data key reference) and BinarySignature are served;
     t.match(response.text, `<name>Renamed by ${style}</name>`)
   }
 
+  // WSS4J's default key reference: the X509IssuerSerial alone (KeyInfo is not signed: rewritten here).
+  const byIssuerSerial = (signed: string, named: TestCertificate, serial?: bigint) => signed
+    .replace(/<X509Certificate>[^<]*<\/X509Certificate>/, '')
+    .replace('<X509IssuerSerial/>', `<X509IssuerSerial>${issuerSerial(named, serial)}</X509IssuerSerial>`)
+  const alone = await post(endpoint, byIssuerSerial(await message('Signature', partner, 'By Issuer Serial'), partner), XML)
+  t.equal(alone.status, 200, `an X509IssuerSerial alone finds the registered certificate (${alone.text.slice(0, 200)})`)
+  t.match(alone.text, '<name>By Issuer Serial</name>')
+
   const xml = await message('Signature', partner, 'Mallory')
   const der = (who: TestCertificate) => who.cert.replace(/-----[^-]+-----|\s/g, '')
   const stranger = makeCertificate(dir, 'stranger')
   const strangers = await message('Signature', stranger, 'Mallory')
   const refusals: Array<[string, string, { code: string, reason: RegExp }]> = [
-    ['an X509IssuerSerial alone', xml.replace(/<X509Certificate>[^<]*<\/X509Certificate>/, '')
-      .replace('<X509IssuerSerial/>', `<X509IssuerSerial>${issuerSerial(partner)}</X509IssuerSerial>`),
-    { code: 'wsse:InvalidSecurity', reason: /X509IssuerSerial alone/ }],
-    ['an X509IssuerSerial naming another certificate',
+    ['an X509IssuerSerial alone naming no registered certificate', byIssuerSerial(xml, partner, 12345n),
+      { code: 'wsse:FailedAuthentication', reason: /not registered/ }],
+    ['a stranger\'s signature, the X509IssuerSerial of a registered certificate', byIssuerSerial(strangers, partner),
+      { code: 'wsse:FailedCheck', reason: /SignatureValue does not verify/ }],
+    ['an X509IssuerSerial naming another certificate than the one sent',
       xml.replace('<X509IssuerSerial/>', `<X509IssuerSerial>${issuerSerial(partner, 12345n)}</X509IssuerSerial>`),
       { code: 'wsse:InvalidSecurity', reason: /does not name the X509Certificate/ }],
     ['an unregistered certificate', strangers, { code: 'wsse:FailedAuthentication', reason: /not registered/ }],
