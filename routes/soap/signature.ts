@@ -452,10 +452,12 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
     if (!verifyRsa(info.hash, Buffer.from(signedInfoCanonical, 'utf8'), partner.certificate.publicKey, value)) {
       throw failedCheck('The SignatureValue does not verify with the registered certificate')
     }
-    // Then each signed element, at its place in our tree, read alike (names and Ids), digested.
+    // Then each signed element, at its place in our tree, read alike (names and Ids), digested. A
+    // same-document "#id" reference drops comments (XML Signature 4.4.3.3), whichever C14N it names.
     for (const reference of info.references) {
       const target = domElementOf(doc, reference.target, parents, false)
-      const digest = createHash(reference.hash).update(canonical(target, EXC_C14N, reference.prefixes), 'utf8').digest()
+      const canonicalTarget = canonical(target, EXC_C14N, reference.prefixes)
+      const digest = createHash(reference.hash).update(canonicalTarget, 'utf8').digest()
       if (digest.length !== reference.digest.length || !timingSafeEqual(digest, reference.digest)) {
         throw failedCheck(`The digest of ${reference.uri} does not match the signed element`)
       }
