@@ -1,6 +1,7 @@
 // The one place where every setting, limit and mode is read from the environment, typed and defaulted.
 // Two profiles: production (NODE_ENV=production: safe defaults, secrets required) and development
 // (anything else: introspection, query UI and ad-hoc queries open, a fixed development JWT secret).
+import { X509Certificate, createPrivateKey } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parseEnv } from 'node:util'
@@ -146,6 +147,8 @@ export interface Config {
     maxAttributes: number
     /** Accept RSA-SHA1 signatures and SHA-1 digests from signing partners (legacy toolkits only). */
     allowSha1: boolean
+    /** SOAP_SIGNING_KEY and SOAP_SIGNING_CERT, read at start: replies to signed requests are signed; null: unsigned. */
+    signing: SoapSigning | null
   }
   ws: {
     allowedOrigins: string[]
@@ -284,6 +287,8 @@ const schema = {
     SOAP_MAX_ATTRIBUTES: { type: 'integer', minimum: 4, default: 32 },
     WSSE_MAX_AGE_SEC: { type: 'integer', minimum: 1, default: 300 },
     WSSE_ALLOW_SHA1: { type: 'boolean', default: false },
+    SOAP_SIGNING_KEY: { type: 'string' },
+    SOAP_SIGNING_CERT: { type: 'string' },
     PARTNER_SECRET_KEY: { type: 'string' },
     CURSOR_SECRET: { type: 'string' },
     WS_ALLOWED_ORIGINS: { type: 'string', default: '' },
@@ -453,6 +458,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     else if (ranges.some(([, prefix]) => prefix === 0)) problems.push(`TRUST_PROXY entry "${entry}" trusts every address: list the load balancers' addresses or subnets (a prefix of 1 or more)`)
   }
   const tracing = tracingConfig(e, problems)
+  const soapSigning = soapSigningConfig(e, problems)
   if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
   const port = e.PORT as number
   const namespaceBase = (e.SOAP_NAMESPACE_BASE as string).replace(/\/+$/, '')
@@ -553,7 +559,8 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       partnerSecretKey,
       maxElements: e.SOAP_MAX_ELEMENTS as number,
       maxAttributes: e.SOAP_MAX_ATTRIBUTES as number,
-      allowSha1: e.WSSE_ALLOW_SHA1 as boolean
+      allowSha1: e.WSSE_ALLOW_SHA1 as boolean,
+      signing: soapSigning
     },
     ws: {
       // One allowlist for browsers: an origin CORS_ORIGINS admits may open WebSockets too;
@@ -579,6 +586,57 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
  * OpenTelemetry specification says: the traces endpoint is used as it is, the general one gets
  * /v1/traces appended; the signal-specific protocol and headers win over the general ones.
  */
+/** The service's RSA key and certificate for signed SOAP replies (PEM text, read from the configured files). */
+export interface SoapSigning {
+  keyPem: string
+  certificatePem: string
+}
+
+/**
+ * SOAP_SIGNING_KEY and SOAP_SIGNING_CERT (PEM file paths): both or neither. Read and checked at start
+ * (an RSA private key, the certificate of that key, valid now), so a mistake stops the start with one
+ * line instead of failing the first signed reply.
+ */
+function soapSigningConfig (e: Env, problems: string[]): SoapSigning | null {
+  const keyPath = optional(e.SOAP_SIGNING_KEY)
+  const certificatePath = optional(e.SOAP_SIGNING_CERT)
+  if (keyPath === null && certificatePath === null) return null
+  if (keyPath === null || certificatePath === null) {
+    problems.push('set both SOAP_SIGNING_KEY and SOAP_SIGNING_CERT (PEM files) to sign SOAP replies, or neither')
+    return null
+  }
+  const read = (setting: string, path: string) => {
+    try {
+      return readFileSync(path, 'utf8')
+    } catch (err) {
+      problems.push(`${setting} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'}: ${path})`)
+      return null
+    }
+  }
+  const keyPem = read('SOAP_SIGNING_KEY', keyPath)
+  const certificatePem = read('SOAP_SIGNING_CERT', certificatePath)
+  if (keyPem === null || certificatePem === null) return null
+  let key: ReturnType<typeof createPrivateKey>
+  let certificate: X509Certificate
+  try {
+    key = createPrivateKey(keyPem)
+  } catch {
+    problems.push(`SOAP_SIGNING_KEY is not an unencrypted PEM private key (${keyPath})`)
+    return null
+  }
+  try {
+    certificate = new X509Certificate(certificatePem)
+  } catch {
+    problems.push(`SOAP_SIGNING_CERT is not a PEM certificate (${certificatePath})`)
+    return null
+  }
+  if (key.asymmetricKeyType !== 'rsa') problems.push('SOAP_SIGNING_KEY must be an RSA key (replies are signed with RSA-SHA256)')
+  else if (!certificate.checkPrivateKey(key)) problems.push('SOAP_SIGNING_CERT is not the certificate of SOAP_SIGNING_KEY')
+  else if (Date.parse(certificate.validTo) < Date.now()) problems.push(`SOAP_SIGNING_CERT expired on ${certificate.validTo}`)
+  else return { keyPem, certificatePem }
+  return null
+}
+
 function tracingConfig (e: Env, problems: string[]): TracingConfig | null {
   const tracesEndpoint = optional(e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
   const endpoint = optional(e.OTEL_EXPORTER_OTLP_ENDPOINT)

@@ -14,7 +14,7 @@ import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { loadConfigOrExit } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
-import type { Store, UserRow } from '../app/store/types.ts'
+import { certificateIssuerSerial, type Store, type UserRow } from '../app/store/types.ts'
 import { hashPassword, sealPassword } from '../app/auth/partner-secrets.ts'
 import { fingerprintOf, thumbprintOf, usableCertificate } from '../app/domain/partners.ts'
 
@@ -72,6 +72,7 @@ export async function createPartnerAccount (
     const current = {
       fingerprint,
       thumbprint: thumbprintOf(certificate),
+      issuerSerial: certificateIssuerSerial(certificate.raw),
       login: input.login,
       pem: certificate.toString(),
       addedAt: new Date(now).toISOString()

@@ -97,12 +97,15 @@ for (const [kind, open] of Object.entries(implementations)) {
     await t.test('certificates of partners: found by fingerprint, newest first, replaced whole', async (t) => {
       const [user] = await store.insertUsers([{ name: 'Signer', email: 'signer@example.com', role: 'SERVICE' }])
       await store.setCredentials(user!.id, 'signer', null, null)
-      const older = { fingerprint: 'a'.repeat(64), thumbprint: 'a'.repeat(40), login: 'signer', pem: 'PEM-A', addedAt: '2026-01-01T00:00:00.000Z' }
-      const newer = { fingerprint: 'b'.repeat(64), thumbprint: 'b'.repeat(40), login: 'signer', pem: 'PEM-B', addedAt: '2026-02-01T00:00:00.000Z' }
+      const older = { fingerprint: 'a'.repeat(64), thumbprint: 'a'.repeat(40), issuerSerial: 'e'.repeat(64), login: 'signer', pem: 'PEM-A', addedAt: '2026-01-01T00:00:00.000Z' }
+      const newer = { fingerprint: 'b'.repeat(64), thumbprint: 'b'.repeat(40), issuerSerial: 'f'.repeat(64), login: 'signer', pem: 'PEM-B', addedAt: '2026-02-01T00:00:00.000Z' }
       await store.replaceCertificates('signer', [older, newer])
       t.same(await store.certificatesOf('signer'), [newer, older])
       t.same(await store.findCertificate(newer.fingerprint), { ...newer, userId: user!.id, role: 'SERVICE' })
       t.same(await store.findCertificateByThumbprint(older.thumbprint), { ...older, userId: user!.id, role: 'SERVICE' })
+      t.same(await store.findCertificateByIssuerSerial(newer.issuerSerial), { ...newer, userId: user!.id, role: 'SERVICE' })
+      await store.replaceCertificates('signer', [older, { ...newer, issuerSerial: older.issuerSerial }])
+      t.equal(await store.findCertificateByIssuerSerial(older.issuerSerial), null, 'an issuer and serial two certificates share names neither')
       await store.replaceCertificates('signer', [newer])
       t.equal(await store.findCertificate(older.fingerprint), null, 'a replaced certificate is gone')
       t.equal(await store.findCertificate('c'.repeat(64)), null)

@@ -75,16 +75,21 @@ export function thumbprintOf (certificate: X509Certificate): string {
   return certificate.fingerprint.replaceAll(':', '').toLowerCase()
 }
 
+/** How a signed message may name a certificate without sending it: its SHA-1 thumbprint or its issuerSerialKey. */
+export type CertificateName = { thumbprint: string } | { issuerSerial: string }
+
 /**
- * The partner a certificate (or the SHA-1 thumbprint of one) is registered to, or null: unknown, or
- * no longer valid at `now`.
+ * The partner a certificate (or a certificate named by its thumbprint or its issuer and serial number)
+ * is registered to, or null: unknown, or no longer valid at `now`.
  */
 export async function findCertificatePartner (
-  store: Store, certificate: X509Certificate | { thumbprint: string }, now: number
+  store: Store, certificate: X509Certificate | CertificateName, now: number
 ): Promise<CertificatePartner | null> {
   const row = certificate instanceof X509Certificate
     ? await store.findCertificate(fingerprintOf(certificate))
-    : await store.findCertificateByThumbprint(certificate.thumbprint)
+    : 'thumbprint' in certificate
+      ? await store.findCertificateByThumbprint(certificate.thumbprint)
+      : await store.findCertificateByIssuerSerial(certificate.issuerSerial)
   if (!row) return null
   try {
     usableCertificate(row.pem, now)

@@ -3,7 +3,7 @@
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import { isoNow, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import { isoNow, missingIssuerSerials, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -40,7 +40,11 @@ const MIGRATIONS: string[] = [
      pem TEXT NOT NULL,
      added_at TIMESTAMPTZ NOT NULL
    );
-   CREATE INDEX partner_certificates_login ON partner_certificates (login, added_at);`
+   CREATE INDEX partner_certificates_login ON partner_certificates (login, added_at);`,
+  // An X509IssuerSerial key reference (WSS4J's default) finds a certificate by its issuer and serial
+  // number; rows registered before get theirs in migrate().
+  `ALTER TABLE partner_certificates ADD COLUMN issuer_serial TEXT;
+   CREATE INDEX partner_certificates_issuer_serial ON partner_certificates (issuer_serial);`
 ]
 
 // Arbitrary constant: the advisory lock that serialises migrations across instances.
@@ -48,7 +52,8 @@ const MIGRATION_LOCK = 727_001
 
 const ISO = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
 const USER_COLUMNS = `id, name, email, admin_notes AS "adminNotes", role, ${ISO('created_at')} AS "createdAt"`
-const CERTIFICATE_COLUMNS = `c.fingerprint, c.thumbprint, c.login, c.pem, ${ISO('c.added_at')} AS "addedAt", ` +
+const CERTIFICATE_COLUMNS = 'c.fingerprint, c.thumbprint, c.issuer_serial AS "issuerSerial", c.login, c.pem, ' +
+  `${ISO('c.added_at')} AS "addedAt", ` +
   'u.id AS "userId", u.role FROM partner_certificates c JOIN users u ON u.login = c.login'
 const MESSAGE_COLUMNS = `id::text AS id, room_id AS "roomId", content, author_id AS "authorId", ${ISO('created_at')} AS "createdAt"`
 
@@ -81,7 +86,10 @@ const q = {
   findCertificate: query('find_certificate', `SELECT ${CERTIFICATE_COLUMNS} WHERE c.fingerprint = $1`),
   findCertificateByThumbprint: query('find_certificate_by_thumbprint',
     `SELECT ${CERTIFICATE_COLUMNS} WHERE c.thumbprint = $1`),
-  certificatesOf: query('certificates_of', `SELECT fingerprint, thumbprint, login, pem, ${ISO('added_at')} AS "addedAt" ` +
+  findCertificateByIssuerSerial: query('find_certificate_by_issuer_serial',
+    `SELECT ${CERTIFICATE_COLUMNS} WHERE c.issuer_serial = $1 LIMIT 2`),
+  certificatesOf: query('certificates_of', 'SELECT fingerprint, thumbprint, issuer_serial AS "issuerSerial", login, pem, ' +
+    `${ISO('added_at')} AS "addedAt" ` +
     'FROM partner_certificates WHERE login = $1 ORDER BY added_at DESC, fingerprint')
 }
 
@@ -230,6 +238,10 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
     async findCertificateByThumbprint (thumbprint) {
       return (await pool.query<CertificateCredentials>(q.findCertificateByThumbprint([thumbprint]))).rows[0] ?? null
     },
+    async findCertificateByIssuerSerial (issuerSerial) {
+      const { rows } = await pool.query<CertificateCredentials>(q.findCertificateByIssuerSerial([issuerSerial]))
+      return rows.length === 1 ? rows[0]! : null
+    },
     async certificatesOf (login) {
       return (await pool.query<PartnerCertificate>(q.certificatesOf([login]))).rows
     },
@@ -237,9 +249,9 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
       await client.query('DELETE FROM partner_certificates WHERE login = $1', [login])
       for (const c of certificates) {
         await client.query(
-          'INSERT INTO partner_certificates (fingerprint, thumbprint, login, pem, added_at) ' +
-          'VALUES ($1, $2, $3, $4, $5)',
-          [c.fingerprint, c.thumbprint, login, c.pem, c.addedAt])
+          'INSERT INTO partner_certificates (fingerprint, thumbprint, issuer_serial, login, pem, added_at) ' +
+          'VALUES ($1, $2, $3, $4, $5, $6)',
+          [c.fingerprint, c.thumbprint, c.issuerSerial, login, c.pem, c.addedAt])
       }
     }),
     async ping () {
@@ -305,6 +317,11 @@ async function migrate (pool: pg.Pool, schema: string | null): Promise<void> {
           await client.query('ROLLBACK')
           throw err
         }
+      }
+      const unkeyed = await client.query<{ fingerprint: string; pem: string }>(
+        'SELECT fingerprint, pem FROM partner_certificates WHERE issuer_serial IS NULL')
+      for (const { fingerprint, issuerSerial } of missingIssuerSerials(unkeyed.rows)) {
+        await client.query('UPDATE partner_certificates SET issuer_serial = $1 WHERE fingerprint = $2', [issuerSerial, fingerprint])
       }
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK])

@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
 import {
   isoNow,
+  missingIssuerSerials,
   ROLES,
   type CertificateCredentials,
   type Credentials,
@@ -54,12 +55,16 @@ const MIGRATIONS: string[] = [
      pem TEXT NOT NULL,
      added_at TEXT NOT NULL
    );
-   CREATE INDEX partner_certificates_login ON partner_certificates (login, added_at);`
+   CREATE INDEX partner_certificates_login ON partner_certificates (login, added_at);`,
+  // An X509IssuerSerial key reference (WSS4J's default) finds a certificate by its issuer and serial
+  // number; rows registered before get theirs when the store opens (backfillIssuerSerials).
+  `ALTER TABLE partner_certificates ADD COLUMN issuer_serial TEXT;
+   CREATE INDEX partner_certificates_issuer_serial ON partner_certificates (issuer_serial);`
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
 const CERTIFICATE_COLUMNS =
-  'c.fingerprint, c.thumbprint, c.login, c.pem, c.added_at AS addedAt, u.id AS userId, u.role ' +
+  'c.fingerprint, c.thumbprint, c.issuer_serial AS issuerSerial, c.login, c.pem, c.added_at AS addedAt, u.id AS userId, u.role ' +
   'FROM partner_certificates c JOIN users u ON u.login = c.login'
 const MESSAGE_COLUMNS =
   'CAST(id AS TEXT) AS id, room_id AS roomId, content, author_id AS authorId, created_at AS createdAt'
@@ -113,6 +118,7 @@ const credentialsRow = (row: SqlRow): Credentials => ({
 const certificateRow = (row: SqlRow): PartnerCertificate => ({
   fingerprint: text(row, 'fingerprint'),
   thumbprint: text(row, 'thumbprint'),
+  issuerSerial: text(row, 'issuerSerial'),
   login: text(row, 'login'),
   pem: text(row, 'pem'),
   addedAt: text(row, 'addedAt')
@@ -163,11 +169,12 @@ export function openSqliteStore (path: string): Store {
     setCredentials: prepare('UPDATE users SET login = ?, password_hash = ?, password_secret = ? WHERE id = ?'),
     findCertificate: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.fingerprint = ?`),
     findCertificateByThumbprint: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.thumbprint = ?`),
-    certificatesOf: prepare('SELECT fingerprint, thumbprint, login, pem, added_at AS addedAt ' +
+    findCertificateByIssuerSerial: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.issuer_serial = ? LIMIT 2`),
+    certificatesOf: prepare('SELECT fingerprint, thumbprint, issuer_serial AS issuerSerial, login, pem, added_at AS addedAt ' +
       'FROM partner_certificates WHERE login = ? ORDER BY added_at DESC, fingerprint'),
     deleteCertificates: prepare('DELETE FROM partner_certificates WHERE login = ?'),
     insertCertificate: prepare(
-      'INSERT INTO partner_certificates (fingerprint, thumbprint, login, pem, added_at) VALUES (?, ?, ?, ?, ?)'),
+      'INSERT INTO partner_certificates (fingerprint, thumbprint, issuer_serial, login, pem, added_at) VALUES (?, ?, ?, ?, ?, ?)'),
     ping: prepare('SELECT 1')
   }
 
@@ -288,6 +295,10 @@ export function openSqliteStore (path: string): Store {
       const row = stmt.findCertificateByThumbprint.get(thumbprint)
       return row ? certificateCredentialsRow(row) : null
     },
+    async findCertificateByIssuerSerial (issuerSerial) {
+      const rows = stmt.findCertificateByIssuerSerial.all(issuerSerial)
+      return rows.length === 1 ? certificateCredentialsRow(rows[0]!) : null
+    },
     async certificatesOf (login) {
       return stmt.certificatesOf.all(login).map(certificateRow)
     },
@@ -295,7 +306,9 @@ export function openSqliteStore (path: string): Store {
       db.exec('BEGIN')
       try {
         stmt.deleteCertificates.run(login)
-        for (const c of certificates) stmt.insertCertificate.run(c.fingerprint, c.thumbprint, login, c.pem, c.addedAt)
+        for (const c of certificates) {
+          stmt.insertCertificate.run(c.fingerprint, c.thumbprint, c.issuerSerial, login, c.pem, c.addedAt)
+        }
         db.exec('COMMIT')
       } catch (err) {
         db.exec('ROLLBACK')
@@ -320,6 +333,10 @@ function migrate (db: DatabaseSync): void {
       db.exec(MIGRATIONS[version - 1]!)
       db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)').run(version, isoNow())
     }
+    const unkeyed = db.prepare('SELECT fingerprint, pem FROM partner_certificates WHERE issuer_serial IS NULL').all()
+    const setKey = db.prepare('UPDATE partner_certificates SET issuer_serial = ? WHERE fingerprint = ?')
+    const rows = unkeyed.map((r) => ({ fingerprint: text(r, 'fingerprint'), pem: text(r, 'pem') }))
+    for (const { fingerprint, issuerSerial } of missingIssuerSerials(rows)) setKey.run(issuerSerial, fingerprint)
     db.exec('COMMIT')
   } catch (err) {
     db.exec('ROLLBACK')

@@ -1,4 +1,5 @@
 // The one store interface. Both implementations (node:sqlite, PostgreSQL) pass the same test suite.
+import { X509Certificate, createHash } from 'node:crypto'
 
 export type Role = 'USER' | 'ADMIN' | 'SERVICE'
 export const ROLES: readonly Role[] = ['USER', 'ADMIN', 'SERVICE']
@@ -70,6 +71,8 @@ export interface PartnerCertificate {
   fingerprint: string
   /** SHA-1 of the DER, lowercase hex: how a ThumbprintSHA1 key identifier names it (an identifier only). */
   thumbprint: string
+  /** issuerSerialKey of its issuer and serial number: how an X509IssuerSerial names it (an identifier only). */
+  issuerSerial: string
   login: string
   pem: string
   /** When it was registered (ISO 8601); the newer of two is the current one. */
@@ -116,6 +119,8 @@ export interface Store {
   findCertificate (fingerprint: string): Promise<CertificateCredentials | null>
   /** The same, found by the certificate's SHA-1 thumbprint. */
   findCertificateByThumbprint (thumbprint: string): Promise<CertificateCredentials | null>
+  /** The same, by issuerSerialKey; null as well when two registered certificates share it (a CA's mistake). */
+  findCertificateByIssuerSerial (issuerSerial: string): Promise<CertificateCredentials | null>
   /** The certificates of a login, newest first. */
   certificatesOf (login: string): Promise<PartnerCertificate[]>
   /** Replaces the certificates of a login with these (at most two: the current one and the previous one). */
@@ -127,4 +132,34 @@ export interface Store {
 
 export function isoNow (): string {
   return new Date().toISOString()
+}
+
+/**
+ * How an X509IssuerSerial names a certificate, as stored: SHA-256 (hex) of the issuer's attributes
+ * ("CN=bank", "O=Bank"; sorted, since an X509IssuerName lists them most specific first and a certificate
+ * least) and the serial number.
+ */
+export function issuerSerialKey (issuerAttributes: readonly string[], serial: bigint): string {
+  const issuer = issuerAttributes.map((a) => a.trim().replace(/\s*=\s*/, '=')).filter((a) => a !== '').sort()
+  return createHash('sha256').update(`${issuer.join('\n')}\n#${serial}`).digest('hex')
+}
+
+/** The issuerSerialKey of a certificate (PEM or DER). */
+export function certificateIssuerSerial (certificate: string | Buffer): string {
+  const { issuer, serialNumber } = new X509Certificate(certificate)
+  return issuerSerialKey(issuer.split('\n'), BigInt(`0x${serialNumber}`))
+}
+
+/**
+ * The issuerSerialKey of each certificate a store holds without one (rows stored before the key
+ * existed), for the store to save; a PEM that does not read as a certificate keeps none.
+ */
+export function missingIssuerSerials (rows: ReadonlyArray<{ fingerprint: string; pem: string }>) {
+  return rows.flatMap(({ fingerprint, pem }) => {
+    try {
+      return [{ fingerprint, issuerSerial: certificateIssuerSerial(pem) }]
+    } catch {
+      return []
+    }
+  })
 }

@@ -1,5 +1,6 @@
 // The SOAP binding over HTTP, for partners: POST /v1/UserService and POST /v2/UserService (one path per
-// service version), GET <path>?wsdl for each version's contract.
+// service version), GET <path>?wsdl for each version's contract, GET <path>?cert for the certificate the
+// service signs its replies with (when SOAP_SIGNING_KEY and SOAP_SIGNING_CERT are set).
 // This plugin is deliberately NOT wrapped with fastify-plugin: its content-type parsers (only the two
 // SOAP media types, read as strings under Fastify's bodyLimit) and its error handler (every error,
 // Fastify's own included — 413, 415 — answers as a SOAP Fault) stay inside its scope.
@@ -17,6 +18,7 @@ import { fastifyErrorAsAppError } from '../../app/fastify-errors.ts'
 import type { SoapVersion } from './envelope.ts'
 import { SoapFault, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
 import { SERVICE_VERSIONS, type ServiceVersion } from './operations.ts'
+import { createReplySigner } from './reply-signing.ts'
 import { createSoapService, type Admission } from './service.ts'
 import { createWsSecurity, memoryNonceCache, redisNonceCache } from './ws-security.ts'
 import { buildWsdl } from './wsdl.ts'
@@ -70,13 +72,16 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     clock,
     allowSha1: config.soap.allowSha1
   })
+  const { signing } = config.soap
+  if (!signing) app.log.info('SOAP replies are unsigned: set SOAP_SIGNING_KEY and SOAP_SIGNING_CERT to sign replies to signed requests')
   const service = createSoapService({
     namespaceBase: config.soap.namespaceBase,
     ...options.domain,
     mutationCost: config.limits.mutationCost,
     xmlLimits: { maxElements: config.soap.maxElements, maxAttributes: config.soap.maxAttributes },
     timeoutMs: config.limits.timeoutMs,
-    wsSecurity
+    wsSecurity,
+    replySigner: signing ? createReplySigner({ ...signing, clock }) : undefined
   })
 
   app.removeAllContentTypeParsers()
@@ -157,7 +162,8 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   }
 
   for (const version of SERVICE_VERSIONS) {
-    const template = buildWsdl(version, config.soap.namespaceBase, ADDRESS_SLOT).split(`location="${ADDRESS_SLOT}"`)
+    const template = buildWsdl(version, config.soap.namespaceBase, ADDRESS_SLOT, signing !== null)
+      .split(`location="${ADDRESS_SLOT}"`)
 
     app.post(version.path, { config: { rateLimit: false } }, async (request, reply) => {
       const soapVersion = soapVersionOf(request)
@@ -181,13 +187,18 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
       if ('wsdl' in query || 'WSDL' in query) {
         return sendContract(request, reply, template.join(`location="${escapeXml(addressOf(version, request))}"`))
       }
+      if ('cert' in query) {
+        if (!signing) throw new AppError('NOT_FOUND', 'Replies are not signed here: there is no service certificate')
+        return reply.header('cache-control', WSDL_CACHE_CONTROL).type('application/x-pem-file').send(signing.certificatePem)
+      }
       if (Object.keys(query).some((k) => /^(xsd|singlewsdl)$/i.test(k))) {
         throw new AppError('NOT_FOUND', `The contract is one document with its schema inline: GET ${version.path}?wsdl`)
       }
       reply.header('allow', 'POST')
       throw new AppError(
         'METHOD_NOT_ALLOWED',
-        `POST a SOAP envelope to ${version.path}, or GET ${version.path}?wsdl for the contract`
+        `POST a SOAP envelope to ${version.path}, or GET ${version.path}?wsdl for the contract` +
+          (signing ? ` and ${version.path}?cert for the certificate replies are signed with` : '')
       )
     })
   }

@@ -4,7 +4,7 @@
 // Steps: hardened parse → mandatory headers → operation by the Body's element (namespace-aware) → the
 // declared action must agree → WS-Security (a message that authenticates nobody spends its address's
 // request budget) → the partner's request budget → arguments (typed, capped) → the partner's cost
-// units → domain → response.
+// units → domain → response, signed by the service's key (replySigner) when the request's signature verified.
 import { createDomainContext, withinDeadline, type Caller, type Events } from '../../app/domain/context.ts'
 import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
 import { AppError, Messages, badInput } from '../../app/errors.ts'
@@ -30,6 +30,7 @@ import {
   type Result,
   type ServiceVersion
 } from './operations.ts'
+import type { ReplySigner } from './reply-signing.ts'
 import type { WsSecurity } from './ws-security.ts'
 
 export interface SoapRequest {
@@ -51,6 +52,8 @@ export interface SoapServiceOptions {
   xmlLimits: XmlLimits
   timeoutMs: number
   wsSecurity: WsSecurity
+  /** Signs the reply to a request whose signature verified (SOAP_SIGNING_KEY/SOAP_SIGNING_CERT); none: unsigned. */
+  replySigner?: ReplySigner | undefined
 }
 
 /**
@@ -179,11 +182,17 @@ function resultXml (result: Result, output: Field[], userFields: Field[]): strin
   return xml
 }
 
+/** What one exchange learnt on the way that its reply depends on. */
+interface Exchange {
+  /** The request's X.509 signature verified (and it was no replay): its reply is signed. */
+  signed: boolean
+}
+
 /** What an operation's run settles with when the deadline passed first. */
 const TIMED_OUT = Symbol('timed out')
 
 export function createSoapService (options: SoapServiceOptions) {
-  const { store, events, caps, cursorKey, timeoutMs, wsSecurity } = options
+  const { store, events, caps, cursorKey, timeoutMs, wsSecurity, replySigner } = options
   const pricing = { maxPageSize: caps.maxPageSize, mutationCost: options.mutationCost }
 
   /** Per service version: its namespace and the envelope text around a response, built once. */
@@ -225,7 +234,8 @@ export function createSoapService (options: SoapServiceOptions) {
     version: ServiceVersion,
     request: SoapRequest,
     namespace: string,
-    admission: Admission
+    admission: Admission,
+    exchange: Exchange
   ) {
     try {
       const envelope = parseEnvelope(request.envelope, request.soapVersion, options.xmlLimits)
@@ -240,7 +250,8 @@ export function createSoapService (options: SoapServiceOptions) {
       }
       checkActions(request.actions, soapActionOf(namespace, operation), operation)
       const signed = { xml: request.envelope, root: envelope.root, body: envelope.body }
-      const caller = await wsSecurity.authenticate(security, admission.checkAddress, signed)
+      const { caller, signed: verified } = await wsSecurity.authenticate(security, admission.checkAddress, signed)
+      exchange.signed = verified
       return { caller, operation, element }
     } catch (err) {
       await admission.spendOnAddress()
@@ -252,9 +263,10 @@ export function createSoapService (options: SoapServiceOptions) {
     version: ServiceVersion,
     request: SoapRequest,
     namespace: string,
-    admission: Admission
+    admission: Admission,
+    exchange: Exchange
   ): Promise<string> {
-    const { caller, operation, element } = await authenticated(version, request, namespace, admission)
+    const { caller, operation, element } = await authenticated(version, request, namespace, admission, exchange)
     await admission.spendRequest(caller)
     const args = readArgs(operation, element, namespace, caps)
     const cost = costOf(operation, args, version, pricing)
@@ -276,9 +288,11 @@ export function createSoapService (options: SoapServiceOptions) {
     onInternalError: (err: unknown) => void = () => {}
   ): Promise<SoapResponse> {
     const p = preparedFor(version)
+    const exchange: Exchange = { signed: false }
+    let response: SoapResponse
     try {
-      const body = await execute(version, request, p.namespace, admission)
-      return {
+      const body = await execute(version, request, p.namespace, admission, exchange)
+      response = {
         status: 200,
         contentType: CONTENT_TYPE[request.soapVersion],
         body: p.open[request.soapVersion] + body + p.close
@@ -286,7 +300,16 @@ export function createSoapService (options: SoapServiceOptions) {
     } catch (err) {
       const fault = SoapFault.from(err)
       if (fault.code === 'INTERNAL_SERVER_ERROR') onInternalError(err)
-      return faultResponse(fault, request.soapVersion, p.namespace)
+      response = faultResponse(fault, request.soapVersion, p.namespace)
+    }
+    // Signed only once the request's signature verified: a refusal before that is not signed, so
+    // nobody makes the service spend a private-key operation, or sign text, for a forged message.
+    if (!exchange.signed || !replySigner) return response
+    try {
+      return { ...response, body: replySigner.sign(response.body) }
+    } catch (err) {
+      onInternalError(err)
+      return faultResponse(SoapFault.from(err), request.soapVersion, p.namespace)
     }
   }
 

@@ -1,54 +1,81 @@
 // WS-Security X.509 signatures (X.509 Token Profile 1.0/1.1 with XML Signature): a partner whose
 // registered certificate signed the message's Body and Timestamp is authenticated as that partner.
-// The cryptography (exclusive C14N, digests, RSA) is xml-crypto's, the library node-soap signs with;
-// this file decides what may be verified at all, and that what was verified is what runs:
-// - Before any canonicalisation, on the tree our hardened reader built (routes/soap/xml.ts, with its
-//   size, depth, element and attribute caps): one ds:Signature in the whole document, directly in our
-//   wsse:Security header; at most MAX_REFERENCES References, MAX_TRANSFORMS Transforms each, and
-//   MAX_TOKENS BinarySecurityTokens, so the work of a signed request is bounded however large its header.
+// Canonicalisation is xml-crypto's exclusive C14N (the library node-soap signs with), digests and RSA
+// are node:crypto's; this file decides what may be verified at all, in which order, and that what was
+// verified is what runs:
+// - Cheap refusals first, on the tree our hardened reader built (routes/soap/xml.ts): a signed message
+//   is at most MAX_SIGNED_BYTES and MAX_SIGNED_NODES (elements + attributes); one ds:Signature in the
+//   whole document, directly in our wsse:Security header; at most MAX_REFERENCES References,
+//   MAX_TRANSFORMS Transforms each, MAX_TOKENS BinarySecurityTokens.
+// - The Signature's shape is the XML Signature schema's, narrowed to what we verify: Signature holds
+//   SignedInfo, SignatureValue and KeyInfo (no Object); SignedInfo holds CanonicalizationMethod,
+//   SignatureMethod and References, each Reference Transforms, DigestMethod and DigestValue, in that
+//   order; only ec:InclusiveNamespaces inside a c14n method; KeyInfo one wsse:SecurityTokenReference.
+//   Any other element anywhere inside, in any namespace, is refused: a second, foreign "SignatureValue"
+//   or "Reference" can never be what a verifier reads in place of ours.
 // - Algorithms from a short list: exclusive C14N (with or without comments) for SignedInfo and each
 //   Reference, enveloped-signature, RSA-SHA256 with SHA-256 digests; RSA-SHA1 and SHA-1 digests only
 //   when WSSE_ALLOW_SHA1 is set (legacy partners). No HMAC, no XSLT/XPath or other transforms.
-// - Signature wrapping: every Id (Id/ID/id in any namespace, the attributes xml-crypto resolves
-//   references by) must be unique in the document, and each Reference a same-document "#id". The
-//   Body that is dispatched (the Envelope's own Body) and the Timestamp of our Security header must
-//   carry an Id that a Reference names: an Id names one element only, so the element the signature
-//   covers is, by identity, the one the service runs. A signed Body moved to a header or a wrapper
-//   leaves the dispatched Body unsigned (refused); the same Id on both is a duplicate (refused).
-// - The key: the certificate comes from a BinarySecurityToken of our header (referenced by the
-//   KeyInfo's SecurityTokenReference), or is named by its SHA-1 thumbprint (a KeyIdentifier); it must
-//   be registered to a partner and valid now. The signature is verified with the registered
+// - Signature wrapping: every Id (Id/ID/id in any namespace) must be unique in the document, and each
+//   Reference a same-document "#id", resolved here on our tree. The Body that is dispatched (the
+//   Envelope's own Body) and the Timestamp of our Security header must be elements a Reference names:
+//   an Id names one element only, so the element the signature covers is, by identity, the one the
+//   service runs. A signed Body moved to a header or a wrapper leaves the dispatched Body unsigned.
+// - The key: a BinarySecurityToken of our header, a SHA-1 thumbprint (KeyIdentifier), or an X509Data
+//   (the certificate itself and/or its issuer and serial number); whichever, the certificate must be
+//   registered to a partner and valid now, and the signature is verified with the registered
 //   certificate, never with a key the message supplies.
-import { createHash } from 'node:crypto'
+// - Cryptography in the order that makes a forgery cheap to refuse: the SignatureValue is verified
+//   first, over the canonical SignedInfo alone (one small canonicalisation, one RSA operation); the
+//   References are digested only once it holds, so a message signed with someone else's key costs
+//   what a good one does. The canonicalisation works on xmldom's reading of the same text: each element
+//   it reads (SignedInfo, every signed element) is taken at the same position as in our tree and must
+//   agree with it (names, Ids, SignedInfo's whole content), so what was verified is what we act on.
+// - The replay key is the SHA-256 of exactly the SignatureValue bytes that were verified.
+import { X509Certificate, createHash, timingSafeEqual, verify as verifyRsa } from 'node:crypto'
 import { DOMParser } from '@xmldom/xmldom'
-import { SignedXml } from 'xml-crypto'
-import { findCertificatePartner, usableCertificate, type CertificatePartner } from '../../app/domain/partners.ts'
-import type { Store } from '../../app/store/types.ts'
+import { ExclusiveCanonicalization, ExclusiveCanonicalizationWithComments } from 'xml-crypto'
+import {
+  findCertificatePartner, usableCertificate, type CertificateName, type CertificatePartner
+} from '../../app/domain/partners.ts'
+import { certificateIssuerSerial, issuerSerialKey, type Store } from '../../app/store/types.ts'
 import { attribute, child, type XmlElement } from './envelope.ts'
 import { SoapFault, WSSE_NS } from './faults.ts'
 
 export const DS_NS = 'http://www.w3.org/2000/09/xmldsig#'
+const EC_NS = 'http://www.w3.org/2001/10/xml-exc-c14n#'
+const XMLNS_NS = 'http://www.w3.org/2000/xmlns/'
 const X509_V3 = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509v3'
 const THUMBPRINT_SHA1 = 'http://docs.oasis-open.org/wss/oasis-wss-soap-message-security-1.1#ThumbprintSHA1'
 const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'
 
-const EXC_C14N = 'http://www.w3.org/2001/10/xml-exc-c14n#'
+export const EXC_C14N = 'http://www.w3.org/2001/10/xml-exc-c14n#'
 const EXC_C14N_COMMENTS = 'http://www.w3.org/2001/10/xml-exc-c14n#WithComments'
 const ENVELOPED = 'http://www.w3.org/2000/09/xmldsig#enveloped-signature'
 const RSA_SHA256 = 'http://www.w3.org/2001/04/xmldsig-more#rsa-sha256'
 const RSA_SHA1 = 'http://www.w3.org/2000/09/xmldsig#rsa-sha1'
 const SHA256 = 'http://www.w3.org/2001/04/xmlenc#sha256'
 const SHA1 = 'http://www.w3.org/2000/09/xmldsig#sha1'
+/** node:crypto's names of the accepted signature and digest methods. */
+const HASH_OF: Record<string, string> = { [RSA_SHA256]: 'sha256', [RSA_SHA1]: 'sha1', [SHA256]: 'sha256', [SHA1]: 'sha1' }
 
 /** One signature per message; References: Body, Timestamp and a few more (addressing headers, the token). */
 export const MAX_SIGNATURES = 1
 export const MAX_REFERENCES = 8
 export const MAX_TRANSFORMS = 2
 export const MAX_TOKENS = 2
+/**
+ * A signed message's size and nodes (elements + attributes, namespace declarations aside). A signed
+ * call of this service is a few kilobytes and under a hundred nodes (node-soap, zeep, WCF with
+ * addressing headers); the caps leave room for ten times that, and bound the canonicalisation a valid
+ * signature may ask for.
+ */
+export const MAX_SIGNED_BYTES = 64 * 1024
+export const MAX_SIGNED_NODES = 2000
 
 const CANONICALIZATIONS = new Set([EXC_C14N, EXC_C14N_COMMENTS])
 const TRANSFORMS = new Set([EXC_C14N, EXC_C14N_COMMENTS, ENVELOPED])
-// The attributes xml-crypto resolves a "#id" Reference by (its default idAttributes).
+// The attributes a "#id" Reference names an element by (xml-crypto's idAttributes, zeep's wsu:Id).
 const ID_ATTRIBUTES = new Set(['Id', 'ID', 'id'])
 
 export interface SignatureCheckOptions {
@@ -67,7 +94,7 @@ export interface SignedMessage {
 
 export interface VerifiedSignature {
   partner: CertificatePartner
-  /** SHA-256 of the SignatureValue's bytes (hex): the message's replay key. */
+  /** SHA-256 of the verified SignatureValue's bytes (hex): the message's replay key. */
   replayKey: string
 }
 
@@ -75,32 +102,63 @@ const invalid = (message: string) => SoapFault.invalidSecurity(message)
 const failedCheck = (message: string) =>
   new SoapFault('Client', 'UNAUTHENTICATED', message, { wsseCode: 'FailedCheck' })
 
-/** Every ds:Signature and every Id value of the document, in one walk (the tree is capped in elements). */
+/** Every ds:Signature, every Id value and each element's parent, in one walk; refuses a message over the caps. */
 function survey (root: XmlElement) {
   const signatures: XmlElement[] = []
   const ids = new Map<string, XmlElement>()
+  const parents = new Map<XmlElement, XmlElement>()
+  let nodes = 0
   const stack = [root]
   while (stack.length > 0) {
     const element = stack.pop()!
+    nodes += 1 + element.attributes.length
+    if (nodes > MAX_SIGNED_NODES) throw invalid(`A signed message has at most ${MAX_SIGNED_NODES} elements and attributes`)
     if (element.ns === DS_NS && element.local === 'Signature') signatures.push(element)
     for (const a of element.attributes) {
       if (!ID_ATTRIBUTES.has(a.local)) continue
       if (ids.has(a.value)) throw invalid(`The Id "${a.value}" appears more than once in the message`)
       ids.set(a.value, element)
     }
-    for (const c of element.children) stack.push(c)
+    for (const c of element.children) {
+      parents.set(c, element)
+      stack.push(c)
+    }
   }
-  return { signatures, ids }
+  return { signatures, ids, parents }
 }
 
 function idOf (element: XmlElement): string | undefined {
   return element.attributes.find((a) => ID_ATTRIBUTES.has(a.local))?.value
 }
 
-function only (element: XmlElement, ns: string, local: string, where: string): XmlElement {
-  const found = element.children.filter((c) => c.ns === ns && c.local === local)
-  if (found.length !== 1) throw invalid(`${where} must hold exactly one ${local}`)
-  return found[0]!
+/** One child slot of a schema sequence: namespace, local name, least and most occurrences. */
+type Slot = readonly [ns: string, local: string, min: number, max: number]
+
+/**
+ * The children of `element`, matched in order against a schema sequence; anything the sequence does not
+ * allow there (an unknown or foreign element, one out of order or too often) is refused, and so is text
+ * in an element that holds only elements. A leaf is `shape(element, [], ...)` with its text its value.
+ */
+function shape (element: XmlElement, slots: readonly Slot[], where: string, leaf = false): XmlElement[][] {
+  if (!leaf && element.text.trim() !== '') throw invalid(`${where} holds text where the schema allows none`)
+  const groups: XmlElement[][] = slots.map(() => [])
+  let slot = 0
+  for (const c of element.children) {
+    while (slot < slots.length && (slots[slot]![0] !== c.ns || slots[slot]![1] !== c.local)) {
+      if (groups[slot]!.length < slots[slot]![2]) break
+      slot++
+    }
+    const expected = slots[slot]
+    if (!expected || expected[0] !== c.ns || expected[1] !== c.local) {
+      throw invalid(`${where} may not hold {${c.ns}}${c.local} there`)
+    }
+    if (groups[slot]!.length >= expected[3]) throw invalid(`${where} holds at most ${expected[3]} ${c.local}`)
+    groups[slot]!.push(c)
+  }
+  slots.forEach(([, local, min], i) => {
+    if (groups[i]!.length < min) throw invalid(`${where} must hold ${local}`)
+  })
+  return groups
 }
 
 function algorithmOf (element: XmlElement, allowed: Set<string>, what: string): string {
@@ -109,56 +167,237 @@ function algorithmOf (element: XmlElement, allowed: Set<string>, what: string): 
   return algorithm
 }
 
-/** The certificate of the BinarySecurityToken the KeyInfo's SecurityTokenReference names. */
+/** The InclusiveNamespaces prefix list of an exclusive C14N method or transform (its only allowed child). */
+function inclusivePrefixes (method: XmlElement, where: string): string[] {
+  const [inclusive] = shape(method, [[EC_NS, 'InclusiveNamespaces', 0, 1]], where)
+  if (inclusive!.length === 0) return []
+  shape(inclusive![0]!, [], 'InclusiveNamespaces')
+  return (attribute(inclusive![0]!, '', 'PrefixList') ?? '').split(/\s+/).filter((p) => p !== '')
+}
+
+/** Canonical Base64 (whitespace aside) decoded; anything else is refused. */
+function base64Value (element: XmlElement, what: string): Buffer {
+  const text = element.text.replace(/\s+/g, '')
+  const bytes = Buffer.from(text, 'base64')
+  if (text === '' || bytes.toString('base64') !== text) throw invalid(`${what} must be Base64`)
+  return bytes
+}
+
+interface Reference {
+  uri: string
+  target: XmlElement
+  prefixes: string[]
+  hash: string
+  digest: Buffer
+}
+
+/** Reads SignedInfo (its shape, algorithms and References) from our tree. */
+function readSignedInfo (signedInfo: XmlElement, ids: Map<string, XmlElement>, signatureMethods: Set<string>,
+  digestMethods: Set<string>) {
+  const [canonicalizations, signatureMethod, referenceElements] = shape(signedInfo, [
+    [DS_NS, 'CanonicalizationMethod', 1, 1], [DS_NS, 'SignatureMethod', 1, 1], [DS_NS, 'Reference', 1, MAX_REFERENCES]
+  ], 'SignedInfo')
+  const canonicalization = canonicalizations![0]!
+  const c14n = algorithmOf(canonicalization, CANONICALIZATIONS, 'The canonicalization')
+  const prefixes = inclusivePrefixes(canonicalization, 'CanonicalizationMethod')
+  shape(signatureMethod![0]!, [], 'SignatureMethod')
+  const method = algorithmOf(signatureMethod![0]!, signatureMethods, 'The signature method')
+  const references: Reference[] = referenceElements!.map((reference) => {
+    const uri = attribute(reference, '', 'URI') ?? ''
+    const target = uri.startsWith('#') ? ids.get(uri.slice(1)) : undefined
+    if (!target) throw invalid(`A Reference must name an element of the message by its Id ("#id"), not "${uri}"`)
+    const [transformsElement, digestMethod, digestValue] = shape(reference, [
+      [DS_NS, 'Transforms', 0, 1], [DS_NS, 'DigestMethod', 1, 1], [DS_NS, 'DigestValue', 1, 1]
+    ], 'A Reference')
+    const transforms = transformsElement!.length === 0
+      ? []
+      : shape(transformsElement![0]!, [[DS_NS, 'Transform', 1, MAX_TRANSFORMS]], 'Transforms')[0]!
+    // An optional enveloped-signature first (a no-op: no signed element may hold the Signature), then
+    // exclusive C14N; without it the digest would be of inclusive C14N, which is not on the list.
+    const algorithms = transforms.map((t) => algorithmOf(t, TRANSFORMS, 'The transform'))
+    const last = algorithms.length - 1
+    const canonicalised = last >= 0 && CANONICALIZATIONS.has(algorithms[last]!)
+    if (!canonicalised || algorithms.slice(0, last).some((a) => a !== ENVELOPED)) {
+      throw invalid('Each Reference must be canonicalised with exclusive C14N (after an optional enveloped-signature)')
+    }
+    for (const enveloped of transforms.slice(0, last)) shape(enveloped, [], 'The enveloped-signature Transform')
+    shape(digestMethod![0]!, [], 'DigestMethod')
+    const hash = algorithmOf(digestMethod![0]!, digestMethods, 'The digest method')
+    shape(digestValue![0]!, [], 'DigestValue', true)
+    return {
+      uri,
+      target,
+      prefixes: inclusivePrefixes(transforms[last]!, 'Transform'),
+      hash: HASH_OF[hash]!,
+      digest: base64Value(digestValue![0]!, 'A DigestValue')
+    }
+  })
+  return { c14n, prefixes, hash: HASH_OF[method]!, references }
+}
+
 /**
  * The signing certificate the KeyInfo's SecurityTokenReference names: a BinarySecurityToken of our
- * header (wsse:Reference to its Id), or a registered certificate by its SHA-1 thumbprint (KeyIdentifier).
+ * header (wsse:Reference to its Id), a registered certificate by its SHA-1 thumbprint (KeyIdentifier),
+ * or a ds:X509Data holding the certificate (and, optionally, its issuer and serial number, which must
+ * then name that same certificate). Whichever, it only selects a registered certificate: the caller
+ * looks it up, and the signature is verified with the registered one.
  */
-function signingKey (signature: XmlElement, security: XmlElement, ids: Map<string, XmlElement>, now: number) {
+function signingKey (keyInfo: XmlElement, security: XmlElement, ids: Map<string, XmlElement>, now: number) {
   const tokens = security.children.filter((c) => c.ns === WSSE_NS && c.local === 'BinarySecurityToken')
   if (tokens.length > MAX_TOKENS) throw invalid(`At most ${MAX_TOKENS} BinarySecurityTokens are accepted`)
-  const keyInfo = child(signature, DS_NS, 'KeyInfo')
-  const tokenReference = keyInfo && child(keyInfo, WSSE_NS, 'SecurityTokenReference')
-  const identifier = tokenReference && child(tokenReference, WSSE_NS, 'KeyIdentifier')
-  if (identifier && attribute(identifier, '', 'ValueType') === THUMBPRINT_SHA1) {
-    const thumbprint = Buffer.from(identifier.text.trim(), 'base64')
+  const [tokenReferences] = shape(keyInfo, [[WSSE_NS, 'SecurityTokenReference', 1, 1]], 'KeyInfo')
+  const tokenReference = tokenReferences![0]!
+  if (tokenReference.children.length !== 1) throw invalid(KEY_REFERENCES)
+  const [reference, identifier, x509Data] = shape(tokenReference, [
+    [WSSE_NS, 'Reference', 0, 1], [WSSE_NS, 'KeyIdentifier', 0, 1], [DS_NS, 'X509Data', 0, 1]
+  ], 'SecurityTokenReference').map((group) => group[0])
+  if (identifier) {
+    shape(identifier, [], 'KeyIdentifier', true)
+    if (attribute(identifier, '', 'ValueType') !== THUMBPRINT_SHA1) throw invalid('A KeyIdentifier must be a ThumbprintSHA1')
+    const thumbprint = base64Value(identifier, 'A ThumbprintSHA1 key identifier')
     if (thumbprint.length !== 20) throw invalid('A ThumbprintSHA1 key identifier is 20 bytes in Base64')
     return { thumbprint: thumbprint.toString('hex') }
   }
-  const reference = tokenReference && child(tokenReference, WSSE_NS, 'Reference')
-  const uri = reference && attribute(reference, '', 'URI')
+  if (x509Data) return x509DataName(x509Data, now)
+  shape(reference!, [], 'The SecurityTokenReference\'s Reference')
+  const uri = attribute(reference!, '', 'URI')
   const token = uri?.startsWith('#') ? ids.get(uri.slice(1)) : undefined
-  if (!token || !tokens.includes(token)) {
-    throw invalid('The KeyInfo must name a BinarySecurityToken of the Security header or a ThumbprintSHA1 ' +
-      '(SecurityTokenReference)')
-  }
+  if (!token || !tokens.includes(token)) throw invalid(KEY_REFERENCES)
   const encoding = attribute(token, '', 'EncodingType') ?? BASE64_BINARY
   if (attribute(token, '', 'ValueType') !== X509_V3 || encoding !== BASE64_BINARY) {
     throw invalid('The BinarySecurityToken must be an X509v3 certificate in Base64Binary')
   }
+  shape(token, [], 'The BinarySecurityToken', true)
+  return certificateOf(base64Value(token, 'The BinarySecurityToken'), now)
+}
+
+const KEY_REFERENCES = 'The KeyInfo\'s SecurityTokenReference must hold one wsse:Reference to a BinarySecurityToken ' +
+  'of the Security header, one ThumbprintSHA1 KeyIdentifier, or one ds:X509Data'
+
+/**
+ * What a ds:X509Data names (zeep's Signature; WSS4J's IssuerSerial): its X509Certificate, with an
+ * X509IssuerSerial that must then name that same certificate; or, without a certificate, the
+ * certificate of that issuer and serial number among the registered ones.
+ */
+function x509DataName (x509Data: XmlElement, now: number): X509Certificate | CertificateName {
+  if (x509Data.text.trim() !== '') throw invalid('X509Data holds text where the schema allows none')
+  const part = (local: string) => {
+    const found = x509Data.children.filter((c) => c.ns === DS_NS && c.local === local)
+    if (found.length > 1) throw invalid(`X509Data holds at most one ${local}`)
+    return found[0]
+  }
+  const [issuerSerial, certificateElement] = [part('X509IssuerSerial'), part('X509Certificate')]
+  const other = x509Data.children.find((c) => c !== issuerSerial && c !== certificateElement)
+  if (other) throw invalid(`X509Data may not hold {${other.ns}}${other.local}`)
+  // zeep's Signature sends an empty X509IssuerSerial beside the certificate (xmlsec does not fill it in).
+  const named = issuerSerial && (issuerSerial.children.length > 0 || issuerSerial.text.trim() !== '')
+    ? issuerSerialKeyOf(issuerSerial)
+    : undefined
+  if (!certificateElement) {
+    if (!named) throw invalid('An X509Data must carry an X509Certificate or an X509IssuerSerial')
+    return { issuerSerial: named }
+  }
+  shape(certificateElement, [], 'X509Certificate', true)
+  const certificate = certificateOf(base64Value(certificateElement, 'The X509Certificate'), now)
+  if (named !== undefined && named !== certificateIssuerSerial(certificate.raw)) {
+    throw invalid('The X509IssuerSerial does not name the X509Certificate it is sent with')
+  }
+  return certificate
+}
+
+/**
+ * The issuerSerialKey of an X509IssuerSerial: its X509IssuerName (RFC 4514: "CN=bank, O=Bank", with
+ * backslash escapes) and X509SerialNumber (an xs:integer, decimal).
+ */
+function issuerSerialKeyOf (issuerSerial: XmlElement): string {
+  const [issuer, serial] = shape(issuerSerial, [[DS_NS, 'X509IssuerName', 1, 1], [DS_NS, 'X509SerialNumber', 1, 1]],
+    'X509IssuerSerial').map((group) => group[0]!)
+  shape(issuer!, [], 'X509IssuerName', true)
+  shape(serial!, [], 'X509SerialNumber', true)
+  const number = serial!.text.trim()
+  if (!/^\d{1,100}$/.test(number)) throw invalid('X509SerialNumber must be a decimal integer')
+  const attributes = issuer!.text.split(/(?<!\\)[,+]/).map((a) => a.replace(/\\(.)/g, '$1'))
+  return issuerSerialKey(attributes, BigInt(number))
+}
+
+function certificateOf (der: Buffer, now: number) {
   try {
-    return usableCertificate(Buffer.from(token.text.replace(/\s+/g, ''), 'base64'), now)
+    return usableCertificate(der, now)
   } catch (err) {
     throw SoapFault.failedAuthentication(`The signing certificate is not usable: ${(err as Error).message}`)
   }
 }
 
-/** A SignedXml that knows only the allowed algorithms and verifies with the registered certificate only. */
-function verifier (pem: string, allowSha1: boolean): SignedXml {
-  const sig = new SignedXml({ publicCert: pem, getCertFromKeyInfo: () => null })
-  const keep = <T>(table: Record<string, T>, uris: string[]) =>
-    Object.fromEntries(Object.entries(table).filter(([uri]) => uris.includes(uri))) as typeof table
-  sig.SignatureAlgorithms = keep(sig.SignatureAlgorithms, allowSha1 ? [RSA_SHA256, RSA_SHA1] : [RSA_SHA256])
-  sig.HashAlgorithms = keep(sig.HashAlgorithms, allowSha1 ? [SHA256, SHA1] : [SHA256])
-  sig.CanonicalizationAlgorithms = keep(sig.CanonicalizationAlgorithms, [...TRANSFORMS])
-  return sig
-}
-
-/** A DOM of the same text for xml-crypto; the reader accepted it already, so any complaint is a refusal. */
+/** A DOM of the same text for the canonicaliser; the reader accepted it already, so any complaint is a refusal. */
 function domOf (xml: string): Document {
   const fail = (message: string) => { throw invalid(`The signed message could not be read: ${message}`) }
   const parser = new DOMParser({ errorHandler: { warning: () => {}, error: fail, fatalError: fail } })
   return parser.parseFromString(xml, 'text/xml')
+}
+
+const inconsistent = () => invalid('The signed message could not be read consistently')
+
+function elementChildren (node: Node): Element[] {
+  return Array.from(node.childNodes).filter((n): n is Element => n.nodeType === 1)
+}
+
+/** Names, attributes (namespace declarations aside) and text of one element, as our reader and xmldom read it. */
+function describeOurs (element: XmlElement): string {
+  const attributes = element.attributes.map((a) => `{${a.ns}}${a.local}=${JSON.stringify(a.value)}`).sort().join(' ')
+  return `{${element.ns}}${element.local} ${attributes} ${JSON.stringify(element.text)}`
+}
+
+function describeDom (element: Element): string {
+  const attributes = Array.from(element.attributes).filter((a) => a.namespaceURI !== XMLNS_NS)
+    .map((a) => `{${a.namespaceURI ?? ''}}${a.localName}=${JSON.stringify(a.value)}`).sort().join(' ')
+  const text = Array.from(element.childNodes).filter((n) => n.nodeType === 3 || n.nodeType === 4)
+    .map((n) => (n as CharacterData).data).join('')
+  return `{${element.namespaceURI ?? ''}}${element.localName} ${attributes} ${JSON.stringify(text)}`
+}
+
+/**
+ * xmldom's element at the position of `element` in our tree (child index by child index from the root),
+ * which must read as ours does (its names, attributes and text; with `deep`, those of every descendant).
+ */
+function domElementOf (doc: Document, element: XmlElement, parents: Map<XmlElement, XmlElement>,
+  deep: boolean): Element {
+  const path: number[] = []
+  for (let e = element, p = parents.get(e); p; e = p, p = parents.get(e)) path.push(p.children.indexOf(e))
+  let node: Element | undefined = doc.documentElement ?? undefined
+  for (let i = path.length - 1; i >= 0 && node; i--) node = elementChildren(node)[path[i]!]
+  if (!node) throw inconsistent()
+  const pending: Array<[XmlElement, Element]> = [[element, node]]
+  while (pending.length > 0) {
+    const [ours, theirs] = pending.pop()!
+    const children = elementChildren(theirs)
+    if (describeOurs(ours) !== describeDom(theirs)) throw inconsistent()
+    if (deep && children.length !== ours.children.length) throw inconsistent()
+    if (deep) ours.children.forEach((c, i) => pending.push([c, children[i]!]))
+  }
+  return node
+}
+
+/** Namespace declarations in scope at `element` (for an InclusiveNamespaces prefix list), nearest first. */
+function ancestorNamespaces (element: Element) {
+  const found: Array<{ prefix: string; namespaceURI: string }> = []
+  for (let e = element.parentNode; e && e.nodeType === 1; e = e.parentNode) {
+    for (const a of Array.from((e as Element).attributes)) {
+      if (a.namespaceURI === XMLNS_NS && a.prefix === 'xmlns' && !found.some((f) => f.prefix === a.localName)) {
+        found.push({ prefix: a.localName!, namespaceURI: a.value })
+      }
+    }
+  }
+  return found
+}
+
+/** Exclusive C14N of one element in its document (xml-crypto's), with an InclusiveNamespaces prefix list. */
+export function canonical (element: Element, algorithm: string, prefixes: string[]): string {
+  const c14n = algorithm === EXC_C14N_COMMENTS
+    ? new ExclusiveCanonicalizationWithComments()
+    : new ExclusiveCanonicalization()
+  return c14n.process(element, {
+    inclusiveNamespacesPrefixList: prefixes, ancestorNamespaces: ancestorNamespaces(element)
+  })
 }
 
 export function createSignatureCheck (options: SignatureCheckOptions) {
@@ -168,39 +407,31 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
   /**
    * Verifies the signature of a message whose Security header holds a ds:Signature; a WS-Security fault
    * otherwise. `timestamp` is the header's wsu:Timestamp (its freshness is checked by the caller).
-   * `beforeCrypto` runs before the costly part (canonicalisation, RSA).
+   * `beforeCrypto` runs before the costly part (the second parse, canonicalisation, RSA).
    */
   async function verify (message: SignedMessage, security: XmlElement, timestamp: XmlElement | undefined, now: number,
     beforeCrypto: () => Promise<void>): Promise<VerifiedSignature> {
-    const { signatures, ids } = survey(message.root)
+    if (Buffer.byteLength(message.xml) > MAX_SIGNED_BYTES) {
+      throw invalid(`A signed message is at most ${MAX_SIGNED_BYTES} bytes`)
+    }
+    const { signatures, ids, parents } = survey(message.root)
     const signature = child(security, DS_NS, 'Signature')
     if (signatures.length > MAX_SIGNATURES || !signature || signatures[0] !== signature) {
       throw invalid('A signed message carries exactly one ds:Signature, in its wsse:Security header')
     }
-    const signedInfo = only(signature, DS_NS, 'SignedInfo', 'The Signature')
-    const canonicalization = only(signedInfo, DS_NS, 'CanonicalizationMethod', 'SignedInfo')
-    algorithmOf(canonicalization, CANONICALIZATIONS, 'The canonicalization')
-    algorithmOf(only(signedInfo, DS_NS, 'SignatureMethod', 'SignedInfo'), signatureMethods, 'The signature method')
-    const references = signedInfo.children.filter((c) => c.ns === DS_NS && c.local === 'Reference')
-    if (references.length === 0 || references.length > MAX_REFERENCES) {
-      throw invalid(`A signature holds 1 to ${MAX_REFERENCES} References`)
-    }
-    const signed = new Set<XmlElement>()
-    for (const reference of references) {
-      const uri = attribute(reference, '', 'URI') ?? ''
-      const target = uri.startsWith('#') ? ids.get(uri.slice(1)) : undefined
-      if (!target) throw invalid(`A Reference must name an element of the message by its Id ("#id"), not "${uri}"`)
-      const transforms = child(reference, DS_NS, 'Transforms')?.children ?? []
-      if (transforms.length > MAX_TRANSFORMS) throw invalid(`At most ${MAX_TRANSFORMS} Transforms per Reference`)
-      for (const transform of transforms) algorithmOf(transform, TRANSFORMS, 'The transform')
-      // Without an exclusive C14N transform xml-crypto would canonicalise inclusively: not on our list.
-      if (!transforms.some((t) => CANONICALIZATIONS.has(attribute(t, '', 'Algorithm') ?? ''))) {
-        throw invalid('Each Reference must be canonicalised with exclusive C14N')
+    const [signedInfo, signatureValue, keyInfo] = shape(signature, [
+      [DS_NS, 'SignedInfo', 1, 1], [DS_NS, 'SignatureValue', 1, 1], [DS_NS, 'KeyInfo', 1, 1]
+    ], 'The Signature')
+    const info = readSignedInfo(signedInfo![0]!, ids, signatureMethods, digestMethods)
+    shape(signatureValue![0]!, [], 'SignatureValue', true)
+    const value = base64Value(signatureValue![0]!, 'The SignatureValue')
+    for (const { target } of info.references) {
+      for (let e: XmlElement | undefined = signature; e; e = parents.get(e)) {
+        if (e === target) throw invalid('A Reference may not name an element that holds the Signature')
       }
-      algorithmOf(only(reference, DS_NS, 'DigestMethod', 'A Reference'), digestMethods, 'The digest method')
-      signed.add(target)
     }
     // The dispatched Body and our Timestamp, by identity: an Id names one element in this document.
+    const signed = new Set(info.references.map((r) => r.target))
     const bodyId = idOf(message.body)
     if (bodyId === undefined || ids.get(bodyId) !== message.body || !signed.has(message.body)) {
       throw invalid('The signature does not cover the message\'s Body')
@@ -209,33 +440,29 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
       throw invalid('A signed message needs a wsu:Timestamp the signature covers')
     }
 
-    const certificate = signingKey(signature, security, ids, now)
+    const certificate = signingKey(keyInfo![0]!, security, ids, now)
     const partner = await findCertificatePartner(options.store, certificate, now)
     if (!partner) throw SoapFault.failedAuthentication('The signing certificate is not registered to any partner')
 
     await beforeCrypto()
     const doc = domOf(message.xml)
-    // The same text parsed by xmldom: its Body must be the one our reader dispatches (same Id), so
-    // xml-crypto's references land on the elements checked above.
-    const domBody = Array.from(doc.documentElement?.childNodes ?? []).find((n): n is Element =>
-      n.nodeType === 1 && (n as Element).localName === 'Body' && (n as Element).namespaceURI === message.root.ns)
-    const domBodyIds = Array.from(domBody?.attributes ?? []).filter((a) => ID_ATTRIBUTES.has(a.localName ?? a.name))
-    if (domBodyIds.length !== 1 || domBodyIds[0]!.value !== bodyId) {
-      throw invalid('The signed message could not be read consistently')
+    // First the SignatureValue over SignedInfo (read alike by both parsers, down to its last element).
+    const domSignedInfo = domElementOf(doc, signedInfo![0]!, parents, true)
+    const signedInfoCanonical = canonical(domSignedInfo, info.c14n, info.prefixes)
+    if (!verifyRsa(info.hash, Buffer.from(signedInfoCanonical, 'utf8'), partner.certificate.publicKey, value)) {
+      throw failedCheck('The SignatureValue does not verify with the registered certificate')
     }
-    const sig = verifier(partner.certificate.toString(), options.allowSha1)
-    const found = sig.findSignatures(doc)
-    if (found.length !== 1) throw invalid('A signed message carries exactly one ds:Signature')
-    let valid = false
-    try {
-      sig.loadSignature(found[0]!)
-      valid = sig.checkSignature(message.xml)
-    } catch {
-      valid = false
+    // Then each signed element, at its place in our tree, read alike (names and Ids), digested. A
+    // same-document "#id" reference drops comments (XML Signature 4.4.3.3), whichever C14N it names.
+    for (const reference of info.references) {
+      const target = domElementOf(doc, reference.target, parents, false)
+      const canonicalTarget = canonical(target, EXC_C14N, reference.prefixes)
+      const digest = createHash(reference.hash).update(canonicalTarget, 'utf8').digest()
+      if (digest.length !== reference.digest.length || !timingSafeEqual(digest, reference.digest)) {
+        throw failedCheck(`The digest of ${reference.uri} does not match the signed element`)
+      }
     }
-    if (!valid) throw failedCheck('The signature or a digest does not match the message')
-    const value = only(signature, DS_NS, 'SignatureValue', 'The Signature').text.replace(/\s+/g, '')
-    return { partner, replayKey: createHash('sha256').update(Buffer.from(value, 'base64')).digest('hex') }
+    return { partner, replayKey: createHash('sha256').update(value).digest('hex') }
   }
 
   return { verify }

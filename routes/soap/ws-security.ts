@@ -103,6 +103,12 @@ interface PartnerEntry {
   expires: number
 }
 
+/** Who a message authenticates, and whether by a signature that verified (its reply is then signed). */
+export interface Authenticated {
+  caller: Caller
+  signed: boolean
+}
+
 export interface WsSecurityOptions {
   store: Store
   partnerSecretKey: string
@@ -250,7 +256,7 @@ export function createWsSecurity (options: WsSecurityOptions) {
    * `message` (the document's text and tree); a UsernameToken beside it must name the same partner.
    */
   async function authenticate (security: XmlElement | undefined, beforeScrypt: () => Promise<void> = async () => {},
-    message?: SignedMessage): Promise<Caller> {
+    message?: SignedMessage): Promise<Authenticated> {
     if (!security) throw SoapFault.invalidSecurity('A wsse:Security header with a UsernameToken is required')
     const now = clock()
 
@@ -265,7 +271,7 @@ export function createWsSecurity (options: WsSecurityOptions) {
       }
     }
 
-    if (!child(security, DS_NS, 'Signature')) return usernameCaller(security, now, beforeScrypt)
+    if (!child(security, DS_NS, 'Signature')) return { caller: await usernameCaller(security, now, beforeScrypt), signed: false }
     if (!message) throw SoapFault.invalidSecurity('Signed messages are not accepted here')
     const verified = await signatures.verify(message, security, timestamp, now, beforeScrypt)
     const caller = verified.partner.caller
@@ -277,7 +283,7 @@ export function createWsSecurity (options: WsSecurityOptions) {
     if (!(await nonces.claim(`signature:${verified.replayKey}`, maxAgeMs + CLOCK_SKEW_MS, now))) {
       throw SoapFault.failedAuthentication('This signed message has already been received (replayed message)')
     }
-    return caller
+    return { caller, signed: true }
   }
 
   return { authenticate }

@@ -47,7 +47,9 @@ export function callersOf (operation: Operation): string {
 }
 
 /** The WSDL of `version` in the namespace under `namespaceBase`, with `address` as both ports' endpoint. */
-export function buildWsdl (version: ServiceVersion, namespaceBase: string, address: string): string {
+export function buildWsdl (
+  version: ServiceVersion, namespaceBase: string, address: string, signedReplies = false
+): string {
   const ns = namespaceOf(version, namespaceBase)
   const name = version.serviceName
   const operations = [...version.operations.values()]
@@ -67,7 +69,9 @@ export function buildWsdl (version: ServiceVersion, namespaceBase: string, addre
   })
   defs.ele(WSDL, 'wsdl:documentation').txt(`${name} ${version.id}. Authenticate with a WS-Security UsernameToken ` +
     '(PasswordText or PasswordDigest with Nonce and Created), or sign the Body and a Timestamp with a registered ' +
-    'X.509 certificate (BinarySecurityToken, exclusive C14N, RSA-SHA256).')
+    'X.509 certificate (BinarySecurityToken, exclusive C14N, RSA-SHA256).' + (signedReplies
+      ? ' Replies to signed requests are signed the same way by the service certificate (GET this path with ?cert).'
+      : ''))
 
   const schema = defs.ele(WSDL, 'wsdl:types').ele(XS, 'xs:schema').att({ targetNamespace: ns, elementFormDefault: 'qualified' })
   sequence(schema.ele(XS, 'xs:complexType').att('name', 'User'), version.userFields)
@@ -87,8 +91,9 @@ export function buildWsdl (version: ServiceVersion, namespaceBase: string, addre
   defs.ele(WSDL, 'wsdl:message').att('name', 'ServiceFault').ele(WSDL, 'wsdl:part').att({ name: 'fault', element: 'tns:ServiceFault' })
 
   // Every message carries either a UsernameToken (a supporting token, sent to the service each time) or
-  // an X.509 signature by the partner's registered certificate over the Body and the Timestamp (responses
-  // are not signed: the recipient token is never sent and nothing is encrypted).
+  // an X.509 signature by the partner's registered certificate over the Body and the Timestamp. With
+  // signed replies the recipient token (the service's certificate) signs each reply's Body and Timestamp
+  // and travels in it (AlwaysToInitiator); without, it is never sent. Nothing is encrypted.
   const alternatives = defs.ele(WSP, 'wsp:Policy').att(WSU, 'wsu:Id', SECURITY_POLICY).ele(WSP, 'wsp:ExactlyOne')
   alternatives.ele(WSP, 'wsp:All').ele(SP, 'sp:SupportingTokens').ele(WSP, 'wsp:Policy')
     .ele(SP, 'sp:UsernameToken').att(SP, 'sp:IncludeToken', `${SP}/IncludeToken/AlwaysToRecipient`)
@@ -99,7 +104,7 @@ export function buildWsdl (version: ServiceVersion, namespaceBase: string, addre
     .ele(SP, 'sp:X509Token').att(SP, 'sp:IncludeToken', `${SP}/IncludeToken/AlwaysToRecipient`)
     .ele(WSP, 'wsp:Policy').ele(SP, 'sp:WssX509V3Token10')
   asymmetric.ele(SP, 'sp:RecipientToken').ele(WSP, 'wsp:Policy')
-    .ele(SP, 'sp:X509Token').att(SP, 'sp:IncludeToken', `${SP}/IncludeToken/Never`)
+    .ele(SP, 'sp:X509Token').att(SP, 'sp:IncludeToken', `${SP}/IncludeToken/${signedReplies ? 'AlwaysToInitiator' : 'Never'}`)
     .ele(WSP, 'wsp:Policy').ele(SP, 'sp:WssX509V3Token10')
   asymmetric.ele(SP, 'sp:AlgorithmSuite').ele(WSP, 'wsp:Policy').ele(SP, 'sp:Basic256Sha256')
   asymmetric.ele(SP, 'sp:Layout').ele(WSP, 'wsp:Policy').ele(SP, 'sp:Lax')

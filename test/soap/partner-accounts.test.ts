@@ -9,8 +9,16 @@ import { promisify } from 'node:util'
 import { createHash, randomBytes } from 'node:crypto'
 import { test } from 'tap'
 import { hashPassword, sealPassword, unsealPassword, verifyPassword } from '../../app/auth/partner-secrets.ts'
+import { DatabaseSync } from 'node:sqlite'
+import pg from 'pg'
+import { openPostgresStore } from '../../app/store/postgres.ts'
+import { loadDemoData } from '../../app/store/sample-data.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
+import { certificateIssuerSerial, type Store } from '../../app/store/types.ts'
+import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
+import { TEST_DATABASE_URL, freshSchema } from '../helpers/postgres.ts'
+import { makeCertificate } from './x509.ts'
 import { WSSE, WSU, envelope, listenSoapApp, post, readFault, seededCliEnv, textToken } from './helpers.ts'
 
 const run = promisify(execFile)
@@ -100,4 +108,38 @@ test('npm run partner:create creates a SERVICE partner that authenticates over S
     { code: 'wsse:FailedAuthentication' },
     'no digest for a text-only account'
   )
+})
+
+test('certificates stored before issuer-serial keys existed get theirs when the store opens (sqlite, PostgreSQL)', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'issuer-serial-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const signer = makeCertificate(dir, 'older-signer')
+  const key = certificateIssuerSerial(signer.cert)
+  const path = join(dir, 'service.db')
+  const schema = await freshSchema(t, 'issuer_serial')
+  const stores: Array<[string, () => Promise<Store>, (sql: string) => Promise<void>]> = [
+    ['sqlite', async () => openSqliteStore(path), async (sql) => {
+      const db = new DatabaseSync(path)
+      db.exec(sql)
+      db.close()
+    }],
+    ['PostgreSQL', () => openPostgresStore({ url: TEST_DATABASE_URL, poolSize: 1, schema }), async (sql) => {
+      const client = new pg.Client({ connectionString: TEST_DATABASE_URL })
+      await client.connect()
+      await client.query(`SET search_path TO ${schema}`)
+      await client.query(sql)
+      await client.end()
+    }]
+  ]
+  for (const [kind, open, raw] of stores) {
+    const before = await open()
+    await loadDemoData(before)
+    await createPartnerAccount(before, TEST_PARTNER_SECRET_KEY, { login: 'older', certificate: signer.cert, userId: '2' })
+    t.match(await before.findCertificateByIssuerSerial(key), { login: 'older' }, `${kind}: registered with its key`)
+    await before.close()
+    await raw('UPDATE partner_certificates SET issuer_serial = NULL') // as a row of the previous schema
+    const after = await open()
+    t.match(await after.findCertificateByIssuerSerial(key), { login: 'older', userId: '2' }, `${kind}: the key is back`)
+    await after.close()
+  }
 })
