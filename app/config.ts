@@ -340,6 +340,18 @@ export function environment (path = PROJECT_ENV_FILE): Record<string, string | u
   return existsSync(path) ? { ...parseEnv(readFileSync(path, 'utf8')), ...process.env } : process.env
 }
 
+/**
+ * A URL's credentials anywhere in a message: scheme://, then the user info up to the authority's last
+ * `@` (a password may hold an unencoded `@` or `/`). A message may end up anywhere (a terminal, a log
+ * collector, a ticket), so every start-up error and every logged error shows URL settings this way.
+ */
+const URL_CREDENTIALS = /\b([a-z][a-z0-9+.-]*:\/\/)(?:[^\s@"'<>]*@)+/gi
+
+/** `text` with the user and password of every URL in it replaced by `***` (redis://***@host:6379). */
+export function withoutCredentials (text: string): string {
+  return text.replace(URL_CREDENTIALS, '$1***@')
+}
+
 /** An origin as browsers send it (lower-case host, default port dropped), or null when `entry` is not one. */
 function origin (entry: string): string | null {
   let url: URL
@@ -385,7 +397,7 @@ export function loadConfigOrExit (): Config {
   try {
     return loadConfig()
   } catch (err) {
-    console.error((err as Error).message)
+    console.error(withoutCredentials((err as Error).message))
     process.exit(1)
   }
 }

@@ -7,7 +7,7 @@
 import { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import { hostname } from 'node:os'
 import pino from 'pino'
-import type { Config } from './config.ts'
+import { withoutCredentials, type Config } from './config.ts'
 
 /** How long a line may wait in memory before it is written (also bounds what a SIGKILL loses). */
 const LOG_FLUSH_MS = 200
@@ -85,6 +85,9 @@ export function serverLogging (
         censor: '[redacted]'
       },
       serializers: {
+        // A driver's error may quote a URL setting (REDIS_URL, DATABASE_URL…): never its credentials.
+        // Runs only for lines that carry an error, never on the access line's path.
+        err: redactedError,
         req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string }) => ({
           method: req.method,
           url: pathOf(req.url),
@@ -95,6 +98,17 @@ export function serverLogging (
       stream: destination
     }
   }
+}
+
+/** pino's error serializer, without any URL's credentials in the message or the stack. */
+function redactedError (err: Error) {
+  const serialized = pino.stdSerializers.err(err)
+  // Anything but an error (a string) comes back from pino's serializer as it was given.
+  if (typeof serialized !== 'object' || serialized === null) return serialized
+  // An error-like object may lack either.
+  if (serialized.message) serialized.message = withoutCredentials(serialized.message)
+  if (serialized.stack) serialized.stack = withoutCredentials(serialized.stack)
+  return serialized
 }
 
 /** A URL without its query string (which may carry variables). */

@@ -1,15 +1,15 @@
 // Runs the service: loads the configuration, builds the app, listens, and shuts down gracefully
 // (in-flight requests finish, subscriptions complete, stores close) on SIGINT/SIGTERM.
 // A start that fails (a bad setting, an unreachable store, a manifest that does not match) prints
-// one line per problem on stderr, never a stack trace, and exits with 1.
+// one line per problem on stderr, never a stack trace nor a URL setting's credentials, and exits with 1.
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.ts'
-import { loadConfigOrExit } from './config.ts'
+import { loadConfigOrExit, withoutCredentials } from './config.ts'
 
 const config = loadConfigOrExit()
 
-/** An error's message on one line (a driver's message may span several). */
-const oneLine = (err: unknown) => String((err as Error).message ?? err).replace(/\s*\n\s*/g, ' ')
+/** An error's message on one line (a driver's message may span several), without any URL's credentials. */
+const oneLine = (err: unknown) => withoutCredentials(String((err as Error).message ?? err).replace(/\s*\n\s*/g, ' '))
 
 let app
 try {

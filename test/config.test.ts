@@ -1,5 +1,9 @@
 import { test } from 'tap'
-import { environment, loadConfig, type ConfigError } from '../app/config.ts'
+import { Writable } from 'node:stream'
+import { buildApp } from '../app/app.ts'
+import { environment, loadConfig, withoutCredentials, type ConfigError } from '../app/config.ts'
+import { openSqliteStore } from '../app/store/sqlite.ts'
+import { testConfig } from './helpers/app.ts'
 import { spawnService } from './helpers/server-process.ts'
 
 const SECRET = 'a-production-secret-of-at-least-32-characters'
@@ -105,4 +109,34 @@ test('TRUST_PROXY=0.0.0.0/0 (trust everyone) is refused with a clear line at sta
     'Configuration: TRUST_PROXY entry "0.0.0.0/0" trusts every address: list the load balancers\' addresses or subnets (a prefix of 1 or more)',
     'one clear line, no stack trace'
   )
+})
+
+test('withoutCredentials: the user and password of every URL in a message are hidden, the rest kept', async (t) => {
+  const cases: [string, string][] = [
+    ['Redis at redis://default:s3cret@cache:6379 is down', 'Redis at redis://***@cache:6379 is down'],
+    ['redis://:s3cret@127.0.0.1:6379/0', 'redis://***@127.0.0.1:6379/0'],
+    // Unencoded @ and / in a password (an invalid URL that still reaches a message).
+    ['postgres://app:p@ss/w0rd@db:5432/app', 'postgres://***@db:5432/app'],
+    ['a http://u:1@a and https://v:2@b/c', 'a http://***@a and https://***@b/c'],
+    ['"tracesUrl":"http://otel:k3y@collector:4318/v1/traces","x":"a@b"', '"tracesUrl":"http://***@collector:4318/v1/traces","x":"a@b"'],
+    ['postgres://db:5432/app and mail admin@example.com', 'postgres://db:5432/app and mail admin@example.com']
+  ]
+  for (const [text, shown] of cases) t.equal(withoutCredentials(text), shown, text)
+})
+
+test('a logged error that quotes a URL setting shows it without credentials', async (t) => {
+  const lines: string[] = []
+  const stream = new Writable({
+    write (chunk, _enc, cb) {
+      lines.push(String(chunk))
+      cb()
+    }
+  })
+  const store = openSqliteStore(':memory:')
+  const app = await buildApp(testConfig({ LOG_LEVEL: 'info' }), { store, logger: { stream } })
+  t.teardown(async () => { await app.close(); await store.close() })
+  app.log.error({ err: new Error('lost redis://default:s3cret@cache:6379') }, 'a driver failed')
+  const line = lines.find((l) => l.includes('a driver failed')) ?? ''
+  t.match(line, 'redis://***@cache:6379', 'the message and stack name the URL…')
+  t.notMatch(line, 's3cret', '…without its password')
 })
