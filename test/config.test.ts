@@ -140,3 +140,34 @@ test('a logged error that quotes a URL setting shows it without credentials', as
   t.match(line, 'redis://***@cache:6379', 'the message and stack name the URL…')
   t.notMatch(line, 's3cret', '…without its password')
 })
+
+test('a malformed DATABASE_URL or REDIS_URL names its setting at start, with the other problems, without its value', async (t) => {
+  const problems = (env: Record<string, string>) => {
+    try {
+      loadConfig(env)
+      return []
+    } catch (err) {
+      return (err as ConfigError).problems
+    }
+  }
+  for (const value of ['database', 'postgres//user:s3cret@db/app', 'postgres://user:s3cret@data base/app', 'mysql://user@db/app', 'localhost:5432/app']) {
+    const found = problems({ DATABASE_URL: value })
+    t.match(found, [/^DATABASE_URL .*postgres:\/\/user:password@host:5432\/database/], `DATABASE_URL=${value}`)
+    t.notMatch(found.join('\n'), 's3cret', 'the value (it may hold a password) is not quoted')
+  }
+  for (const value of ['redis//cache:6379', 'http://cache:6379', 'redis://']) {
+    t.match(problems({ REDIS_URL: value }), [/^REDIS_URL .*redis:\/\/:password@host:6379/], `REDIS_URL=${value}`)
+  }
+  for (const value of ['postgres://app:s3cret@db:5432/app', 'postgresql://db/app', 'postgres:///app?host=/var/run/postgresql']) {
+    t.same(problems({ DATABASE_URL: value }), [], `DATABASE_URL=${value} is accepted`)
+  }
+  for (const value of ['redis://cache:6379', 'rediss://:s3cret@cache:6380/1']) {
+    t.same(problems({ REDIS_URL: value }), [], `REDIS_URL=${value} is accepted`)
+  }
+  t.equal(problems({ DATABASE_URL: 'database', REDIS_URL: 'cache', PORT: 'x' }).length, 3, 'reported with the others, at once')
+
+  const service = spawnService(t, { DATABASE_URL: 'postgres//user:s3cret@db/app', PORT: '0' })
+  t.equal(await service.exited, 1)
+  t.match(service.stderr().trim(), /^Configuration: DATABASE_URL [^\n]+$/, 'one line naming the setting (was: getaddrinfo ENOTFOUND base)')
+  t.notMatch(service.stderr(), 's3cret')
+})
