@@ -351,6 +351,31 @@ export function environment (path = PROJECT_ENV_FILE): Record<string, string | u
   return existsSync(path) ? { ...parseEnv(readFileSync(path, 'utf8')), ...process.env } : process.env
 }
 
+/**
+ * A URL's credentials anywhere in a message: scheme://, then the user info up to the authority's last
+ * `@` (a password may hold an unencoded `@` or `/`). A message may end up anywhere (a terminal, a log
+ * collector, a ticket), so every start-up error and every logged error shows URL settings this way.
+ */
+const URL_CREDENTIALS = /\b([a-z][a-z0-9+.-]*:\/\/)(?:[^\s@"'<>]*@)+/gi
+
+/** `text` with the user and password of every URL in it replaced by `***` (redis://***@host:6379). */
+export function withoutCredentials (text: string): string {
+  return text.replace(URL_CREDENTIALS, '$1***@')
+}
+
+/**
+ * Why `value` is not a URL with one of `schemes` and a host (a PostgreSQL URL may name a socket
+ * directory as ?host= instead), or null when it is one. The value is never quoted: it may hold a password.
+ */
+function urlProblem (name: string, value: string | null, schemes: string[], example: string): string | null {
+  if (value === null) return null
+  let url: URL
+  try { url = new URL(value) } catch { return `${name} is not a URL (expected ${example})` }
+  if (!schemes.includes(url.protocol)) return `${name} must start with ${schemes.map((s) => `${s}//`).join(' or ')} (expected ${example})`
+  if (!url.hostname && !url.searchParams.has('host')) return `${name} names no host (expected ${example})`
+  return null
+}
+
 /** An origin as browsers send it (lower-case host, default port dropped), or null when `entry` is not one. */
 function origin (entry: string): string | null {
   let url: URL
@@ -396,7 +421,7 @@ export function loadConfigOrExit (): Config {
   try {
     return loadConfig()
   } catch (err) {
-    console.error((err as Error).message)
+    console.error(withoutCredentials((err as Error).message))
     process.exit(1)
   }
 }
@@ -448,6 +473,11 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     if (!allowed) problems.push(`CORS_ORIGINS entry "${entry}" is not an origin (expected scheme://host[:port], e.g. https://app.example.com)`)
     return allowed ?? entry
   })
+  // A malformed URL would otherwise fail later in a driver's words (getaddrinfo ENOTFOUND base).
+  for (const problem of [
+    urlProblem('DATABASE_URL', optional(e.DATABASE_URL), ['postgres:', 'postgresql:'], 'postgres://user:password@host:5432/database'),
+    urlProblem('REDIS_URL', optional(e.REDIS_URL), ['redis:', 'rediss:'], 'redis://:password@host:6379')
+  ]) if (problem) problems.push(problem)
   if (e.METRICS_PORT !== undefined && e.METRICS_PORT !== 0 && String(e.METRICS_PORT) === String(e.PORT ?? 3000)) {
     problems.push('METRICS_PORT must differ from PORT (metrics get a port of their own)')
   }

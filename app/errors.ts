@@ -14,7 +14,8 @@ export const ErrorCodes = {
   ALIAS_LIMIT_EXCEEDED: { status: 400, sender: true },
   DIRECTIVE_LIMIT_EXCEEDED: { status: 400, sender: true },
   INTROSPECTION_DISABLED: { status: 400, sender: true },
-  PERSISTED_QUERY_NOT_FOUND: { status: 400, sender: true },
+  // 200: a miss is an ordinary answer in the automatic-registration protocol (the client resends with the query).
+  PERSISTED_QUERY_NOT_FOUND: { status: 200, sender: true },
   PERSISTED_QUERY_REQUIRED: { status: 400, sender: true },
   PERSISTED_QUERY_HASH_MISMATCH: { status: 400, sender: true },
   UNAUTHENTICATED: { status: 401, sender: true },

@@ -1,13 +1,14 @@
 // How the service logs (pino through Fastify), shared with the benchmark's baseline server so both pay
-// the same for it. At info and above (production): one access line per request, after the response
-// (request id, method, path, persisted query id, client IP as trusted, status, time), without headers.
+// the same for it. At info and above (production): one access line per request (health probes excepted),
+// after the response (request id, method, path, persisted query id, client IP as trusted, status, time),
+// without headers.
 // No line carries user data: a URL is logged as its path only (a persisted GET's query string holds
 // its variables), with the persisted id beside it; bodies are never logged. At debug and trace (the development
 // default): Fastify's request logging too, with request headers, credentials redacted.
 import { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import { hostname } from 'node:os'
 import pino from 'pino'
-import type { Config } from './config.ts'
+import { withoutCredentials, type Config } from './config.ts'
 
 /** How long a line may wait in memory before it is written (also bounds what a SIGKILL loses). */
 const LOG_FLUSH_MS = 200
@@ -85,6 +86,9 @@ export function serverLogging (
         censor: '[redacted]'
       },
       serializers: {
+        // A driver's error may quote a URL setting (REDIS_URL, DATABASE_URL…): never its credentials.
+        // Runs only for lines that carry an error, never on the access line's path.
+        err: redactedError,
         req: (req: { method: string; url: string; headers: Record<string, unknown>; ip?: string }) => ({
           method: req.method,
           url: pathOf(req.url),
@@ -95,6 +99,17 @@ export function serverLogging (
       stream: destination
     }
   }
+}
+
+/** pino's error serializer, without any URL's credentials in the message or the stack. */
+function redactedError (err: Error) {
+  const serialized = pino.stdSerializers.err(err)
+  // Anything but an error (a string) comes back from pino's serializer as it was given.
+  if (typeof serialized !== 'object' || serialized === null) return serialized
+  // An error-like object may lack either.
+  if (serialized.message) serialized.message = withoutCredentials(serialized.message)
+  if (serialized.stack) serialized.stack = withoutCredentials(serialized.stack)
+  return serialized
 }
 
 /** A URL without its query string (which may carry variables). */
@@ -134,8 +149,12 @@ function accessFields (request: FastifyRequest, reply: FastifyReply) {
   }
 }
 
+/** pino's number for the info level, the access line's. */
+const INFO = pino.levels.values.info!
+
 /**
- * The one access line per request, when Fastify's own request logging is off. Without tracing it is
+ * The one access line per request, when Fastify's own request logging is off, except on routes that
+ * log at warn and above (the health probes: a flood of probes must not flood the log). Without tracing it is
  * written to the logger's destination as pino writes a line at info (level, time, pid, hostname, reqId,
  * the fields, msg), formatted here: pino's general path (the child's bindings, a key walk with escaping
  * per value) cost about 8 µs a request, an eighth of a guarded GET, for a line whose shape never
@@ -148,13 +167,15 @@ export function accessLog (app: FastifyInstance, destination: pino.DestinationSt
   if (destination === null || verbose(level) || ['silent', 'warn', 'error', 'fatal'].includes(level)) return
   if (traced) {
     app.addHook('onResponse', (request, reply, done) => {
-      request.log.info(accessFields(request, reply), 'request completed')
+      request.log.info(accessFields(request, reply), 'request completed') // a route at warn logs nothing here
       done()
     })
     return
   }
   const base = `,"pid":${process.pid},"hostname":${JSON.stringify(hostname())},"reqId":`
   app.addHook('onResponse', (request, reply, done) => {
+    // A route may log at warn and above only (Fastify's per-route logLevel): the health probes.
+    if (pino.levels.values[request.log.level]! > INFO) return done()
     const { method, url, persistedId, ip, statusCode, ms } = accessFields(request, reply)
     destination.write(
       `{"level":30,"time":${Date.now()}${base}${JSON.stringify(request.id)},"method":${JSON.stringify(method)}` +

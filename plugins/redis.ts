@@ -5,6 +5,7 @@
 import fp from 'fastify-plugin'
 import { Redis } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
+import { withoutCredentials } from '../app/config.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -40,10 +41,11 @@ export default fp(async function redis (app: FastifyInstance) {
   // Connection errors are reported through readiness and per-command failures, not as crashes.
   client.on('error', (err) => app.log.warn({ err: err.message }, 'redis connection error'))
   try {
+    const shown = withoutCredentials(redisUrl)
     await new Promise<void>((resolve, reject) => {
       client.once('ready', resolve)
-      client.once('end', () => reject(new Error(`Redis at ${redisUrl} is not reachable`)))
-      setTimeout(() => reject(new Error(`Redis at ${redisUrl} did not answer within 5 s`)), 5000).unref()
+      client.once('end', () => reject(new Error(`Redis at ${shown} is not reachable`)))
+      setTimeout(() => reject(new Error(`Redis at ${shown} did not answer within 5 s`)), 5000).unref()
     })
   } catch (err) {
     client.disconnect()

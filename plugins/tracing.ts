@@ -15,6 +15,7 @@ import fp from 'fastify-plugin'
 import type { Context, Span } from '@opentelemetry/api'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify'
 import type { Tracing } from '../app/tracing.ts'
+import { withoutCredentials } from '../app/config.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -91,7 +92,11 @@ export default fp(async function tracing (app: FastifyInstance) {
     } as typeof route.handler
   })
   app.log.info(
-    { tracesUrl: settings.tracesUrl, protocol: settings.protocol, serviceName: settings.serviceName },
+    {
+      tracesUrl: withoutCredentials(settings.tracesUrl),
+      protocol: settings.protocol,
+      serviceName: settings.serviceName
+    },
     'tracing on (OTLP)'
   )
 }, { name: 'tracing', dependencies: ['config'] })

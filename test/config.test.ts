@@ -1,5 +1,9 @@
 import { test } from 'tap'
-import { environment, loadConfig, type ConfigError } from '../app/config.ts'
+import { Writable } from 'node:stream'
+import { buildApp } from '../app/app.ts'
+import { environment, loadConfig, withoutCredentials, type ConfigError } from '../app/config.ts'
+import { openSqliteStore } from '../app/store/sqlite.ts'
+import { testConfig } from './helpers/app.ts'
 import { spawnService } from './helpers/server-process.ts'
 
 const SECRET = 'a-production-secret-of-at-least-32-characters'
@@ -105,4 +109,65 @@ test('TRUST_PROXY=0.0.0.0/0 (trust everyone) is refused with a clear line at sta
     'Configuration: TRUST_PROXY entry "0.0.0.0/0" trusts every address: list the load balancers\' addresses or subnets (a prefix of 1 or more)',
     'one clear line, no stack trace'
   )
+})
+
+test('withoutCredentials: the user and password of every URL in a message are hidden, the rest kept', async (t) => {
+  const cases: [string, string][] = [
+    ['Redis at redis://default:s3cret@cache:6379 is down', 'Redis at redis://***@cache:6379 is down'],
+    ['redis://:s3cret@127.0.0.1:6379/0', 'redis://***@127.0.0.1:6379/0'],
+    // Unencoded @ and / in a password (an invalid URL that still reaches a message).
+    ['postgres://app:p@ss/w0rd@db:5432/app', 'postgres://***@db:5432/app'],
+    ['a http://u:1@a and https://v:2@b/c', 'a http://***@a and https://***@b/c'],
+    ['"tracesUrl":"http://otel:k3y@collector:4318/v1/traces","x":"a@b"', '"tracesUrl":"http://***@collector:4318/v1/traces","x":"a@b"'],
+    ['postgres://db:5432/app and mail admin@example.com', 'postgres://db:5432/app and mail admin@example.com']
+  ]
+  for (const [text, shown] of cases) t.equal(withoutCredentials(text), shown, text)
+})
+
+test('a logged error that quotes a URL setting shows it without credentials', async (t) => {
+  const lines: string[] = []
+  const stream = new Writable({
+    write (chunk, _enc, cb) {
+      lines.push(String(chunk))
+      cb()
+    }
+  })
+  const store = openSqliteStore(':memory:')
+  const app = await buildApp(testConfig({ LOG_LEVEL: 'info' }), { store, logger: { stream } })
+  t.teardown(async () => { await app.close(); await store.close() })
+  app.log.error({ err: new Error('lost redis://default:s3cret@cache:6379') }, 'a driver failed')
+  const line = lines.find((l) => l.includes('a driver failed')) ?? ''
+  t.match(line, 'redis://***@cache:6379', 'the message and stack name the URL…')
+  t.notMatch(line, 's3cret', '…without its password')
+})
+
+test('a malformed DATABASE_URL or REDIS_URL names its setting at start, with the other problems, without its value', async (t) => {
+  const problems = (env: Record<string, string>) => {
+    try {
+      loadConfig(env)
+      return []
+    } catch (err) {
+      return (err as ConfigError).problems
+    }
+  }
+  for (const value of ['database', 'postgres//user:s3cret@db/app', 'postgres://user:s3cret@data base/app', 'mysql://user@db/app', 'localhost:5432/app']) {
+    const found = problems({ DATABASE_URL: value })
+    t.match(found, [/^DATABASE_URL .*postgres:\/\/user:password@host:5432\/database/], `DATABASE_URL=${value}`)
+    t.notMatch(found.join('\n'), 's3cret', 'the value (it may hold a password) is not quoted')
+  }
+  for (const value of ['redis//cache:6379', 'http://cache:6379', 'redis://']) {
+    t.match(problems({ REDIS_URL: value }), [/^REDIS_URL .*redis:\/\/:password@host:6379/], `REDIS_URL=${value}`)
+  }
+  for (const value of ['postgres://app:s3cret@db:5432/app', 'postgresql://db/app', 'postgres:///app?host=/var/run/postgresql']) {
+    t.same(problems({ DATABASE_URL: value }), [], `DATABASE_URL=${value} is accepted`)
+  }
+  for (const value of ['redis://cache:6379', 'rediss://:s3cret@cache:6380/1']) {
+    t.same(problems({ REDIS_URL: value }), [], `REDIS_URL=${value} is accepted`)
+  }
+  t.equal(problems({ DATABASE_URL: 'database', REDIS_URL: 'cache', PORT: 'x' }).length, 3, 'reported with the others, at once')
+
+  const service = spawnService(t, { DATABASE_URL: 'postgres//user:s3cret@db/app', PORT: '0' })
+  t.equal(await service.exited, 1)
+  t.match(service.stderr().trim(), /^Configuration: DATABASE_URL [^\n]+$/, 'one line naming the setting (was: getaddrinfo ENOTFOUND base)')
+  t.notMatch(service.stderr(), 's3cret')
 })

@@ -124,3 +124,27 @@ test('the persisted ids the README and docs send are in persisted/manifest.json'
   for (const [file, id] of sent) t.ok(ids.has(id!), `${file}: ${id} is registered`)
   t.match(read('README.md'), /PERSISTED_MANIFEST=persisted\/manifest\.json npm start/, 'the README starts the development server with that manifest')
 })
+
+test('docs/errors.md\'s status table gives each code the status of the catalogue', async (t) => {
+  const markdown = read('docs/errors.md')
+  const start = markdown.indexOf('## Which HTTP status a request gets')
+  t.ok(start >= 0, 'docs/errors.md has its "Which HTTP status a request gets" table')
+  let checked = 0
+  for (const line of markdown.slice(start).split('\n')) {
+    const cells = /^\|([^|]*)\|([^|]*)\|([^|]*)\|$/.exec(line)
+    if (!cells) continue
+    // A row names its statuses and codes in the same order ("408, 431, 400" and three codes).
+    const statuses = [...cells[2]!.matchAll(/\b[1-5]\d\d\b/g)].map((m) => Number(m[0]))
+    const codes = [...cells[3]!.matchAll(/`([A-Z_]{3,})`/g)].map((m) => m[1]!)
+    if (codes.length === 0) continue
+    t.equal(statuses.length, codes.length, `one status per code: ${line}`)
+    codes.forEach((code, i) => {
+      t.ok(Object.hasOwn(ErrorCodes, code), `${code} is in the catalogue`)
+      t.equal(statuses[i], ErrorCodes[code as keyof typeof ErrorCodes]?.status, `${code}: ${line}`)
+      checked++
+    })
+  }
+  t.ok(checked >= 8, `the rows were found (${checked} codes checked)`)
+  // The text names the persisted-query miss's status too.
+  t.match(markdown, `A persisted-query miss stays ${ErrorCodes.PERSISTED_QUERY_NOT_FOUND.status}`)
+})

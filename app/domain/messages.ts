@@ -1,4 +1,5 @@
 // Message use cases, transport-free.
+import { AppError } from '../errors.ts'
 import type { MessageRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
 import { assertBeforeDeadline, type DomainContext } from './context.ts'
@@ -30,7 +31,25 @@ export async function postMessage (ctx: DomainContext, roomId: string, content: 
   const author = actions.postMessage(ctx.caller)
   const message = { roomId: normalizeRoomId(roomId), content: normalizeContent(content, ctx.caps), authorId: author.id }
   assertBeforeDeadline(ctx)
-  const created = await ctx.store.createMessage(message)
+  let created: MessageRow
+  try {
+    created = await ctx.store.createMessage(message)
+  } catch (err) {
+    if (!(err instanceof AppError) && !(await userExists(ctx, author.id))) throw unknownUser()
+    throw err
+  }
   await ctx.events.publish({ type: 'messageAdded', message: created })
   return created
+}
+
+/**
+ * A valid token whose `sub` the store does not know (the user was deleted after it was issued, or never
+ * existed): the write failed on the author's foreign key. That is the credential's fault, not a server
+ * error, so it is UNAUTHENTICATED (docs/errors.md). Asked only after a failed write: a post costs no
+ * extra read, and a user deleted between a check and the insert cannot slip through as an internal error.
+ */
+const unknownUser = () => new AppError('UNAUTHENTICATED', 'The token names no user of this service')
+
+async function userExists (ctx: DomainContext, id: string): Promise<boolean> {
+  return (await ctx.store.usersByIds([id])).length > 0
 }

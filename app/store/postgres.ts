@@ -264,9 +264,14 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
 }
 
 // Connection-level failures (server down or restarting, connection killed, pool exhausted past its
-// timeout): SQLSTATE classes 08 (connection exception) and 57P (operator intervention), 53300 (too many
-// connections), socket errors, and pg's own messages for a lost or unobtainable connection.
-const OUTAGE_CODES = /^(08...|57P0[1-3]|53300|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH)$/
+// timeout): SQLSTATE classes 08 (connection exception) and 57P (operator intervention: 57P03 "the
+// database system is starting up / shutting down"), socket errors, pg's own messages for a lost or
+// unobtainable connection, and the server refusing a new connection: 53300 (too many connections), 55000
+// (database not accepting connections: ALLOW_CONNECTIONS false, as during maintenance), 3D000 (the
+// database is gone) and class 28 (this role is refused: pg_hba.conf or password changed). The service's
+// own statements (plain DML and an advisory lock) raise none of 55000, 3D000 or class 28 once
+// connected, so these codes mean "no connection" here; readiness reports the outage (docs/operations.md).
+const OUTAGE_CODES = /^(08...|57P0[1-3]|53300|55000|3D000|28...|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH)$/
 const OUTAGE_MESSAGES = /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Cannot use a pool after calling end/
 
 function isOutage (err: unknown): boolean {

@@ -4,7 +4,9 @@
 import { test, type Test } from 'tap'
 import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { listenTestApp } from '../helpers/app.ts'
+import { connect } from 'node:net'
+import { listenTestApp, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
+import { REPO, startService } from '../helpers/server-process.ts'
 
 function post (
   url: string,
@@ -64,4 +66,34 @@ test('without the drain, that connection is gone as soon as the shutdown begins'
     second instanceof Error || !second.reused,
     'the idle connection was closed at once (the request could not use it)'
   )
+})
+
+test('production shutdown takes SHUTDOWN_IDLE_DRAIN_MS (1 s) with connections open, even one that never sent a request', async (t) => {
+  const dir = t.testdir()
+  const service = await startService(t, {
+    NODE_ENV: 'production',
+    HOST: '127.0.0.1',
+    PORT: '0',
+    LOG_LEVEL: 'info',
+    SQLITE_PATH: `${dir}/service.db`,
+    JWT_SECRET: TEST_JWT_SECRET,
+    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
+    PERSISTED_MANIFEST: `${REPO}/persisted/manifest.json`
+  })
+  const { hostname, port } = new URL(service.url)
+  // An idle keep-alive connection (a balancer's pool), and one opened without a request (a preconnect).
+  const agent = new http.Agent({ keepAlive: true })
+  t.teardown(() => agent.destroy())
+  await new Promise((resolve) => http.get(`${service.url}/health/live`, { agent }, (res) => { res.resume(); res.on('end', resolve) }))
+  const silent = connect(Number(port), hostname)
+  silent.on('error', () => {})
+  t.teardown(() => silent.destroy())
+  await new Promise((resolve) => silent.on('connect', resolve))
+
+  const started = performance.now()
+  service.child.kill('SIGTERM')
+  const exit = await Promise.race([service.exited, sleep(5000).then(() => 'still running after 5 s')])
+  const ms = performance.now() - started
+  t.equal(exit, 0, `a graceful exit (not the SHUTDOWN_GRACE_MS timeout's exit 1):\n${service.stdout()}${service.stderr()}`)
+  t.ok(ms >= 900 && ms < 1800, `stopped after the 1 s drain, as docs/settings.md says (took ${Math.round(ms)} ms)`)
 })

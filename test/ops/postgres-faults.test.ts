@@ -1,13 +1,16 @@
 // PostgreSQL faults as a client sees them through a listening server, and the fault table of docs/guarantees.md
 // checked against what is observed here: a connection killed under a query (pg_terminate_backend) and
-// an unreachable server both answer SERVICE_UNAVAILABLE, and the service recovers by itself.
+// an unreachable server and a database refusing connections all answer SERVICE_UNAVAILABLE, and the
+// service recovers by itself.
 import { test } from 'tap'
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { Writable } from 'node:stream'
 import pg from 'pg'
 import { openPostgresStore } from '../../app/store/postgres.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
-import { gql, listenTestApp } from '../helpers/app.ts'
+import { buildApp } from '../../app/app.ts'
+import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { freshSchema, postgresRelay, TEST_DATABASE_URL } from '../helpers/postgres.ts'
 import { REPO } from '../helpers/server-process.ts'
 
@@ -77,5 +80,48 @@ test('PostgreSQL unreachable: SERVICE_UNAVAILABLE and readiness 503, served agai
   t.same(documentedCodes('PostgreSQL unreachable'), ['SERVICE_UNAVAILABLE'], 'docs/guarantees.md says the same')
 
   await relay.restore()
+  t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), undefined, 'served again, by itself')
+})
+
+test('a PostgreSQL database that refuses connections (55000): SERVICE_UNAVAILABLE, no stack logged, served again', async (t) => {
+  // A throwaway database of the test's own, so refusing its connections disturbs no other test.
+  const database = `t_refusing_${randomBytes(4).toString('hex')}`
+  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL })
+  await admin.connect()
+  t.teardown(async () => {
+    await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+    await admin.end()
+  })
+  await admin.query(`CREATE DATABASE ${database}`)
+  const applicationName = `gqs-refusing-${randomBytes(4).toString('hex')}`
+  const databaseUrl = new URL(TEST_DATABASE_URL)
+  databaseUrl.pathname = `/${database}`
+  const store = await openPostgresStore({ url: databaseUrl.href, poolSize: 2, applicationName })
+  t.teardown(() => store.close())
+  await loadDemoData(store)
+  const lines: string[] = []
+  const stream = new Writable({
+    write (chunk, _enc, cb) {
+      lines.push(...String(chunk).split('\n').filter(Boolean))
+      cb()
+    }
+  })
+  const app = await buildApp(testConfig({ LOG_LEVEL: 'info' }), { store, logger: { stream } })
+  t.teardown(() => app.close())
+  const url = await app.listen({ host: '127.0.0.1', port: 0 })
+  t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), undefined, 'served before the fault')
+
+  // New connections are refused ("database … is not currently accepting connections"), open ones ended.
+  await admin.query(`ALTER DATABASE ${database} ALLOW_CONNECTIONS false`)
+  await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [applicationName])
+  for (let i = 0; i < 3; i++) {
+    const refused = await gql(url, '{ users(limit: 1) { id } }')
+    t.equal(code(refused.body), 'SERVICE_UNAVAILABLE', `call ${i + 1} while connections are refused`)
+    t.equal(refused.body.errors?.[0]?.message, 'The database is unavailable; retry shortly')
+  }
+  t.equal((await fetch(`${url}/health/ready`)).status, 503, 'readiness reports it')
+  t.same(lines.filter((line) => /"stack"|"level":50/.test(line)), [], 'no error or stack logged per call')
+
+  await admin.query(`ALTER DATABASE ${database} ALLOW_CONNECTIONS true`)
   t.equal(code((await gql(url, '{ users(limit: 1) { id } }')).body), undefined, 'served again, by itself')
 })

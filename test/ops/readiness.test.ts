@@ -1,8 +1,11 @@
 // /health/ready is unbudgeted (load balancers probe it), so a flood of calls must not become a flood
 // of store and Redis pings: calls share one check, and a finished check answers for READINESS_CACHE_MS.
+// Nor a flood of log lines: the probes have no access line (metrics count them).
 import { test } from 'tap'
+import { Writable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { listenTestApp } from '../helpers/app.ts'
+import { buildApp } from '../../app/app.ts'
+import { listenTestApp, testConfig } from '../helpers/app.ts'
 import { countingStore } from '../helpers/counting-store.ts'
 
 test('200 concurrent and 200 rapid calls to /health/ready make one store check and one of every other dependency', async (t) => {
@@ -43,4 +46,39 @@ test('after READINESS_CACHE_MS the next call checks again, and sees a failure', 
   t.equal(failing.status, 503, 'checked again once the interval passed')
   t.match(await failing.json(), { status: 'not ready', checks: { store: 'failing: database is down' } })
   t.equal(pings(), after + 1, 'one more check: the call after the interval')
+})
+
+test('a flood of health probes costs the cheapest path: one store check, no access line, still counted in metrics', async (t) => {
+  const { store, calls } = countingStore()
+  t.teardown(() => store.close())
+  const lines: string[] = []
+  const stream = new Writable({
+    write (chunk, _enc, cb) {
+      lines.push(...String(chunk).split('\n').filter(Boolean))
+      cb()
+    }
+  })
+  // Production's logging (info: the access log's hand-made path); metrics on the API port as in development.
+  const config = testConfig({ LOG_LEVEL: 'info', READINESS_CACHE_MS: '60000', MAX_CONNECTIONS_PER_IP: '0' })
+  const app = await buildApp(config, { store, logger: { stream } })
+  t.teardown(() => app.close())
+  const url = await app.listen({ host: '127.0.0.1', port: 0 })
+  const pings = () => calls.filter((call) => call.method === 'ping').length
+
+  for (const path of ['/health/ready', '/health/live']) {
+    const statuses = await Promise.all(Array.from({ length: 100 }, () => fetch(`${url}${path}`).then(async (r) => {
+      await r.arrayBuffer()
+      return `${r.status} ${r.headers.get('content-type')}`
+    })))
+    t.same([...new Set(statuses)], ['200 application/json; charset=utf-8'], path)
+  }
+  t.same(await (await fetch(`${url}/health/ready`)).json(), { status: 'ready', checks: { store: 'ok' } })
+  t.equal(pings(), 1, 'one store ping for 101 readiness calls')
+  await fetch(`${url}/no-such-route`)
+  await new Promise((resolve) => setTimeout(resolve, 300)) // the log's batch is handed on every 200 ms
+  const accessLines = lines.filter((line) => line.includes('"msg":"request completed"'))
+  t.match(accessLines, [/"url":"\/no-such-route"/], 'only the other request has an access line')
+  t.equal(accessLines.length, 1, `no access line for the probes:\n${accessLines.slice(0, 3).join('\n')}`)
+  const metrics = await (await fetch(`${url}/metrics`)).text()
+  t.match(metrics, /http_requests_total\{method="GET",route="\/health\/ready",status_code="200"\} 101/, 'the probes are counted')
 })

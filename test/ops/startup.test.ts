@@ -1,8 +1,9 @@
 // Starting the real process: configuration errors (all at once, one line each, no stack trace), the
-// optional .env file, and the production profile's empty store (demo data is for development). Each
+// optional .env file, the production profile's empty store (demo data is for development), and no
+// credential of a URL setting in what a failed start prints. Each
 // process runs in a directory of its own, so a developer's .env in the repository plays no part.
 import { test } from 'tap'
-import { REPO, spawnService, startService } from '../helpers/server-process.ts'
+import { freePort, REPO, spawnService, startService } from '../helpers/server-process.ts'
 import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
 import { environment, loadConfig } from '../../app/config.ts'
 
@@ -46,6 +47,36 @@ test('the commands (seed, partner:create, token) report configuration problems t
     const missing = command.endsWith('mint-token.ts') ? ['Configuration:'] : ['Configuration:', 'Configuration:']
     t.same(run.stderr().trim().split('\n').map((line) => line.replace(/ .*/, '')), missing, `${command}: one line per missing secret:\n${run.stderr()}`)
   }
+})
+
+test('no credential of a URL setting appears in what a failed start prints (REDIS_URL, DATABASE_URL, OTLP, CORS_ORIGINS)', async (t) => {
+  const dir = t.testdir()
+  const closed = await freePort()
+  const base = {
+    JWT_SECRET: TEST_JWT_SECRET,
+    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY,
+    PORT: '0',
+    LOG_LEVEL: 'info',
+    SQLITE_PATH: `${dir}/service.db`
+  }
+  const runs = {
+    // Redis that never answers (a closed port): the start fails after its wait, with tracing on meanwhile.
+    redis: spawnService(t, {
+      ...base,
+      REDIS_URL: `redis://default:redis-pa55word@127.0.0.1:${closed}`,
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://collector:otlp-pa55word@127.0.0.1:${closed}`
+    }, { cwd: dir }),
+    postgres: spawnService(t, { ...base, DATABASE_URL: `postgres://postgres:pg-pa55word@127.0.0.1:${closed}/test` }, { cwd: dir }),
+    configuration: spawnService(t, { ...base, CORS_ORIGINS: 'https://someone:cors-pa55word@app.example.com/api' }, { cwd: dir })
+  }
+  for (const [name, run] of Object.entries(runs)) {
+    t.equal(await run.exited, 1, `${name}: exit code 1`)
+    const output = run.stdout() + run.stderr()
+    t.notMatch(output, /pa55word/, `${name}: no password printed:\n${output}`)
+    t.match(run.stderr(), /^(Could not start|Configuration): /, `${name}: the failure is still reported`)
+  }
+  t.match(runs.redis.stderr(), `127.0.0.1:${closed}`, 'the Redis address is still named')
+  t.match(runs.redis.stdout(), /"tracing on \(OTLP\)"/, 'the OTLP endpoint was logged (without its password)')
 })
 
 test('a start that fails after the configuration (a missing manifest) says so in one line', async (t) => {
