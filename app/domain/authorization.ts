@@ -1,6 +1,6 @@
 // Who may do what: the one place for every authorization rule, used by the GraphQL @auth directive,
 // GraphQL resolvers, SOAP handlers and subscriptions alike.
-import { forbidden, unauthenticated } from '../errors.ts'
+import { AppError, forbidden, unauthenticated } from '../errors.ts'
 import type { Role, UserRow } from '../store/types.ts'
 import type { Caller } from './context.ts'
 
@@ -31,6 +31,20 @@ export function meets (
   return requirements.some(
     (r) => (r === 'ADMIN' && caller.role === 'ADMIN') || (r === 'SELF' && ownerId !== null && caller.id === ownerId)
   )
+}
+
+/**
+ * Why a caller's token no longer speaks for its user, given the user's role in the store (null: the user
+ * is gone); undefined while it still does. Requests take the token's word until it expires (its life is
+ * bounded by JWT_MAX_LIFETIME_SEC); long-lived work (subscriptions) asks this when it starts and when the
+ * user changes, so a demoted or deleted user keeps no rights the store no longer gives.
+ */
+export function staleIdentity (caller: Caller, storedRole: Role | null): AppError | undefined {
+  if (storedRole === null) return new AppError('UNAUTHENTICATED', 'The user of this token no longer exists')
+  if (storedRole !== caller.role) {
+    return forbidden(`The user's role is now ${storedRole}, not the token's ${caller.role}: use a new token`)
+  }
+  return undefined
 }
 
 /** A user as a caller may see it: the email may be hidden (null) as well as the admin notes. */
