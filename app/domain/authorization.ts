@@ -21,6 +21,18 @@ export function requireCaller (caller: Caller | null): Caller {
   return caller
 }
 
+/**
+ * An authenticated caller who is nobody: role USER, owner of nothing. A USER's or SERVICE's answer differs
+ * from a bystander's only where SELF lets them read their own data, so the fan-out hub executes an event
+ * once as a bystander for all of them, and once more only for the callers among `refusedOwners`: the
+ * owners of the data SELF refused the bystander (routes/graphql/fanout.ts).
+ */
+export class Bystander implements Caller {
+  readonly id = ''
+  readonly role: Role = 'USER'
+  readonly refusedOwners = new Set<string>()
+}
+
 /** True when the caller meets any of the requirements for data owned by `ownerId`. */
 export function meets (
   caller: Caller | null,
@@ -28,9 +40,13 @@ export function meets (
   ownerId: string | null
 ): boolean {
   if (!caller) return false
-  return requirements.some(
-    (r) => (r === 'ADMIN' && caller.role === 'ADMIN') || (r === 'SELF' && ownerId !== null && caller.id === ownerId)
-  )
+  return requirements.some((r) => {
+    if (r === 'ADMIN') return caller.role === 'ADMIN'
+    if (ownerId === null) return false
+    if (caller.id === ownerId) return true
+    if (caller instanceof Bystander) caller.refusedOwners.add(ownerId)
+    return false
+  })
 }
 
 /**
