@@ -131,7 +131,7 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   const userChangesHeard = new Promise<void>((resolve) => {
     options.emitter.on(options.userChangesTopic, (message, done) => {
       const event = message.payload as DomainEvent
-      if (event.type === 'userChanged') {
+      if (event?.type === 'userChanged') {
         userChanges++
         for (const held of heldBy.get(event.userId) ?? []) endStale(held, event.role)
       }
