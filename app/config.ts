@@ -61,6 +61,8 @@ export interface Config {
     issuer: string | null
     audience: string | null
     clockToleranceSec: number
+    /** Longest lifetime a token may claim (`exp - iat`, or `exp - now` without `iat`), seconds. */
+    maxLifetimeSec: number
   }
 
   limits: {
@@ -238,6 +240,7 @@ const schema = {
     JWT_ISSUER: { type: 'string' },
     JWT_AUDIENCE: { type: 'string' },
     JWT_CLOCK_TOLERANCE_SEC: { type: 'integer', minimum: 0, maximum: 300, default: 5 },
+    JWT_MAX_LIFETIME_SEC: { type: 'integer', minimum: 60, maximum: 2592000, default: 86400 },
     MAX_DEPTH: { type: 'integer', minimum: 1, default: 10 },
     MAX_QUERY_LENGTH: { type: 'integer', minimum: 100, default: 65536 },
     MAX_QUERY_TOKENS: { type: 'integer', minimum: 100, default: 10000 },
@@ -530,7 +533,8 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       privateKey: optional(e.JWT_PRIVATE_KEY),
       issuer: optional(e.JWT_ISSUER),
       audience: optional(e.JWT_AUDIENCE),
-      clockToleranceSec: e.JWT_CLOCK_TOLERANCE_SEC as number
+      clockToleranceSec: e.JWT_CLOCK_TOLERANCE_SEC as number,
+      maxLifetimeSec: e.JWT_MAX_LIFETIME_SEC as number
     },
     limits: {
       maxDepth: e.MAX_DEPTH as number,

@@ -47,15 +47,36 @@ export default fp(async function auth (app: FastifyInstance) {
     VERIFIED_TOKENS_MAX_BYTES
   )
 
+  const { clockToleranceSec, maxLifetimeSec } = app.config.jwt
+  /**
+   * A token's claimed times, beyond what fast-jwt checks (exp is required and not past): it was not
+   * issued in the future (beyond the clock tolerance), and it lives at most JWT_MAX_LIFETIME_SEC, counted
+   * from `iat`, or from now when it has none (what is left of its life is what it can still be used for).
+   * A token minted for a hundred years would otherwise carry its roles for as long.
+   */
+  function assertLifetime (exp: unknown, iat: unknown): void {
+    const now = Date.now() / 1000
+    if (iat !== undefined && (typeof iat !== 'number' || !Number.isFinite(iat))) {
+      throw new AppError('UNAUTHENTICATED', 'Invalid token claims')
+    }
+    if (iat !== undefined && iat > now + clockToleranceSec) {
+      throw new AppError('UNAUTHENTICATED', 'Token issued in the future')
+    }
+    if ((exp as number) - (iat ?? now) > maxLifetimeSec) {
+      throw new AppError('UNAUTHENTICATED', `Token lifetime longer than ${maxLifetimeSec} s`)
+    }
+  }
+
   /** Checks a token; a token that passes is remembered under the header that carried it, until its `exp`. */
   function verify (token: string, header: string): Caller {
-    let claims: { sub?: unknown; role?: unknown; exp?: unknown }
+    let claims: { sub?: unknown; role?: unknown; exp?: unknown; iat?: unknown }
     try {
       claims = app.jwt.verify(token)
     } catch (err) {
       const code = (err as { code?: string }).code
       throw new AppError('UNAUTHENTICATED', code === 'FAST_JWT_EXPIRED' ? 'Token expired' : 'Invalid token')
     }
+    assertLifetime(claims.exp, claims.iat)
     const role = claims.role ?? 'USER'
     if (typeof claims.sub !== 'string' || claims.sub === '' || !ROLES.includes(role as Role)) {
       throw new AppError('UNAUTHENTICATED', 'Invalid token claims')

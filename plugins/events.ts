@@ -13,6 +13,8 @@ declare module 'fastify' {
     events: Events
     /** The topic messages of a room are published on (Redis channels carry the deployment's prefix). */
     roomTopic (roomId: string): string
+    /** The topic of `userChanged` events (a user's role written, or the user deleted), on every instance. */
+    userChangesTopic: string
   }
 }
 
@@ -47,6 +49,11 @@ export default fp(async function events (app: FastifyInstance) {
   const roomTopic = (roomId: string) => `${redisPrefix}room/${roomId}`
   app.decorate('emitter', emitter)
   app.decorate('roomTopic', roomTopic)
+  // Not under room/: no room id can name it.
+  const userChangesTopic = `${redisPrefix}user-changes`
+  app.decorate('userChangesTopic', userChangesTopic)
+  const topicOf = (event: DomainEvent) =>
+    event.type === 'messageAdded' ? roomTopic(event.message.roomId) : userChangesTopic
   // Delivery to live subscribers is best-effort: the write it announces is already stored, so a Redis
   // outage must neither fail nor stall it (ioredis would queue the publish until Redis returns). While
   // Redis is down, subscribers miss those events; `messages(roomId)` has them.
@@ -63,7 +70,7 @@ export default fp(async function events (app: FastifyInstance) {
           warn(new Error(`no answer within ${COMMAND_TIMEOUT_MS} ms`), 'event not published')
           resolve()
         }, COMMAND_TIMEOUT_MS)
-        emitter.emit({ topic: roomTopic(event.message.roomId), payload: event }, (err?: Error) => {
+        emitter.emit({ topic: topicOf(event), payload: event }, (err?: Error) => {
           if (timer) clearTimeout(timer)
           if (err) warn(err, 'event not published')
           resolve()

@@ -6,6 +6,7 @@ import { createSigner } from 'fast-jwt'
 import { spawnSync } from 'node:child_process'
 import { gql, listenTestApp, TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from './helpers/app.ts'
 import { processEnv, REPO } from './helpers/server-process.ts'
+import { collect, wsClient } from './subscriptions/clients.ts'
 
 const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
 const now = () => Math.floor(Date.now() / 1000)
@@ -110,6 +111,53 @@ test('clock tolerance, issuer and audience are enforced when configured', async 
   t.equal((await send({ exp: now() + 60, iss: 'https://evil.example', aud: 'graphql-api' })).status, 401, 'wrong issuer')
   t.equal((await send({ exp: now() + 60, iss: 'https://issuer.example', aud: 'other-api' })).status, 401, 'wrong audience')
   t.equal((await send({ exp: now() + 60 })).status, 401, 'missing iss and aud')
+})
+
+test('token lifetime: too long a life or an iat in the future is refused, over HTTP and at connection_init', async (t) => {
+  const { url } = await listenTestApp(t, { JWT_MAX_LIFETIME_SEC: '86400', JWT_CLOCK_TOLERANCE_SEC: '5' })
+  const day = 86_400
+  const refused: Record<string, [object, string]> = {
+    'a 100-year exp': [{ iat: now(), exp: now() + 100 * 365 * day }, 'Token lifetime longer than 86400 s'],
+    'an iat one day ahead': [{ iat: now() + day, exp: now() + day + 60 }, 'Token issued in the future'],
+    'no iat, a far exp': [{ exp: now() + 30 * day }, 'Token lifetime longer than 86400 s'],
+    'an iat that is no number': [{ iat: 'yesterday', exp: now() + 60 }, 'Invalid token claims']
+  }
+  const passing: Record<string, object> = {
+    'an hour, issued now': { iat: now(), exp: now() + 3600 },
+    'exactly the maximum': { iat: now() - 60, exp: now() - 60 + day },
+    'an iat within the clock tolerance': { iat: now() + 3, exp: now() + 600 },
+    'no iat, a near exp': { exp: now() + 600 }
+  }
+  const ask = (claims: object) =>
+    gql(url, '{ user(id: "2") { email } }', undefined, {
+      authorization: `Bearer ${hs256({ sub: '2', role: 'USER', ...claims })}`
+    })
+  for (const [name, [claims, message]] of Object.entries(refused)) {
+    const { status, body } = await ask(claims)
+    t.equal(status, 401, `${name}: 401`)
+    t.match(body, { errors: [{ message, extensions: { code: 'UNAUTHENTICATED' } }] }, `${name}: ${message}`)
+    t.notOk(body.data, `${name}: nothing executed`)
+    // The same verification at connection_init: the connection closes with 4403.
+    const client = wsClient(url, { authToken: `Bearer ${hs256({ sub: '2', role: 'USER', ...claims })}` })
+    const closed = await Promise.race([
+      client.closed,
+      new Promise<null>((resolve) => setTimeout(() => resolve(null), 5000))
+    ])
+    client.dispose()
+    t.match(closed, { code: 4403, reason: `Forbidden: ${message}` }, `${name}: closed 4403 at connection_init`)
+  }
+  for (const [name, claims] of Object.entries(passing)) {
+    const { status, body } = await ask(claims)
+    t.equal(status, 200, `${name}: accepted`)
+    t.same(body.data, { user: { email: 'ada@example.com' } }, `${name}: as the user`)
+    const client = wsClient(url, { authToken: `Bearer ${hs256({ sub: '2', role: 'USER', ...claims })}` })
+    const outcome = await Promise.race([
+      collect(client, 'subscription { count(target: 1) }').done,
+      new Promise<null>((resolve) => setTimeout(() => resolve(null), 5000))
+    ])
+    client.dispose()
+    t.match(outcome, { completed: true, values: [{ data: { count: 0 } }] }, `${name}: accepted at connection_init`)
+  }
 })
 
 test('RS256 with a public key verifies tokens signed by the private key', async (t) => {

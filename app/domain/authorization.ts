@@ -1,6 +1,6 @@
 // Who may do what: the one place for every authorization rule, used by the GraphQL @auth directive,
 // GraphQL resolvers, SOAP handlers and subscriptions alike.
-import { forbidden, unauthenticated } from '../errors.ts'
+import { AppError, forbidden, unauthenticated } from '../errors.ts'
 import type { Role, UserRow } from '../store/types.ts'
 import type { Caller } from './context.ts'
 
@@ -21,6 +21,18 @@ export function requireCaller (caller: Caller | null): Caller {
   return caller
 }
 
+/**
+ * An authenticated caller who is nobody: role USER, owner of nothing. A USER's or SERVICE's answer differs
+ * from a bystander's only where SELF lets them read their own data, so the fan-out hub executes an event
+ * once as a bystander for all of them, and once more only for the callers among `refusedOwners`: the
+ * owners of the data SELF refused the bystander (routes/graphql/fanout.ts).
+ */
+export class Bystander implements Caller {
+  readonly id = ''
+  readonly role: Role = 'USER'
+  readonly refusedOwners = new Set<string>()
+}
+
 /** True when the caller meets any of the requirements for data owned by `ownerId`. */
 export function meets (
   caller: Caller | null,
@@ -28,9 +40,27 @@ export function meets (
   ownerId: string | null
 ): boolean {
   if (!caller) return false
-  return requirements.some(
-    (r) => (r === 'ADMIN' && caller.role === 'ADMIN') || (r === 'SELF' && ownerId !== null && caller.id === ownerId)
-  )
+  return requirements.some((r) => {
+    if (r === 'ADMIN') return caller.role === 'ADMIN'
+    if (ownerId === null) return false
+    if (caller.id === ownerId) return true
+    if (caller instanceof Bystander) caller.refusedOwners.add(ownerId)
+    return false
+  })
+}
+
+/**
+ * Why a caller's token no longer speaks for its user, given the user's role in the store (null: the user
+ * is gone); undefined while it still does. Requests take the token's word until it expires (its life is
+ * bounded by JWT_MAX_LIFETIME_SEC); long-lived work (subscriptions) asks this when it starts and when the
+ * user changes, so a demoted or deleted user keeps no rights the store no longer gives.
+ */
+export function staleIdentity (caller: Caller, storedRole: Role | null): AppError | undefined {
+  if (storedRole === null) return new AppError('UNAUTHENTICATED', 'The user of this token no longer exists')
+  if (storedRole !== caller.role) {
+    return forbidden(`The user's role is now ${storedRole}, not the token's ${caller.role}: use a new token`)
+  }
+  return undefined
 }
 
 /** A user as a caller may see it: the email may be hidden (null) as well as the admin notes. */

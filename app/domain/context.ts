@@ -14,7 +14,10 @@ export interface Caller {
 }
 
 /** Things that happened, for subscribers (GraphQL subscriptions, across instances through Redis). */
-export type DomainEvent = { type: 'messageAdded'; message: import('../store/types.ts').MessageRow }
+export type DomainEvent =
+  | { type: 'messageAdded'; message: import('../store/types.ts').MessageRow }
+  /** A user's role was written (`role`: the new one), or the user was deleted (`role`: null). */
+  | { type: 'userChanged'; userId: string; role: Role | null }
 
 export interface Events {
   publish (event: DomainEvent): Promise<void>

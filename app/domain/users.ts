@@ -76,6 +76,8 @@ export async function updateUser (ctx: DomainContext, id: string, input: UpdateU
   const updated = await ctx.store.updateUser(id, patch)
   if (!updated) throw notFound(`User ${id}`)
   ctx.loaders.userById.clear(id).prime(id, updated)
+  // Long-lived work (subscriptions) holds the role its token claimed: it must learn of the new one.
+  if (patch.role !== undefined) await ctx.events.publish({ type: 'userChanged', userId: id, role: updated.role })
   return updated
 }
 
@@ -84,6 +86,7 @@ export async function deleteUser (ctx: DomainContext, id: string): Promise<boole
   assertBeforeDeadline(ctx)
   const deleted = await ctx.store.deleteUser(id)
   ctx.loaders.forgetUser(id)
+  if (deleted) await ctx.events.publish({ type: 'userChanged', userId: id, role: null })
   return deleted
 }
 

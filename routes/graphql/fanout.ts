@@ -1,12 +1,14 @@
 // Subscription events, priced and shared. One emitter listener per topic per process (not one per
 // subscriber) feeds this hub. A topic's subscribers are grouped by (operation plan, variables, caller
-// scope): each event is executed once per group, formatted, serialised and held to the answer cap once,
-// and the same JSON string goes to every subscriber of the group. Before anything is executed or sent,
+// scope): each event is executed once per group (and, for USER and SERVICE callers of a plan with guarded
+// fields, once more per owner of the data SELF shows them), formatted, serialised and held to the answer
+// cap once, and the same JSON string goes to every subscriber who sees the same. Before anything is executed or sent,
 // the event is paid for: each subscriber's price (its operation's cost) is spent from the budget of
 // whoever holds it, with one spend per distinct payer per event; a subscriber whose payer can no longer
 // pay is ended with RATE_LIMITED instead of receiving the event.
 import { TypeInfo, visit, visitWithTypeInfo, type GraphQLSchema } from 'graphql'
 import type { MQEmitter, Message } from 'mqemitter'
+import { Bystander } from '../../app/domain/authorization.ts'
 import type { Caller } from '../../app/domain/context.ts'
 import type { CostUnitsLeft } from '../../app/limits/cost-report.ts'
 import type { Admission } from './pipeline.ts'
@@ -96,12 +98,18 @@ const guardedByPlan = new WeakMap<OperationPlan, boolean>()
 /**
  * The scope an event's answer may be shared in. Field rules (@auth: `email` SELF/ADMIN, `adminNotes`
  * ADMIN) depend on the caller, so a plan that selects a guarded field shares only between callers who
- * see the same: `anonymous`, `ADMIN` (any administrator sees everything), or `user:<id>` (SELF). A plan
- * that selects no guarded field gives every caller the same answer: one `public` scope, executed as an
- * anonymous caller. The document is read whole (all its operations and fragments): a guarded field
- * anywhere in it makes the plan per-caller, which errs on the safe side.
+ * may see the same: `anonymous`, `ADMIN` (any administrator sees everything), or `authenticated` (every
+ * other caller, USER or SERVICE: it sees a guarded field only where SELF makes it the owner, so all but
+ * the owners share one answer; see Bystander). A plan that selects no guarded field gives every caller
+ * the same answer: one `public` scope, executed as an anonymous caller. The document is read whole (all
+ * its operations and fragments): a guarded field anywhere in it makes the plan per-caller, which errs on
+ * the safe side.
  */
-export function scopeOf (operation: OperationPlan, caller: Caller | null, schema: GraphQLSchema): string {
+export function scopeOf (
+  operation: OperationPlan,
+  caller: Caller | null,
+  schema: GraphQLSchema
+): 'public' | 'anonymous' | 'ADMIN' | 'authenticated' {
   let guarded = guardedByPlan.get(operation)
   if (guarded === undefined) {
     guarded = false
@@ -115,7 +123,7 @@ export function scopeOf (operation: OperationPlan, caller: Caller | null, schema
   }
   if (!guarded) return 'public'
   if (!caller) return 'anonymous'
-  return caller.role === 'ADMIN' ? 'ADMIN' : `user:${caller.id}`
+  return caller.role === 'ADMIN' ? 'ADMIN' : 'authenticated'
 }
 
 export interface FanoutOptions {
@@ -154,8 +162,13 @@ export class Member implements Payer {
 interface Group {
   key: string
   topic: Topic
-  /** The admission the group executes events as: its caller is the scope's (null for `public` and `anonymous`). */
+  /**
+   * The admission the group executes events as: its caller is the scope's (null for `public` and
+   * `anonymous`, a fresh Bystander per event for `authenticated`).
+   */
   run: Admission
+  /** `authenticated`: the answer of an event is the bystander's, except for the owners it was refused. */
+  perOwner: boolean
   members: Set<Member>
 }
 
@@ -196,9 +209,36 @@ export function createFanout (options: FanoutOptions) {
     await Promise.all([...topic.groups.values()].map(async (group) => {
       const recipients = [...group.members].filter((member) => member.paid === paid)
       if (recipients.length === 0) return
+      if (group.perOwner) return deliverPerOwner(group, recipients, event)
       const json = await options.answer(group.run, event)
       // Those who left while it executed are no longer in a group.
       for (const member of recipients) if (member.group === group) member.sink.next(json)
+    }))
+  }
+
+  /**
+   * An `authenticated` group: executed once as a bystander; the recipients whose data SELF refused it
+   * (the owners, usually the event's author alone) are executed as themselves, once per user.
+   */
+  async function deliverPerOwner (group: Group, recipients: Member[], event: unknown): Promise<void> {
+    const bystander = new Bystander()
+    const shared = await options.answer({ ...group.run, caller: bystander }, event)
+    const owners = new Map<string, Member[]>()
+    for (const member of recipients) {
+      if (member.group !== group) continue
+      const id = member.caller!.id
+      if (!bystander.refusedOwners.has(id)) {
+        member.sink.next(shared)
+        continue
+      }
+      const same = owners.get(id)
+      if (same) same.push(member)
+      else owners.set(id, [member])
+    }
+    await Promise.all([...owners.values()].map(async (members) => {
+      // A user's subscribers of one group differ at most in role (USER or SERVICE), which SELF ignores.
+      const own = await options.answer({ ...group.run, caller: members[0]!.caller }, event)
+      for (const member of members) if (member.group === group) member.sink.next(own)
     }))
   }
 
@@ -277,8 +317,9 @@ export function createFanout (options: FanoutOptions) {
       const key = `${planId}\n${scope}\n${JSON.stringify(run.variables)}`
       let group = topic.groups.get(key)
       if (!group) {
-        const scopeCaller = scope === 'public' || scope === 'anonymous' ? null : payer.caller
-        topic.groups.set(key, (group = { key, topic, run: { ...run, caller: scopeCaller }, members: new Set() }))
+        const caller = scope === 'ADMIN' ? payer.caller : null
+        const perOwner = scope === 'authenticated'
+        topic.groups.set(key, (group = { key, topic, run: { ...run, caller }, perOwner, members: new Set() }))
       }
       const member = new Member(sink, payer, group, release)
       group.members.add(member)

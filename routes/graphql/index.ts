@@ -91,6 +91,7 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
     domain: options.domain,
     emitter: app.emitter,
     roomTopic: app.roomTopic,
+    userChangesTopic: app.userChangesTopic,
     config,
     log: app.log
   }

@@ -9,10 +9,17 @@
 // (fanout.ts, one execution per group of alike subscribers), `count` tick by tick (its
 // timers are per subscriber, nothing to share). Subscriptions are also capped per caller (the user, or
 // the IP when anonymous) across connections and carriers on this instance.
+//
+// A subscription outlives the request that started it, so its caller's token is held against the store:
+// a user whose role in the store is not the token's, or who no longer exists, starts none, and a
+// `userChanged` event (a role written or a user deleted, on any instance: plugins/events.ts) ends that
+// user's running subscriptions whose token the store now contradicts (app/domain/authorization.ts).
 import type { ExecutionResult, GraphQLSchema } from 'graphql'
 import type { MQEmitter } from 'mqemitter'
 import { AppError } from '../../app/errors.ts'
-import type { Caller } from '../../app/domain/context.ts'
+import type { Caller, DomainEvent } from '../../app/domain/context.ts'
+import { staleIdentity } from '../../app/domain/authorization.ts'
+import type { Role } from '../../app/store/types.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import { formatError, formatResult, formatThrown, type FormatOptions } from './error-format.ts'
 import { TopicEvents, callerKey, createFanout, type Fanout, type Subscription, type SubscriptionSink } from './fanout.ts'
@@ -39,6 +46,17 @@ export interface OperationStarterOptions {
   maxResponseBytes: number
   /** Subscriptions one caller (user, or IP when anonymous) may hold at once on this instance. */
   maxSubscriptionsPerCaller: number
+  /** The topic `userChanged` events arrive on (plugins/events.ts). */
+  userChangesTopic: string
+  /** A user's role in the store now; null when there is no such user. */
+  storedRole (userId: string): Promise<Role | null>
+}
+
+/** A running subscription of an authenticated caller, as user changes find it. */
+interface HeldIdentity {
+  caller: Caller
+  /** Ends the subscription with these errors (already formatted). */
+  end (errors: unknown[]): void
 }
 
 export function operationStarter (options: OperationStarterOptions): { start: StartOperation; fanout: Fanout } {
@@ -102,6 +120,61 @@ export function operationStarter (options: OperationStarterOptions): { start: St
     }
   }
 
+  /** Running subscriptions of authenticated callers, by user id. */
+  const heldBy = new Map<string, Set<HeldIdentity>>()
+  /** `userChanged` events seen: a start that overlapped one reads the store again. */
+  let userChanges = 0
+  const endStale = (held: HeldIdentity, storedRole: Role | null) => {
+    const stale = staleIdentity(held.caller, storedRole)
+    if (stale) held.end(formatThrown(stale, options.format()))
+  }
+  const userChangesHeard = new Promise<void>((resolve) => {
+    options.emitter.on(options.userChangesTopic, (message, done) => {
+      const event = message.payload as DomainEvent
+      if (event?.type === 'userChanged') {
+        userChanges++
+        for (const held of heldBy.get(event.userId) ?? []) endStale(held, event.role)
+      }
+      done()
+    }, () => resolve())
+  })
+  /** Refuses a caller whose token the store contradicts (the user's role changed, or the user is gone). */
+  async function assertIdentityHolds (caller: Caller): Promise<void> {
+    const stale = staleIdentity(caller, await options.storedRole(caller.id))
+    if (stale) throw stale
+  }
+  /**
+   * Keeps a caller's subscription where user changes find it, until it stops; a change that came while
+   * it started (after the store was read) is checked against the store again.
+   */
+  function holdIdentity (
+    caller: Caller,
+    subscription: Subscription,
+    sink: SubscriptionSink,
+    seen: number
+  ): Subscription {
+    const held: HeldIdentity = {
+      caller,
+      end (errors) {
+        subscription.stop()
+        sink.end(errors)
+      }
+    }
+    let set = heldBy.get(caller.id)
+    if (!set) heldBy.set(caller.id, (set = new Set()))
+    set.add(held)
+    if (userChanges !== seen) {
+      void options.storedRole(caller.id).then((role) => endStale(held, role), () => {})
+    }
+    return {
+      stop () {
+        const set = heldBy.get(caller.id)
+        if (set?.delete(held) && set.size === 0) heldBy.delete(caller.id)
+        subscription.stop()
+      }
+    }
+  }
+
   /** `count`'s ticks: its own timer per subscriber, each tick charged like a shared event. */
   function pump (
     admission: Admission,
@@ -148,21 +221,22 @@ export function operationStarter (options: OperationStarterOptions): { start: St
     const admission = await options.pipeline().admit(request)
     const { operation } = admission
     if (operation.type !== 'subscription') return { operation, answer: await answerOf(admission) }
-    const release = takeSlot(request.caller, request.ip)
+    const { caller } = request
+    await userChangesHeard
+    const seen = userChanges
+    if (caller) await assertIdentityHolds(caller)
+    const release = takeSlot(caller, request.ip)
     try {
       const source = await options.pipeline().subscribe(admission)
       // graphql-js answers a source stream that failed to start with its errors.
       if (!(Symbol.asyncIterator in source)) {
         throw Object.assign(new Error('The subscription could not start'), { errors: source.errors ?? [] })
       }
-      const payer = { caller: request.caller, ip: request.ip, cost: admission.cost.requested }
-      if (source instanceof TopicEvents) {
-        return {
-          operation,
-          subscription: await fanout.add(source.topic, admission, payer, sink, release, options.schema())
-        }
-      }
-      return { operation, subscription: pump(admission, payer, source, sink, release) }
+      const payer = { caller, ip: request.ip, cost: admission.cost.requested }
+      const subscription = source instanceof TopicEvents
+        ? await fanout.add(source.topic, admission, payer, sink, release, options.schema())
+        : pump(admission, payer, source, sink, release)
+      return { operation, subscription: caller ? holdIdentity(caller, subscription, sink, seen) : subscription }
     } catch (err) {
       release()
       throw err

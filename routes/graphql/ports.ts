@@ -43,6 +43,8 @@ export interface GraphQLPorts {
   /** Pub/sub the room's subscriptions listen on, and the topic of a chat room's events. */
   emitter: MQEmitter
   roomTopic (roomId: string): string
+  /** The topic of `userChanged` events: a user's role written or the user deleted, on any instance. */
+  userChangesTopic: string
   config: Config
   log: RoomLogger
 }

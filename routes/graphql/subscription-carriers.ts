@@ -160,7 +160,10 @@ export async function registerSubscriptionCarriers (
     emitter: ports.emitter,
     maxQueuedEvents: MAX_QUEUED_EVENTS,
     maxResponseBytes: limits.maxResponseBytes,
-    maxSubscriptionsPerCaller: ws.maxSubscriptionsPerCaller
+    maxSubscriptionsPerCaller: ws.maxSubscriptionsPerCaller,
+    // identity: user changes end a user's subscriptions (operations.ts)
+    userChangesTopic: ports.userChangesTopic,
+    storedRole: async (userId) => (await ports.domain.store.usersByIds([userId]))[0]?.role ?? null
   })
   const wsOptions = {
     start,

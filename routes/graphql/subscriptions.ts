@@ -75,7 +75,7 @@ export function subscriptionResolvers ({
       // long-lived subscription neither serves stale rows nor accumulates a cache.
       subscribe: (_root: unknown, { roomId }: { roomId: string }) =>
         new TopicEvents(roomTopic(normalizeRoomId(roomId))),
-      resolve: (event: DomainEvent) => event.message
+      resolve: (event: Extract<DomainEvent, { type: 'messageAdded' }>) => event.message
     }
   }
 }

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { collect, wsClient } from '../subscriptions/clients.ts'
 import { sha256Hex } from '../../routes/graphql/persisted.ts'
-import { PG_URL, SOAP_PUBLIC_URL, eventually, gql, request, soapEnvelope, startCluster, startPrivateRedis, startTcpLink, terminateBackends, token, type Instance } from './harness.ts'
+import { PG_URL, SOAP_PUBLIC_URL, eventually, gql, newUser, request, soapEnvelope, startCluster, startPrivateRedis, startTcpLink, terminateBackends, token, type Instance } from './harness.ts'
 
 const REQUEST_LIMIT = 20
 const CLIENT_TIMEOUT_MS = 20_000
@@ -192,7 +192,7 @@ test('faults during traffic: answered clearly, readiness reflects them, recovery
   await t.test('after Redis returns, pub/sub works across instances again', async (t) => {
     traffic.phase = 'redis-recovered'
     const room = `after-redis-${randomBytes(3).toString('hex')}`
-    const ws = wsClient(lb.pinned[1]!, { authToken: `Bearer ${token('after-redis-subscriber')}` })
+    const ws = wsClient(lb.pinned[1]!, { authToken: `Bearer ${token(await newUser(lb.url, 'after-redis-subscriber'))}` })
     t.teardown(() => ws.dispose())
     const received = collect(ws, `subscription { messageAdded(roomId: "${room}") { content } }`)
     await eventually('the subscription open on b', async () => /graphql_open_subscriptions\{transport="ws"\} 1/.test((await request(b.metricsUrl)).text))

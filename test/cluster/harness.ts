@@ -149,6 +149,22 @@ export function token (sub: string, role: Role = 'USER'): string {
   return mintToken(loadConfig({ JWT_SECRET, PARTNER_SECRET_KEY, NODE_ENV: 'production' }).jwt, sub, role)
 }
 
+/**
+ * A USER of the test's own, created through the API (by an administrator's token of its own, whose
+ * budgets are fresh); its id. A subscriber must be a user the store knows (docs/subscriptions.md).
+ */
+export async function newUser (baseUrl: string, label: string): Promise<string> {
+  const unique = `${label}-${randomBytes(4).toString('hex')}`
+  const { body } = await gql(
+    baseUrl,
+    'mutation ($input: CreateUserInput!) { createUser(input: $input) { id } }',
+    { input: { name: unique, email: `${unique}@cluster.example.com` } },
+    { token: token(`user-maker-${unique}`, 'ADMIN') }
+  )
+  if (!body?.data?.createUser?.id) throw new Error(`could not create user ${unique}: ${JSON.stringify(body)}`)
+  return body.data.createUser.id
+}
+
 // ---------------------------------------------------------------- PostgreSQL
 
 export interface Database {

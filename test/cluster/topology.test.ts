@@ -8,6 +8,7 @@ import {
   SOAP_PUBLIC_URL,
   eventually,
   gql,
+  newUser,
   request,
   soapEnvelope,
   startCluster,
@@ -141,10 +142,11 @@ test('two instances behind nginx', async (t) => {
     const query = `subscription { messageAdded(roomId: "${room}") { id content author { id } } }`
     // Both subscribers reach instance b through nginx: the WebSocket upgrade and the event stream pass the proxy.
     // Subscribers of their own (rate limits are per user, and earlier checks spent some users' budgets).
-    const ws = wsClient(lb.pinned[1]!, { authToken: `Bearer ${token('ws-subscriber')}` })
+    const [wsUser, sseUser] = [await newUser(lb.url, 'ws-subscriber'), await newUser(lb.url, 'sse-subscriber')]
+    const ws = wsClient(lb.pinned[1]!, { authToken: `Bearer ${token(wsUser)}` })
     t.teardown(() => ws.dispose())
     const overWs = collect(ws, query)
-    const overSse = collect(sseClient(lb.pinned[1]!, `Bearer ${token('sse-subscriber')}`), query)
+    const overSse = collect(sseClient(lb.pinned[1]!, `Bearer ${token(sseUser)}`), query)
     t.teardown(() => { overWs.dispose(); overSse.dispose() })
     await eventually('both subscriptions open on instance b', async () => {
       const metrics = (await request(b.metricsUrl)).text

@@ -63,6 +63,105 @@ test('one room, four callers: each sees only the fields its own rules allow, and
   t.equal(executions, 5, 'executed once per scope, not once per subscriber')
 })
 
+test('USER and SERVICE subscribers share one execution per event; only the author is executed as itself', async (t) => {
+  const { url, app, token } = await listenTestApp(t)
+  const pipeline = app.graphqlRoom.pipeline
+  const execute = pipeline.execute
+  let executions = 0
+  pipeline.execute = (admission, root) => {
+    if (root !== undefined) executions++
+    return execute(admission, root)
+  }
+  const query = 'subscription { messageAdded(roomId: "shared") { content author { id name email } } }'
+  const clients = [
+    wsClient(url, { authToken: `Bearer ${token('2')}` }),
+    wsClient(url, { authToken: `Bearer ${token('3')}` }),
+    wsClient(url, { authToken: `Bearer ${token('4')}` }),
+    wsClient(url, { authToken: `Bearer ${token('5', 'SERVICE')}` })
+  ]
+  const overSse = sseClient(url, `Bearer ${token('2')}`)
+  t.teardown(() => { for (const c of clients) c.dispose(); overSse.dispose() })
+  const [u2, u3, u4, service, u2sse] = [...clients, overSse].map((c) => collect(c, query))
+  const all = [u2, u3, u4, service, u2sse]
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 5, 5000, 'five subscribers')
+  const post = (author: string, content: string) =>
+    gql(url, 'mutation ($c: String!) { postMessage(roomId: "shared", content: $c) { id } }', { c: content }, {
+      authorization: `Bearer ${token(author)}`
+    })
+  const emails = (i: number) => all.map((s) => s!.outcome.values[i].data.messageAdded.author.email)
+
+  await post('4', 'by Grace')
+  await eventually(() => all.every((s) => s!.outcome.values.length === 1), 5000, 'the first event everywhere')
+  t.same(emails(0), [null, null, 'grace@example.com', null, null], 'the author alone sees its email')
+  t.notOk(u4!.outcome.values[0].errors, 'the author: no error')
+  for (const s of [u2, u3, service, u2sse]) {
+    t.match(s!.outcome.values[0].errors, [{ path: ['messageAdded', 'author', 'email'], extensions: { code: 'FORBIDDEN' } }])
+  }
+  t.equal(executions, 2, 'one shared execution, and one for the author')
+
+  await post('2', 'by Ada')
+  await eventually(() => all.every((s) => s!.outcome.values.length === 2), 5000, 'the second event everywhere')
+  t.same(emails(1), ['ada@example.com', null, null, null, 'ada@example.com'], 'now Ada alone, on both carriers')
+  t.equal(executions, 4, 'again two: the author\'s two subscriptions share its execution')
+
+  // An author who is not subscribed: nobody's answer differs, one execution.
+  await post('1', 'by the admin')
+  await eventually(() => all.every((s) => s!.outcome.values.length === 3), 5000, 'the third event everywhere')
+  t.same(emails(2), [null, null, null, null, null])
+  t.equal(executions, 5, 'one execution for every subscriber')
+})
+
+test('a SERVICE subscriber is in no administrator scope: it sees neither the email nor the admin notes of others', async (t) => {
+  const { url, app, token } = await listenTestApp(t)
+  const service = wsClient(url, { authToken: `Bearer ${token('5', 'SERVICE')}` })
+  const admin = wsClient(url, { authToken: `Bearer ${token('1', 'ADMIN')}` })
+  t.teardown(() => { service.dispose(); admin.dispose() })
+  const byService = collect(service, ROOM_WITH_AUTHOR, { room: 'service' })
+  const byAdmin = collect(admin, ROOM_WITH_AUTHOR, { room: 'service' })
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
+  await gql(url, 'mutation { postMessage(roomId: "service", content: "by A") { id } }', undefined, {
+    authorization: `Bearer ${token('4')}`
+  })
+  await eventually(
+    () => byService.outcome.values.length === 1 && byAdmin.outcome.values.length === 1,
+    5000,
+    'the event for the SERVICE and the ADMIN subscriber'
+  )
+  const [seen] = byService.outcome.values
+  t.same(seen.data.messageAdded.author, { id: '4', email: null, adminNotes: null }, 'a SERVICE caller sees neither')
+  t.match(seen.errors, [{ extensions: { code: 'FORBIDDEN' } }, { extensions: { code: 'FORBIDDEN' } }])
+  t.same(
+    byAdmin.outcome.values[0].data.messageAdded.author,
+    { id: '4', email: 'grace@example.com', adminNotes: 'Prefers COBOL' },
+    'the ADMIN, subscribed alongside, sees both'
+  )
+})
+
+test('guarded fields reached through named fragments decide the scope too: the author gets their own email', async (t) => {
+  const { url, app, token } = await listenTestApp(t)
+  const query = `subscription ($room: String!) { messageAdded(roomId: $room) { ...Message } }
+    fragment Message on Message { content author { ...Author } }
+    fragment Author on User { id email }`
+  const A = wsClient(url, { authToken: `Bearer ${token('4')}` })
+  const B = sseClient(url, `Bearer ${token('3')}`)
+  const anonymous = wsClient(url)
+  t.teardown(() => { A.dispose(); B.dispose(); anonymous.dispose() })
+  const [a, b, anon] = [A, B, anonymous].map((c) => collect(c, query, { room: 'fragments' }))
+  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 3, 5000, 'three subscribers')
+  await gql(url, 'mutation { postMessage(roomId: "fragments", content: "by A") { id } }', undefined, {
+    authorization: `Bearer ${token('4')}`
+  })
+  await eventually(() => [a, b, anon].every((s) => s!.outcome.values.length === 1), 5000, 'the event everywhere')
+  t.same(
+    a!.outcome.values[0],
+    { data: { messageAdded: { content: 'by A', author: { id: '4', email: 'grace@example.com' } } } },
+    'the author: its own email, no error'
+  )
+  t.same(b!.outcome.values[0].data.messageAdded.author, { id: '4', email: null })
+  t.match(b!.outcome.values[0].errors, [{ extensions: { code: 'FORBIDDEN' } }], 'another user: FORBIDDEN')
+  t.match(anon!.outcome.values[0].errors, [{ extensions: { code: 'UNAUTHENTICATED' } }], 'anonymous: UNAUTHENTICATED')
+})
+
 test('every event is charged to whoever holds the subscription, one spend per payer, before it is sent', async (t) => {
   const { url, app, token } = await listenTestApp(t)
   const spends: { who: string; units: number }[] = []

@@ -95,6 +95,42 @@ test('a message posted on instance A reaches subscribers on instance B through R
   t.equal((aRoom.outcome.values[5] as any).data.messageAdded.content, 'from B')
 })
 
+test('a role changed on instance A ends that user\'s subscriptions on instance B within seconds', async (t) => {
+  await requireRedis()
+  const store = openSqliteStore(':memory:')
+  await loadDemoData(store)
+  t.teardown(() => store.close())
+  const env = { REDIS_URL, REDIS_PREFIX: `test:user-changes:${process.pid}:${Date.now()}:` }
+  const a = await listenTestApp(t, env, { store, demo: false })
+  const b = await listenTestApp(t, env, { store, demo: false })
+  const QUERY = 'subscription { messageAdded(roomId: "lobby") { id author { adminNotes } } }'
+  const adminToken = `Bearer ${b.token('1', 'ADMIN')}`
+  const onB = wsClient(b.url, { authToken: adminToken })
+  const sseOnB = sseClient(b.url, adminToken)
+  const bystander = wsClient(b.url, { authToken: `Bearer ${b.token('2')}` })
+  t.teardown(() => { onB.dispose(); sseOnB.dispose(); bystander.dispose() })
+  const overWs = collect(onB, QUERY)
+  const overSse = collect(sseOnB, QUERY)
+  const other = collect(bystander, QUERY)
+  await eventually(() => b.app.graphqlRoom.subscriptionStats().topicSubscribers === 3, 5000, 'three subscribers on B')
+
+  const demoted = await gql(a.url, 'mutation { updateUser(id: "1", input: { role: SERVICE }) { id } }', undefined, {
+    authorization: `Bearer ${a.token('9', 'ADMIN')}`
+  })
+  t.same(demoted.body.data, { updateUser: { id: '1' } }, 'written on A')
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_resolve, reject) => {
+    timer = setTimeout(() => reject(new Error('a role changed on A did not end the subscriptions on B within 3 s')), 3000)
+  })
+  const [ws, sse] = await Promise.race([Promise.all([overWs.done, overSse.done]), late])
+  clearTimeout(timer)
+  const message = "The user's role is now SERVICE, not the token's ADMIN: use a new token"
+  t.match(ws.error, [{ message, extensions: { code: 'FORBIDDEN' } }], 'WebSocket on B')
+  t.match(sse.values.at(-1), { errors: [{ message, extensions: { code: 'FORBIDDEN' } }] }, 'SSE on B')
+  t.equal(b.app.graphqlRoom.subscriptionStats().topicSubscribers, 1, 'the other user\'s subscription stays')
+  t.notOk(other.outcome.error)
+})
+
 /** A TCP relay to Redis that can stop forwarding while every connection stays open: a network partition. */
 async function partitionableRelay (t: { teardown (fn: () => unknown): void }) {
   const { createServer, connect } = await import('node:net')
