@@ -66,7 +66,7 @@ function clientErrorHandler (err: Error & { code?: string }, socket: Socket): vo
  */
 export function createServer (config: Config, options: LoggingOptions = {}): FastifyInstance {
   const trustedPeer = trustedPeers(config.trustProxy)
-  const destination = logDestination(options)
+  const destination = logDestination(options, config.logLevel)
   const app = Fastify({
     ...serverLogging(config, options, destination),
     bodyLimit: config.bodyLimitBytes,

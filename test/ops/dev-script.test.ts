@@ -19,7 +19,8 @@ const parentOf = (pid: number) => Number(readFileSync(`/proc/${pid}/stat`, 'utf8
 
 test('a SIGTERM to `npm run dev` stops the watcher and the server', async (t) => {
   const dir = t.testdir()
-  const service = await startService(t, { PORT: '0', SQLITE_PATH: `${dir}/dev.db` }, { command: ['npm', 'run', 'dev'] })
+  // LOG_LEVEL info: JSON lines (which carry the pid) rather than development's readable text.
+  const service = await startService(t, { PORT: '0', SQLITE_PATH: `${dir}/dev.db`, LOG_LEVEL: 'info' }, { command: ['npm', 'run', 'dev'] })
   const listening = service.stdout().split('\n').find((line) => line.includes('Server listening at'))!
   const server = (JSON.parse(listening) as { pid: number }).pid
   const watcher = parentOf(server)
