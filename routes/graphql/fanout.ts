@@ -77,18 +77,23 @@ export async function chargeEvent<M extends Payer> (
   }
   const refused: M[] = []
   let resetMs = 0
-  await Promise.all(
-    [...payers.values()].map(async ({ first, total, members }) => {
-      const spent = await spend(first.caller, first.ip, total)
-      if (spent.remaining >= 0) return
-      resetMs = Math.max(resetMs, spent.resetMs)
-      let affordable = spent.remaining + total
-      for (const member of members) {
-        affordable -= member.cost
-        if (affordable < 0) refused.push(member)
-      }
-    })
-  )
+  const settle = ({ total, members }: { total: number; members: M[] }, spent: CostUnitsLeft) => {
+    if (spent.remaining >= 0) return
+    resetMs = Math.max(resetMs, spent.resetMs)
+    let affordable = spent.remaining + total
+    for (const member of members) {
+      affordable -= member.cost
+      if (affordable < 0) refused.push(member)
+    }
+  }
+  // In-process counters answer at once: no promise per payer (an event may have thousands of payers).
+  const waiting: Promise<void>[] = []
+  for (const payer of payers.values()) {
+    const spent = spend(payer.first.caller, payer.first.ip, payer.total)
+    if (spent instanceof Promise) waiting.push(spent.then((left) => settle(payer, left)))
+    else settle(payer, spent)
+  }
+  if (waiting.length > 0) await Promise.all(waiting)
   return { refused, resetMs }
 }
 
