@@ -1,6 +1,9 @@
 // The one place where every setting, limit and mode is read from the environment, typed and defaulted.
 // Two profiles: production (NODE_ENV=production: safe defaults, secrets required) and development
 // (anything else: introspection, query UI and ad-hoc queries open, a fixed development JWT secret).
+// Each variable is declared once, in `schema`: env-schema (Ajv) validates, coerces and defaults it there, and
+// the `Env` type is derived from that same `as const` schema, so the values come out typed with no casts.
+// Kept over hand-written readers because Ajv's coercion, defaults and messages stay exactly what they were.
 import { X509Certificate, createPrivateKey } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
@@ -320,14 +323,34 @@ const schema = {
   }
 } as const
 
-type Env = Record<string, string | number | boolean | undefined>
-
-function list (value: unknown): string[] {
-  return String(value ?? '').split(',').map((s) => s.trim()).filter(Boolean)
+/** A schema entry's value after env-schema: a number, a boolean, a member of its enum, else text. */
+type Value<Entry> = Entry extends { type: 'integer' | 'number' } ? number
+  : Entry extends { enum: readonly (infer Member)[] } ? Member
+    : Entry extends { type: 'boolean' } ? boolean : string
+type Properties = typeof schema.properties
+/** The variables as env-schema returns them: typed, defaulted, undefined when unset without a default. */
+type Env = {
+  [Name in keyof Properties]: Properties[Name] extends { default: unknown }
+    ? Value<Properties[Name]>
+    : Value<Properties[Name]> | undefined
 }
 
-function optional (value: unknown): string | null {
-  return typeof value === 'string' && value !== '' ? value : null
+function list (value: string | undefined): string[] {
+  return (value ?? '').split(',').map((s) => s.trim()).filter(Boolean)
+}
+
+function optional (value: string | undefined): string | null {
+  return value !== undefined && value !== '' ? value : null
+}
+
+/** The settings env-schema refused, each with Ajv's message (its error carries Ajv's errors), or none. */
+function schemaErrors (err: unknown): { setting: string, message: string }[] {
+  const errors = err instanceof Error && 'errors' in err ? err.errors : undefined
+  if (!Array.isArray(errors)) return []
+  return errors.map((error: { instancePath?: unknown, message?: unknown }) => ({
+    setting: String(error.instancePath).slice(1),
+    message: String(error.message)
+  }))
 }
 
 /** Every problem of an unusable configuration, one line each ("Configuration: ..."), found in one pass. */
@@ -424,7 +447,7 @@ export function loadConfigOrExit (): Config {
   try {
     return loadConfig()
   } catch (err) {
-    console.error(withoutCredentials((err as Error).message))
+    console.error(withoutCredentials(err instanceof Error ? err.message : String(err)))
     process.exit(1)
   }
 }
@@ -435,17 +458,19 @@ export function loadConfigOrExit (): Config {
  */
 export function loadConfig (env: Record<string, string | undefined> = environment()): Config {
   const problems: string[] = []
+  // env: false: only `data` is read (env-schema would otherwise merge process.env under it).
+  const read = (data: Record<string, string | undefined>) => envSchema<Env>({ schema, data, dotenv: false, env: false })
   let e: Env
+  let invalid = new Set<string>()
   try {
-    // env: false: only `env` is read (env-schema would otherwise merge process.env under it).
-    e = envSchema<Env>({ schema, data: env, dotenv: false, env: false })
+    e = read(env)
   } catch (err) {
-    // Type errors, all of them (Ajv's allErrors); the checks below still run on the text values.
-    for (const error of (err as { errors?: { instancePath: string; message?: string }[] }).errors ?? []) {
-      problems.push(`${error.instancePath.slice(1)} ${error.message}`)
-    }
-    if (problems.length === 0) throw err
-    e = env
+    // Type errors, all of them (Ajv's allErrors); the checks below still run, with each invalid variable unset.
+    const errors = schemaErrors(err)
+    if (errors.length === 0) throw err
+    for (const { setting, message } of errors) problems.push(`${setting} ${message}`)
+    invalid = new Set(errors.map(({ setting }) => setting))
+    e = read(Object.fromEntries(Object.entries(env).filter(([name]) => !invalid.has(name))))
   }
   const profile: Profile = e.NODE_ENV === 'production' ? 'production' : 'development'
   const prod = profile === 'production'
@@ -467,7 +492,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
   if (cursorSecret !== null && cursorSecret.length < 32) problems.push('CURSOR_SECRET must be at least 32 characters')
   // The interface: "The interactive query UI is disabled in
   // production as well." A contradicting setting refuses to start.
-  if (prod && String(e.QUERY_UI) === 'true') {
+  if (prod && e.QUERY_UI === true) {
     problems.push('QUERY_UI cannot be turned on in production (the query UI is for development only)')
   }
   // CORS_ORIGINS is an allowlist of exact origins: a near miss (a path, `*`) fails the start instead of never matching.
@@ -481,7 +506,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     urlProblem('DATABASE_URL', optional(e.DATABASE_URL), ['postgres:', 'postgresql:'], 'postgres://user:password@host:5432/database'),
     urlProblem('REDIS_URL', optional(e.REDIS_URL), ['redis:', 'rediss:'], 'redis://:password@host:6379')
   ]) if (problem) problems.push(problem)
-  if (e.METRICS_PORT !== undefined && e.METRICS_PORT !== 0 && String(e.METRICS_PORT) === String(e.PORT ?? 3000)) {
+  if (e.METRICS_PORT !== undefined && e.METRICS_PORT !== 0 && e.METRICS_PORT === e.PORT && !invalid.has('PORT')) {
     problems.push('METRICS_PORT must differ from PORT (metrics get a port of their own)')
   }
   for (const entry of list(e.TRUST_PROXY)) {
@@ -493,8 +518,8 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
   const tracing = tracingConfig(e, problems)
   const soapSigning = soapSigningConfig(e, problems)
   if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
-  const port = e.PORT as number
-  const namespaceBase = (e.SOAP_NAMESPACE_BASE as string).replace(/\/+$/, '')
+  const port = e.PORT
+  const namespaceBase = e.SOAP_NAMESPACE_BASE.replace(/\/+$/, '')
   if (!/^[A-Za-z][A-Za-z0-9+.-]*:[^\s"<>&']+$/.test(namespaceBase)) {
     throw new Error('Configuration: SOAP_NAMESPACE_BASE must be an absolute URI (e.g. urn:example:users or https://example.com/soap)')
   }
@@ -505,27 +530,27 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
 
   return {
     profile,
-    host: (e.HOST as string | undefined) ?? (prod ? '0.0.0.0' : '127.0.0.1'),
+    host: e.HOST ?? (prod ? '0.0.0.0' : '127.0.0.1'),
     port,
-    logLevel: (e.LOG_LEVEL as string | undefined) ?? (prod ? 'info' : 'debug'),
-    bodyLimitBytes: e.BODY_LIMIT_BYTES as number,
-    requestTimeoutMs: e.REQUEST_TIMEOUT_MS as number,
-    connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS as number,
-    maxConnectionsPerIp: e.MAX_CONNECTIONS_PER_IP as number,
+    logLevel: e.LOG_LEVEL ?? (prod ? 'info' : 'debug'),
+    bodyLimitBytes: e.BODY_LIMIT_BYTES,
+    requestTimeoutMs: e.REQUEST_TIMEOUT_MS,
+    connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS,
+    maxConnectionsPerIp: e.MAX_CONNECTIONS_PER_IP,
     maxConnections:
-      (e.MAX_CONNECTIONS as number | undefined) ??
-      defaultMaxConnections(openFilesLimit(), e.DATABASE_POOL_SIZE as number),
-    readinessCacheMs: e.READINESS_CACHE_MS as number,
-    shutdownGraceMs: e.SHUTDOWN_GRACE_MS as number,
-    shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS as number | undefined, 0, 1000),
+      e.MAX_CONNECTIONS ??
+      defaultMaxConnections(openFilesLimit(), e.DATABASE_POOL_SIZE),
+    readinessCacheMs: e.READINESS_CACHE_MS,
+    shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
+    shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS, 0, 1000),
     databaseUrl: optional(e.DATABASE_URL),
-    databasePoolSize: e.DATABASE_POOL_SIZE as number,
+    databasePoolSize: e.DATABASE_POOL_SIZE,
     databaseSchema: optional(e.DATABASE_SCHEMA),
-    databaseApplicationName: e.DATABASE_APPLICATION_NAME as string,
-    sqlitePath: e.SQLITE_PATH as string,
-    demoData: pick(e.DEMO_DATA as boolean | undefined, true, false),
+    databaseApplicationName: e.DATABASE_APPLICATION_NAME,
+    sqlitePath: e.SQLITE_PATH,
+    demoData: pick(e.DEMO_DATA, true, false),
     redisUrl: optional(e.REDIS_URL),
-    redisPrefix: e.REDIS_PREFIX as string,
+    redisPrefix: e.REDIS_PREFIX,
     jwt: {
       algorithms: algorithms.length > 0 ? algorithms : [publicKey ? 'RS256' : 'HS256'],
       secret,
@@ -533,83 +558,83 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       privateKey: optional(e.JWT_PRIVATE_KEY),
       issuer: optional(e.JWT_ISSUER),
       audience: optional(e.JWT_AUDIENCE),
-      clockToleranceSec: e.JWT_CLOCK_TOLERANCE_SEC as number,
-      maxLifetimeSec: e.JWT_MAX_LIFETIME_SEC as number
+      clockToleranceSec: e.JWT_CLOCK_TOLERANCE_SEC,
+      maxLifetimeSec: e.JWT_MAX_LIFETIME_SEC
     },
     limits: {
-      maxDepth: e.MAX_DEPTH as number,
-      maxQueryLength: e.MAX_QUERY_LENGTH as number,
-      maxQueryTokens: e.MAX_QUERY_TOKENS as number,
-      planCacheBytes: e.PLAN_CACHE_BYTES as number,
-      maxResponseBytes: e.MAX_RESPONSE_BYTES as number,
-      mutationCost: e.MUTATION_COST as number,
-      maxMutationsPerOperation: e.MAX_MUTATIONS_PER_OPERATION as number,
-      maxAliases: e.MAX_ALIASES as number,
-      maxDirectivesPerField: e.MAX_DIRECTIVES_PER_FIELD as number,
-      maxDirectives: e.MAX_DIRECTIVES as number,
-      maxValidationErrors: e.MAX_VALIDATION_ERRORS as number,
+      maxDepth: e.MAX_DEPTH,
+      maxQueryLength: e.MAX_QUERY_LENGTH,
+      maxQueryTokens: e.MAX_QUERY_TOKENS,
+      planCacheBytes: e.PLAN_CACHE_BYTES,
+      maxResponseBytes: e.MAX_RESPONSE_BYTES,
+      mutationCost: e.MUTATION_COST,
+      maxMutationsPerOperation: e.MAX_MUTATIONS_PER_OPERATION,
+      maxAliases: e.MAX_ALIASES,
+      maxDirectivesPerField: e.MAX_DIRECTIVES_PER_FIELD,
+      maxDirectives: e.MAX_DIRECTIVES,
+      maxValidationErrors: e.MAX_VALIDATION_ERRORS,
       budgets: {
-        anonymous: e.COST_BUDGET_ANONYMOUS as number,
-        USER: e.COST_BUDGET_USER as number,
-        ADMIN: e.COST_BUDGET_ADMIN as number,
-        SERVICE: e.COST_BUDGET_SERVICE as number
+        anonymous: e.COST_BUDGET_ANONYMOUS,
+        USER: e.COST_BUDGET_USER,
+        ADMIN: e.COST_BUDGET_ADMIN,
+        SERVICE: e.COST_BUDGET_SERVICE
       },
-      timeoutMs: e.QUERY_TIMEOUT_MS as number,
-      maxStringLength: e.MAX_STRING_LENGTH as number,
-      maxListLength: e.MAX_LIST_LENGTH as number,
-      maxPageSize: e.MAX_PAGE_SIZE as number,
-      maxBatchSize: e.MAX_BATCH_SIZE as number,
-      maxCountTarget: e.MAX_COUNT_TARGET as number,
-      rateWindowMs: e.RATE_LIMIT_WINDOW_MS as number,
-      rateRequests: e.RATE_LIMIT_REQUESTS as number,
-      rateCostUnits: e.RATE_LIMIT_COST as number
+      timeoutMs: e.QUERY_TIMEOUT_MS,
+      maxStringLength: e.MAX_STRING_LENGTH,
+      maxListLength: e.MAX_LIST_LENGTH,
+      maxPageSize: e.MAX_PAGE_SIZE,
+      maxBatchSize: e.MAX_BATCH_SIZE,
+      maxCountTarget: e.MAX_COUNT_TARGET,
+      rateWindowMs: e.RATE_LIMIT_WINDOW_MS,
+      rateRequests: e.RATE_LIMIT_REQUESTS,
+      rateCostUnits: e.RATE_LIMIT_COST
     },
     trustProxy: list(e.TRUST_PROXY),
     pressure: {
-      maxEventLoopDelayMs: e.PRESSURE_MAX_EVENT_LOOP_DELAY_MS as number,
-      maxEventLoopUtilization: e.PRESSURE_MAX_EVENT_LOOP_UTILIZATION as number,
-      maxHeapUsedBytes: e.PRESSURE_MAX_HEAP_USED_BYTES as number,
-      maxRssBytes: e.PRESSURE_MAX_RSS_BYTES as number,
-      sampleIntervalMs: e.PRESSURE_SAMPLE_INTERVAL_MS as number,
-      retryAfterSec: e.PRESSURE_RETRY_AFTER_SEC as number
+      maxEventLoopDelayMs: e.PRESSURE_MAX_EVENT_LOOP_DELAY_MS,
+      maxEventLoopUtilization: e.PRESSURE_MAX_EVENT_LOOP_UTILIZATION,
+      maxHeapUsedBytes: e.PRESSURE_MAX_HEAP_USED_BYTES,
+      maxRssBytes: e.PRESSURE_MAX_RSS_BYTES,
+      sampleIntervalMs: e.PRESSURE_SAMPLE_INTERVAL_MS,
+      retryAfterSec: e.PRESSURE_RETRY_AFTER_SEC
     },
     corsOrigins: [...new Set(corsOrigins)],
-    metricsPort: e.METRICS_PORT !== undefined ? (e.METRICS_PORT as number) : prod ? 0 : null,
-    introspection: pick(e.INTROSPECTION as boolean | undefined, true, false),
-    queryUi: pick(e.QUERY_UI as boolean | undefined, true, false),
-    persistedOnly: pick(e.PERSISTED_ONLY as boolean | undefined, false, true),
+    metricsPort: e.METRICS_PORT ?? (prod ? 0 : null),
+    introspection: pick(e.INTROSPECTION, true, false),
+    queryUi: pick(e.QUERY_UI, true, false),
+    persistedOnly: pick(e.PERSISTED_ONLY, false, true),
     persistedManifest: optional(e.PERSISTED_MANIFEST),
-    apqMaxEntries: e.APQ_MAX_ENTRIES as number,
-    apqMaxBytes: e.APQ_MAX_BYTES as number,
-    apqMaxDocumentBytes: e.APQ_MAX_DOCUMENT_BYTES as number,
-    cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC as number,
-    cacheMaxEntries: e.CACHE_MAX_ENTRIES as number,
-    cacheMaxBytes: e.CACHE_MAX_BYTES as number,
+    apqMaxEntries: e.APQ_MAX_ENTRIES,
+    apqMaxBytes: e.APQ_MAX_BYTES,
+    apqMaxDocumentBytes: e.APQ_MAX_DOCUMENT_BYTES,
+    cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC,
+    cacheMaxEntries: e.CACHE_MAX_ENTRIES,
+    cacheMaxBytes: e.CACHE_MAX_BYTES,
     cursorSecret: cursorSecret ?? partnerSecretKey,
     soap: {
       publicUrl,
       namespaceBase,
-      maxAgeSec: e.WSSE_MAX_AGE_SEC as number,
+      maxAgeSec: e.WSSE_MAX_AGE_SEC,
       partnerSecretKey,
-      maxElements: e.SOAP_MAX_ELEMENTS as number,
-      maxAttributes: e.SOAP_MAX_ATTRIBUTES as number,
-      allowSha1: e.WSSE_ALLOW_SHA1 as boolean,
+      maxElements: e.SOAP_MAX_ELEMENTS,
+      maxAttributes: e.SOAP_MAX_ATTRIBUTES,
+      allowSha1: e.WSSE_ALLOW_SHA1,
       signing: soapSigning
     },
     ws: {
       // One allowlist for browsers: an origin CORS_ORIGINS admits may open WebSockets too;
       // WS_ALLOWED_ORIGINS adds origins for WebSockets only (as sent, e.g. a native shell's capacitor://localhost).
       allowedOrigins: [...new Set([...corsOrigins, ...list(e.WS_ALLOWED_ORIGINS)])],
-      initTimeoutMs: e.WS_INIT_TIMEOUT_MS as number,
-      maxConnectionsPerClient: e.WS_MAX_CONNECTIONS_PER_CLIENT as number,
-      maxSubscriptionsPerConnection: e.WS_MAX_SUBSCRIPTIONS_PER_CONNECTION as number,
-      maxMessageBytes: e.WS_MAX_MESSAGE_BYTES as number,
-      keepAliveMs: e.WS_KEEP_ALIVE_MS as number,
-      maxMessagesPerSecond: e.WS_MAX_MESSAGES_PER_SECOND as number,
-      maxReceivedBytesPerSecond: e.WS_MAX_RECEIVED_BYTES_PER_SECOND as number,
-      maxSubscriptionsPerCaller: e.SUBSCRIPTIONS_MAX_PER_CALLER as number,
-      maxBufferedBytesPerSubscriber: e.SUBSCRIBER_MAX_BUFFERED_BYTES as number,
-      maxLifetimeMs: e.SUBSCRIBER_MAX_LIFETIME_MS as number
+      initTimeoutMs: e.WS_INIT_TIMEOUT_MS,
+      maxConnectionsPerClient: e.WS_MAX_CONNECTIONS_PER_CLIENT,
+      maxSubscriptionsPerConnection: e.WS_MAX_SUBSCRIPTIONS_PER_CONNECTION,
+      maxMessageBytes: e.WS_MAX_MESSAGE_BYTES,
+      keepAliveMs: e.WS_KEEP_ALIVE_MS,
+      maxMessagesPerSecond: e.WS_MAX_MESSAGES_PER_SECOND,
+      maxReceivedBytesPerSecond: e.WS_MAX_RECEIVED_BYTES_PER_SECOND,
+      maxSubscriptionsPerCaller: e.SUBSCRIPTIONS_MAX_PER_CALLER,
+      maxBufferedBytesPerSubscriber: e.SUBSCRIBER_MAX_BUFFERED_BYTES,
+      maxLifetimeMs: e.SUBSCRIBER_MAX_LIFETIME_MS
     },
     tracing
   }
@@ -643,7 +668,7 @@ function soapSigningConfig (e: Env, problems: string[]): SoapSigning | null {
     try {
       return readFileSync(path, 'utf8')
     } catch (err) {
-      problems.push(`${setting} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'}: ${path})`)
+      problems.push(`${setting} cannot be read (${err instanceof Error && 'code' in err ? String(err.code) : 'error'}: ${path})`)
       return null
     }
   }
@@ -674,7 +699,7 @@ function soapSigningConfig (e: Env, problems: string[]): SoapSigning | null {
 function tracingConfig (e: Env, problems: string[]): TracingConfig | null {
   const tracesEndpoint = optional(e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
   const endpoint = optional(e.OTEL_EXPORTER_OTLP_ENDPOINT)
-  if (String(e.OTEL_SDK_DISABLED) === 'true' || (!tracesEndpoint && !endpoint)) return null
+  if (e.OTEL_SDK_DISABLED || (!tracesEndpoint && !endpoint)) return null
   const tracesUrl = tracesEndpoint ?? `${endpoint!.replace(/\/+$/, '')}/v1/traces`
   if (!/^https?:\/\/[^\s]+$/.test(tracesUrl)) {
     problems.push(
@@ -683,10 +708,10 @@ function tracingConfig (e: Env, problems: string[]): TracingConfig | null {
   }
   return {
     tracesUrl,
-    protocol: (optional(e.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) ?? e.OTEL_EXPORTER_OTLP_PROTOCOL) as OtlpProtocol,
-    headers: optional(e.OTEL_EXPORTER_OTLP_TRACES_HEADERS) ?? String(e.OTEL_EXPORTER_OTLP_HEADERS ?? ''),
-    serviceName: String(e.OTEL_SERVICE_NAME),
-    sampler: e.OTEL_TRACES_SAMPLER as TracingConfig['sampler'],
-    samplerRatio: Number(e.OTEL_TRACES_SAMPLER_ARG)
+    protocol: e.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? e.OTEL_EXPORTER_OTLP_PROTOCOL,
+    headers: optional(e.OTEL_EXPORTER_OTLP_TRACES_HEADERS) ?? e.OTEL_EXPORTER_OTLP_HEADERS,
+    serviceName: e.OTEL_SERVICE_NAME,
+    sampler: e.OTEL_TRACES_SAMPLER,
+    samplerRatio: e.OTEL_TRACES_SAMPLER_ARG
   }
 }

@@ -56,7 +56,7 @@ async function userById (id: string) {
 
 // persisted-get's shape: GET with a USER token.
 app.get<{ Params: { id: string } }>('/guarded/users/:id', { onRequest: identify }, async (request, reply) => {
-  await app.chargeCost(request.caller, request.ip, userCost)
+  await app.budgets.chargeCost(request.caller, request.ip, userCost)
   return reply.type(JSON_TYPE).send(await userById(request.params.id))
 })
 
@@ -68,14 +68,14 @@ app.post<{ Body: { variables?: { id?: unknown } } }>(
   async (request, reply) => {
     const id = request.body?.variables?.id
     if (typeof id !== 'string') throw new AppError('BAD_REQUEST', 'variables.id must be a string')
-    await app.chargeCost(request.caller, request.ip, userCost)
+    await app.budgets.chargeCost(request.caller, request.ip, userCost)
     return reply.type(JSON_TYPE).send(await userById(id))
   }
 )
 
 // users-list's shape: an anonymous POST with the same JSON body ({ query }; not read).
 app.post('/guarded/users', { onRequest: identifyPost }, async (request, reply) => {
-  await app.chargeCost(request.caller, request.ip, listCost)
+  await app.budgets.chargeCost(request.caller, request.ip, listCost)
   const rows = await app.store.listUsers(20)
   return reply
     .type(JSON_TYPE)

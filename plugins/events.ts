@@ -7,14 +7,19 @@ import type { FastifyInstance } from 'fastify'
 import type { DomainEvent, Events } from '../app/domain/context.ts'
 import { CLOSE_WAIT_MS, COMMAND_TIMEOUT_MS } from './redis.ts'
 
+/** The domain's events port (publish), and what subscribers need to listen to those events. */
+export interface EventBus extends Events {
+  /** The pub/sub emitter events are published on and subscribers listen to. */
+  emitter: MQEmitter
+  /** The topic messages of a room are published on (Redis channels carry the deployment's prefix). */
+  roomTopic (roomId: string): string
+  /** The topic of `userChanged` events (a user's role written, or the user deleted), on every instance. */
+  userChangesTopic: string
+}
+
 declare module 'fastify' {
   interface FastifyInstance {
-    emitter: MQEmitter
-    events: Events
-    /** The topic messages of a room are published on (Redis channels carry the deployment's prefix). */
-    roomTopic (roomId: string): string
-    /** The topic of `userChanged` events (a user's role written, or the user deleted), on every instance. */
-    userChangesTopic: string
+    events: EventBus
   }
 }
 
@@ -47,17 +52,17 @@ export default fp(async function events (app: FastifyInstance) {
   // the process. The connections reconnect (and re-subscribe) by themselves; readiness reports the outage.
   redisEmitter?.state.on('error', (err: Error) => warn(err, 'redis pub/sub connection error'))
   const roomTopic = (roomId: string) => `${redisPrefix}room/${roomId}`
-  app.decorate('emitter', emitter)
-  app.decorate('roomTopic', roomTopic)
   // Not under room/: no room id can name it.
   const userChangesTopic = `${redisPrefix}user-changes`
-  app.decorate('userChangesTopic', userChangesTopic)
   const topicOf = (event: DomainEvent) =>
     event.type === 'messageAdded' ? roomTopic(event.message.roomId) : userChangesTopic
   // Delivery to live subscribers is best-effort: the write it announces is already stored, so a Redis
   // outage must neither fail nor stall it (ioredis would queue the publish until Redis returns). While
   // Redis is down, subscribers miss those events; `messages(roomId)` has them.
   app.decorate('events', {
+    emitter,
+    roomTopic,
+    userChangesTopic,
     publish (event: DomainEvent) {
       if (publisher && publisher.status !== 'ready') {
         warn(new Error(`Redis connection ${publisher.status}`), 'event not published: Redis pub/sub unavailable')

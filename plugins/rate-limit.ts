@@ -22,22 +22,31 @@ import {
   type WindowCounters
 } from '../app/limits/window-counters.ts'
 
+/**
+ * The caller's budgets, for what the request hook does not cover: transports call these members through
+ * the object at each call, so a test can replace one (to count or slow down spending) and be obeyed.
+ */
+export interface Budgets {
+  /** The window counters both budgets are kept in (in-process, or shared through Redis). */
+  counters: WindowCounters
+  /** Spends one request of the caller's request budget; throws RATE_LIMITED when it is exhausted. */
+  spendRequest (caller: Caller | null, ip: string): Promise<void>
+  /** Throws RATE_LIMITED when the caller's request budget is already exhausted; spends nothing. */
+  checkRequestBudget (caller: Caller | null, ip: string): Promise<void>
+  /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. */
+  spendCostUnits (caller: Caller | null, ip: string, cost: number): CostUnitsLeft | Promise<CostUnitsLeft>
+  /**
+   * What every transport calls once an operation is priced: refuses it over the caller's per-operation
+   * budget (COST_LIMIT_EXCEEDED), spends its cost units, refuses it when the window is exhausted
+   * (RATE_LIMITED). Returns the price report sent to the caller: at once from in-process counters (no
+   * promise on the request's path), as a promise from Redis.
+   */
+  chargeCost (caller: Caller | null, ip: string, cost: number): CostReport | Promise<CostReport>
+}
+
 declare module 'fastify' {
   interface FastifyInstance {
-    rateCounters: WindowCounters
-    /** Spends one request of the caller's request budget; throws RATE_LIMITED when it is exhausted. */
-    spendRequest (caller: Caller | null, ip: string): Promise<void>
-    /** Throws RATE_LIMITED when the caller's request budget is already exhausted; spends nothing. */
-    checkRequestBudget (caller: Caller | null, ip: string): Promise<void>
-    /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. */
-    spendCostUnits (caller: Caller | null, ip: string, cost: number): CostUnitsLeft | Promise<CostUnitsLeft>
-    /**
-     * What every transport calls once an operation is priced: refuses it over the caller's per-operation
-     * budget (COST_LIMIT_EXCEEDED), spends its cost units, refuses it when the window is exhausted
-     * (RATE_LIMITED). Returns the price report sent to the caller: at once from in-process counters (no
-     * promise on the request's path), as a promise from Redis.
-     */
-    chargeCost (caller: Caller | null, ip: string, cost: number): CostReport | Promise<CostReport>
+    budgets: Budgets
   }
   interface FastifyContextConfig {
     /** false: the route spends no request budget. */
@@ -65,8 +74,9 @@ function counterKey (budget: Budget, caller: Caller | null, ip: string): string 
 export default fp(async function rateLimits (app: FastifyInstance) {
   const { limits } = app.config
   let lastWarning = 0
-  const counters = app.redis
-    ? sharedCounters(redisCounters(app.redis, app.redisKey('rl:')), localCounters(), (err) => {
+  const { client: redis, key: redisKey } = app.redis
+  const counters = redis
+    ? sharedCounters(redisCounters(redis, redisKey('rl:')), localCounters(), (err) => {
       // One line per window at most: an outage must not flood the logs.
       if (Date.now() - lastWarning > limits.rateWindowMs) {
         lastWarning = Date.now()
@@ -77,7 +87,6 @@ export default fp(async function rateLimits (app: FastifyInstance) {
       }
     })
     : localCounters()
-  app.decorate('rateCounters', counters)
 
   const max = limits.rateRequests
   const windowSec = Math.round(limits.rateWindowMs / 1000)
@@ -112,31 +121,10 @@ export default fp(async function rateLimits (app: FastifyInstance) {
     if (!(count instanceof Promise)) return done(judge(reply, count))
     count.then((c) => done(judge(reply, c)), (err: Error) => done(err))
   }
-  // The same budget for what arrives without a request of its own (each WebSocket operation).
-  app.decorate('spendRequest', async (caller: Caller | null, ip: string) => {
-    const refused = overBudget(await countRequest(caller, ip))
-    if (refused) throw refused
-  })
-  // Counting 0 reads the window as it stands: would one more request be over? (SOAP asks before work
-  // that it spends on the client address only afterwards, when the message authenticated nobody.)
-  app.decorate('checkRequestBudget', async (caller: Caller | null, ip: string) => {
-    const count = await countRequest(caller, ip, 0)
-    const refused = overBudget({ ...count, total: count.total + 1 })
-    if (refused) throw refused
-  })
   // Appended to each route's own onRequest hooks, so it runs after the route has identified the caller.
   app.addHook('onRoute', (route) => {
     if (route.config?.rateLimit === false || EXEMPT.test(route.url)) return
     route.onRequest = appendRouteHook(route.onRequest, requestBudget)
-  })
-
-  app.decorate('spendCostUnits', (caller: Caller | null, ip: string, cost: number) => {
-    const key = counterKey('cost', caller, ip)
-    const left = ({ total, resetMs }: WindowCount): CostUnitsLeft =>
-      ({ remaining: limits.rateCostUnits - total, resetMs })
-    return counters.incrNow
-      ? left(counters.incrNow(key, cost, limits.rateWindowMs))
-      : counters.incr(key, cost, limits.rateWindowMs).then(left)
   })
 
   const costRefusal = (requested: number, { remaining, resetMs }: CostUnitsLeft, budget: number): CostReport => {
@@ -150,19 +138,43 @@ export default fp(async function rateLimits (app: FastifyInstance) {
     }
     return { requested, budget, remaining }
   }
-  app.decorate('chargeCost', (caller: Caller | null, ip: string, requested: number): CostReport | Promise<CostReport> => {
-    const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
-    if (requested > budget) {
-      throw new AppError(
-        'COST_LIMIT_EXCEEDED',
-        `Query cost ${requested} exceeds the budget of ${budget} for this caller`,
-        { cost: requested, budget }
-      )
+  const budgets: Budgets = {
+    counters,
+    // The same budget for what arrives without a request of its own (each WebSocket operation).
+    async spendRequest (caller, ip) {
+      const refused = overBudget(await countRequest(caller, ip))
+      if (refused) throw refused
+    },
+    // Counting 0 reads the window as it stands: would one more request be over? (SOAP asks before work
+    // that it spends on the client address only afterwards, when the message authenticated nobody.)
+    async checkRequestBudget (caller, ip) {
+      const count = await countRequest(caller, ip, 0)
+      const refused = overBudget({ ...count, total: count.total + 1 })
+      if (refused) throw refused
+    },
+    spendCostUnits (caller, ip, cost) {
+      const key = counterKey('cost', caller, ip)
+      const left = ({ total, resetMs }: WindowCount): CostUnitsLeft =>
+        ({ remaining: limits.rateCostUnits - total, resetMs })
+      return counters.incrNow
+        ? left(counters.incrNow(key, cost, limits.rateWindowMs))
+        : counters.incr(key, cost, limits.rateWindowMs).then(left)
+    },
+    chargeCost (caller, ip, requested) {
+      const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
+      if (requested > budget) {
+        throw new AppError(
+          'COST_LIMIT_EXCEEDED',
+          `Query cost ${requested} exceeds the budget of ${budget} for this caller`,
+          { cost: requested, budget }
+        )
+      }
+      // Looked up on the object at each call, so a test can slow the spending down.
+      const left = budgets.spendCostUnits(caller, ip, requested)
+      return left instanceof Promise
+        ? left.then((units) => costRefusal(requested, units, budget))
+        : costRefusal(requested, left, budget)
     }
-    // Looked up on the app at each call, so a test can slow the spending down.
-    const left = app.spendCostUnits(caller, ip, requested)
-    return left instanceof Promise
-      ? left.then((units) => costRefusal(requested, units, budget))
-      : costRefusal(requested, left, budget)
-  })
+  }
+  app.decorate('budgets', budgets)
 }, { name: 'rate-limit', dependencies: ['config', 'redis'] })

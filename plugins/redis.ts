@@ -1,17 +1,22 @@
 // One Redis connection for shared state (rate-limit and cost counters, APQ registry, WS-Security
-// nonces) when REDIS_URL is set; `app.redis` is null in the embedded default. Keys carry the
-// configured prefix (`app.redisKey`). Commands fail fast while Redis is down instead of queueing
+// nonces) when REDIS_URL is set; `app.redis.client` is null in the embedded default. Keys carry the
+// configured prefix (`app.redis.key`). Commands fail fast while Redis is down instead of queueing
 // forever, so callers answer with clear errors and readiness reflects the outage.
 import fp from 'fastify-plugin'
 import { Redis } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
 import { withoutCredentials } from '../app/config.ts'
 
+export interface SharedRedis {
+  /** The connection; null without REDIS_URL. */
+  client: Redis | null
+  /** The configured prefix + name: every key this deployment writes. */
+  key (name: string): string
+}
+
 declare module 'fastify' {
   interface FastifyInstance {
-    redis: Redis | null
-    /** The configured prefix + name: every key this deployment writes. */
-    redisKey (name: string): string
+    redis: SharedRedis
   }
 }
 
@@ -26,9 +31,9 @@ export const COMMAND_TIMEOUT_MS = 500
 
 export default fp(async function redis (app: FastifyInstance) {
   const { redisUrl, redisPrefix } = app.config
-  app.decorate('redisKey', (name: string) => `${redisPrefix}${name}`)
+  const key = (name: string) => `${redisPrefix}${name}`
   if (!redisUrl) {
-    app.decorate('redis', null)
+    app.decorate('redis', { client: null, key })
     return
   }
   const client = new Redis(redisUrl, {
@@ -51,7 +56,7 @@ export default fp(async function redis (app: FastifyInstance) {
     client.disconnect()
     throw err
   }
-  app.decorate('redis', client)
+  app.decorate('redis', { client, key })
   app.addHook('onReady', async () => {
     app.readinessChecks?.set('redis', async () => { await client.ping() })
   })

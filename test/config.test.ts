@@ -171,3 +171,42 @@ test('a malformed DATABASE_URL or REDIS_URL names its setting at start, with the
   t.match(service.stderr().trim(), /^Configuration: DATABASE_URL [^\n]+$/, 'one line naming the setting (was: getaddrinfo ENOTFOUND base)')
   t.notMatch(service.stderr(), 's3cret')
 })
+
+test('each invalid variable is one line in Ajv\'s words, and the other checks still run on the valid ones', async (t) => {
+  const problems = (env: Record<string, string>) => {
+    try {
+      loadConfig(env)
+      return []
+    } catch (err) {
+      return (err as ConfigError).problems
+    }
+  }
+  t.same(problems({
+    PORT: 'x',
+    BODY_LIMIT_BYTES: '10',
+    READINESS_CACHE_MS: '60001',
+    WSSE_ALLOW_SHA1: 'yes',
+    PRESSURE_MAX_EVENT_LOOP_UTILIZATION: '1.5',
+    OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318',
+    OTEL_TRACES_SAMPLER: 'sometimes',
+    JWT_SECRET: 'short'
+  }), [
+    'PORT must be integer',
+    'BODY_LIMIT_BYTES must be >= 1024',
+    'READINESS_CACHE_MS must be <= 60000',
+    'PRESSURE_MAX_EVENT_LOOP_UTILIZATION must be <= 1',
+    'WSSE_ALLOW_SHA1 must be boolean',
+    'OTEL_TRACES_SAMPLER must be equal to one of the allowed values',
+    'JWT_SECRET must be at least 32 characters'
+  ])
+  t.same(problems({ PORT: 'x', METRICS_PORT: '3000' }), ['PORT must be integer'], 'an invalid PORT is not compared with METRICS_PORT')
+  t.same(problems({ PORT: '3000', METRICS_PORT: '3000' }), ['METRICS_PORT must differ from PORT (metrics get a port of their own)'])
+  t.same(problems({ NODE_ENV: 'production', JWT_SECRET: SECRET, PARTNER_SECRET_KEY: SECRET, QUERY_UI: 'true', PORT: '-1' }), [
+    'PORT must be >= 0',
+    'QUERY_UI cannot be turned on in production (the query UI is for development only)'
+  ])
+  const typed = loadConfig({ PORT: '8080', WSSE_ALLOW_SHA1: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/', OTEL_TRACES_SAMPLER_ARG: '0.25' })
+  t.equal(typed.port, 8080, 'numbers are numbers')
+  t.equal(typed.soap.allowSha1, true, 'booleans are booleans')
+  t.match(typed.tracing, { tracesUrl: 'http://collector:4318/v1/traces', protocol: 'http/protobuf', samplerRatio: 0.25, headers: '' })
+})

@@ -83,15 +83,15 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
   // Read at call time: a budget plugin's functions stay replaceable (tests count spends through them).
   const ports: GraphQLPorts = {
     budgets: {
-      spendRequest: (caller, ip) => app.spendRequest(caller, ip),
-      chargeCost: (caller, ip, cost) => app.chargeCost(caller, ip, cost),
-      spendCostUnits: (caller, ip, units) => app.spendCostUnits(caller, ip, units)
+      spendRequest: (caller, ip) => app.budgets.spendRequest(caller, ip),
+      chargeCost: (caller, ip, cost) => app.budgets.chargeCost(caller, ip, cost),
+      spendCostUnits: (caller, ip, units) => app.budgets.spendCostUnits(caller, ip, units)
     },
     authenticate: (authorization) => app.authenticate(authorization),
     domain: options.domain,
-    emitter: app.emitter,
-    roomTopic: app.roomTopic,
-    userChangesTopic: app.userChangesTopic,
+    emitter: app.events.emitter,
+    roomTopic: app.events.roomTopic,
+    userChangesTopic: app.events.userChangesTopic,
     config,
     log: app.log
   }
@@ -133,8 +133,8 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
   const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
   const apq = !apqOn
     ? null
-    : app.redis
-      ? redisApqStore(app.redis, app.redisKey, config.apqMaxEntries, ports.log)
+    : app.redis.client
+      ? redisApqStore(app.redis.client, app.redis.key, config.apqMaxEntries, ports.log)
       : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
   const persisted = createPersistedQueries({
     manifest,
@@ -194,7 +194,7 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
       {
         operations: manifest.operations.length,
         ms: persistedWarmUp.ms,
-        apq: apq ? (app.redis ? 'redis' : 'memory') : 'off',
+        apq: apq ? (app.redis.client ? 'redis' : 'memory') : 'off',
         persistedOnly: config.persistedOnly
       },
       'persisted queries ready'

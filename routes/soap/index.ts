@@ -68,7 +68,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     store: options.domain.store,
     partnerSecretKey: config.soap.partnerSecretKey,
     maxAgeMs: config.soap.maxAgeSec * 1000,
-    nonces: app.redis ? redisNonceCache(app.redis, app.redisKey) : memoryNonceCache(),
+    nonces: app.redis.client ? redisNonceCache(app.redis.client, app.redis.key) : memoryNonceCache(),
     clock,
     allowSha1: config.soap.allowSha1
   })
@@ -111,7 +111,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     )
     if (fault.code === 'INTERNAL_SERVER_ERROR') request.log.error({ err: error }, 'SOAP request failed')
     // Refused before the handler (media type, body size): it authenticated nobody, so it counts on the address.
-    if (request.method === 'POST') await app.spendRequest(null, request.ip).catch(() => {})
+    if (request.method === 'POST') await app.budgets.spendRequest(null, request.ip).catch(() => {})
     const response = faultResponse(fault, soapVersionOf(request), service.namespaceOf(version))
     // A GET is no SOAP exchange: its status is the error's own (405, 404, 400), never a SOAP 500.
     return send(reply, request.method === 'GET' ? { ...response, status: ErrorCodes[fault.code].status } : response)
@@ -119,10 +119,10 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
 
   /** The budgets of one POST, bound to its client address. */
   const admissionOf = (request: FastifyRequest): Admission => ({
-    checkAddress: () => app.checkRequestBudget(null, request.ip),
-    spendOnAddress: () => app.spendRequest(null, request.ip).catch(() => {}),
-    spendRequest: (caller) => app.spendRequest(caller, request.ip),
-    spendCost: async (caller, cost) => { await app.chargeCost(caller, request.ip, cost) }
+    checkAddress: () => app.budgets.checkRequestBudget(null, request.ip),
+    spendOnAddress: () => app.budgets.spendRequest(null, request.ip).catch(() => {}),
+    spendRequest: (caller) => app.budgets.spendRequest(caller, request.ip),
+    spendCost: async (caller, cost) => { await app.budgets.chargeCost(caller, request.ip, cost) }
   })
 
   const trusted = trustedPeers(config.trustProxy)

@@ -24,8 +24,8 @@ test('a nonce used on one instance is refused on another (shared through Redis)'
   const first = await listenSoapApp(t, env, { store, clock })
   const second = await listenSoapApp(t, env, { store, clock })
   t.teardown(async () => {
-    const keys = await first.app.redis!.keys(`${prefix}*`)
-    if (keys.length > 0) await first.app.redis!.del(...keys)
+    const keys = await first.app.redis.client!.keys(`${prefix}*`)
+    if (keys.length > 0) await first.app.redis.client!.del(...keys)
   })
 
   const { body, headers } = fixture('node-soap-1')
@@ -48,7 +48,7 @@ test('a nonce used on one instance is refused on another (shared through Redis)'
 
   // Keyed by the partner's user (5) and the nonce's bytes, in canonical Base64.
   const key = `${prefix}wsse-nonce:5:XZEp4BASDrA6NLpCMB9nDA==`
-  t.equal(await first.app.redis!.get(key), '1', 'the nonce is stored under the deployment prefix')
-  const ttl = await first.app.redis!.pttl(key)
+  t.equal(await first.app.redis.client!.get(key), '1', 'the nonce is stored under the deployment prefix')
+  const ttl = await first.app.redis.client!.pttl(key)
   t.ok(ttl > 0 && ttl <= 305_000, `it expires with the freshness window (pttl ${ttl})`)
 })

@@ -280,8 +280,8 @@ test('a signed message accepted by one instance is refused by another (replays s
   const first = await listenSoapApp(t, env, { store })
   const second = await listenSoapApp(t, env, { store })
   t.teardown(async () => {
-    const keys = await first.app.redis!.keys(`${prefix}*`)
-    if (keys.length > 0) await first.app.redis!.del(...keys)
+    const keys = await first.app.redis.client!.keys(`${prefix}*`)
+    if (keys.length > 0) await first.app.redis.client!.del(...keys)
   })
   const xml = signedEnvelope('1.2', `<GetUser xmlns="${NS}/v2/UserService"><id>2</id></GetUser>`, signer)
   const soap12 = { 'content-type': 'application/soap+xml; charset=utf-8' }
@@ -289,7 +289,7 @@ test('a signed message accepted by one instance is refused by another (replays s
   const replay = await post(`${second.url}/v2/UserService`, xml, soap12)
   t.equal(replay.status, 400)
   t.match(readFault(replay.text), { subcode: 'wsse:FailedAuthentication', reason: /already been received/ })
-  const keys = await first.app.redis!.keys(`${prefix}wsse-nonce:signature:*`)
+  const keys = await first.app.redis.client!.keys(`${prefix}wsse-nonce:signature:*`)
   t.equal(keys.length, 1, 'remembered under the deployment prefix, through the nonce store')
 })
 

@@ -184,6 +184,10 @@ export async function eventually (
 /**
  * Listeners the app's emitter holds for a room's topic (mqemitter has no public count; its matcher is the registry).
  */
-export function roomListeners (app: { emitter: unknown; roomTopic (roomId: string): string }, roomId: string): number {
-  return (app.emitter as { _matcher: { match(topic: string): unknown[] } })._matcher.match(app.roomTopic(roomId)).length
+export function roomListeners (
+  app: { events: { emitter: unknown; roomTopic (roomId: string): string } },
+  roomId: string
+): number {
+  const { emitter, roomTopic } = app.events
+  return (emitter as { _matcher: { match(topic: string): unknown[] } })._matcher.match(roomTopic(roomId)).length
 }

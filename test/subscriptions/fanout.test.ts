@@ -166,8 +166,8 @@ test('every event is charged to whoever holds the subscription, one spend per pa
   const { url, app, token } = await listenTestApp(t)
   const spends: { who: string; units: number }[] = []
   let broke = new Set<string>()
-  const spend = app.spendCostUnits
-  app.spendCostUnits = async (caller, ip, units) => {
+  const spend = app.budgets.spendCostUnits
+  app.budgets.spendCostUnits = async (caller, ip, units) => {
     const who = caller ? `user:${caller.id}` : `ip:${ip}`
     spends.push({ who, units })
     if (broke.has(who)) return { remaining: -1, resetMs: 30_000 }
@@ -247,8 +247,8 @@ test('every event is charged to whoever holds the subscription, one spend per pa
 test('count ticks are charged the same way', async (t) => {
   const { url, app, token } = await listenTestApp(t)
   let ticks = 0
-  const spend = app.spendCostUnits
-  app.spendCostUnits = async (caller, ip, units) => {
+  const spend = app.budgets.spendCostUnits
+  app.budgets.spendCostUnits = async (caller, ip, units) => {
     if (++ticks > 2) return { remaining: -1, resetMs: 1000 }
     return spend(caller, ip, units)
   }

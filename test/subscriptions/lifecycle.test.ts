@@ -88,8 +88,8 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
 test('a client that leaves while its subscription is being checked starts nothing', async (t) => {
   const { url, app } = await listenTestApp(t)
   // Slow down the one asynchronous check (the cost-unit budget, shared through Redis in production).
-  const spend = app.spendCostUnits
-  app.spendCostUnits = async (...args) => {
+  const spend = app.budgets.spendCostUnits
+  app.budgets.spendCostUnits = async (...args) => {
     await new Promise((resolve) => setTimeout(resolve, 200))
     return spend(...args)
   }

@@ -30,7 +30,7 @@ test('a message posted on instance A reaches subscribers on instance B through R
   const env = { REDIS_URL, REDIS_PREFIX: `test:subscriptions:${process.pid}:${Date.now()}:` }
   const a = await listenTestApp(t, env, { store, demo: false })
   const b = await listenTestApp(t, env, { store, demo: false })
-  t.not(a.app.emitter, b.app.emitter, 'separate emitters: Redis is the only way between them')
+  t.not(a.app.events.emitter, b.app.events.emitter, 'separate emitters: Redis is the only way between them')
 
   const QUERY = 'subscription ($room: String!) { messageAdded(roomId: $room) { id content author { id name email } } }'
   const onB = wsClient(b.url, { authToken: `Bearer ${b.token('3')}` })
