@@ -5,6 +5,7 @@ import { AppError, Messages } from '../errors.ts'
 import type { Role, Store } from '../store/types.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import type { InputCaps } from './input.ts'
+import type { ReadSet } from './read-tags.ts'
 
 export interface Caller {
   id: string
@@ -38,8 +39,14 @@ export interface DomainContext extends DomainDeps {
   deadline: number
 }
 
-export function createDomainContext (deps: DomainDeps, caller: Caller | null, deadline = Infinity): DomainContext {
-  return { ...deps, caller, loaders: createLoaders(deps.store), deadline }
+/** `reads`: where the loaders record what the request reads (a cacheable query), or null for no recording. */
+export function createDomainContext (
+  deps: DomainDeps,
+  caller: Caller | null,
+  deadline = Infinity,
+  reads: ReadSet | null = null
+): DomainContext {
+  return { ...deps, caller, loaders: createLoaders(deps.store, reads), deadline }
 }
 
 /** Writes call this first, so a request that has already timed out changes nothing. */

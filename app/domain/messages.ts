@@ -14,9 +14,13 @@ export function listMessages (ctx: DomainContext, roomId: string, limit: number)
  * A page of a room's messages, oldest first within the page: `first`/`after` forward, `last`/`before`
  * backward; without a size, the newest page (as `messages` answers). Cursors are bound to the room.
  */
-export function listMessagesPage (ctx: DomainContext, roomId: string, args: PageArgs): Promise<Connection<MessageRow>> {
+export async function listMessagesPage (
+  ctx: DomainContext,
+  roomId: string,
+  args: PageArgs
+): Promise<Connection<MessageRow>> {
   const room = normalizeRoomId(roomId)
-  return readPage(
+  const page = await readPage(
     ctx,
     'messages',
     room,
@@ -24,6 +28,9 @@ export function listMessagesPage (ctx: DomainContext, roomId: string, args: Page
     (direction, from, limit) => ctx.store.messagesPage(room, direction, from, limit),
     'before'
   )
+  // Checked here so that a request nobody records for does not pay for the list of rows.
+  if (ctx.loaders.reads) ctx.loaders.rememberMessages(room, page.edges.map((edge) => edge.node))
+  return page
 }
 
 /** Posts as the caller (author = caller) and announces it to subscribers of the room. */
