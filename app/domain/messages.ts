@@ -2,9 +2,10 @@
 import { AppError } from '../errors.ts'
 import type { MessageRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
-import { assertBeforeDeadline, type DomainContext } from './context.ts'
+import { assertBeforeDeadline, changed, type DomainContext } from './context.ts'
 import { assertPageSize, normalizeContent, normalizeRoomId } from './input.ts'
 import { readPage, type Connection, type PageArgs } from './pages.ts'
+import { readTags } from './read-tags.ts'
 
 export function listMessages (ctx: DomainContext, roomId: string, limit: number): Promise<MessageRow[]> {
   return ctx.loaders.messagesByRoom.load([normalizeRoomId(roomId), assertPageSize(limit, ctx.caps)])
@@ -45,6 +46,8 @@ export async function postMessage (ctx: DomainContext, roomId: string, content: 
     if (!(err instanceof AppError) && !(await userExists(ctx, author.id))) throw unknownUser()
     throw err
   }
+  // Before the announcement: a subscriber that reads the room on hearing of it reads the new message.
+  await changed(ctx, [readTags.room(created.roomId)])
   await ctx.events.publish({ type: 'messageAdded', message: created })
   return created
 }
