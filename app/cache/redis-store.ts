@@ -3,11 +3,13 @@
 // - `<prefix>rc:seq`: the write sequence. Each invalidation takes the next value, at least Redis's
 //   clock in microseconds, so the sequence never goes back even if the key is lost;
 // - `<prefix>rc:mark:<tag>`: the sequence of the tag's last invalidation;
-// - `<prefix>rc:entry:<key>`: an entry, `[since, createdAt, etag, ...tags]` as JSON, a newline, the body.
+// - `<prefix>rc:entry:<SHA-256 of the key>`: an entry, `[since, createdAt, etag, ...tags]` as JSON, a
+//   newline, the body.
 // Every key expires: entries `ttlMs` after their computation began at most, marks and the sequence
 // `ttlMs` (plus a margin) after their last write, by which time every entry that began before it has
 // expired. Redis must not evict these keys early (maxmemory-policy noeviction): an evicted mark would
 // let an invalidated entry be served again until it expires.
+import { createHash } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import type { CacheStore, CachedAnswer } from './response-cache.ts'
 
@@ -112,7 +114,7 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async get (key: string): Promise<CachedAnswer | null> {
-    const value = await this.#redis.responseCacheGet(this.#entryPrefix + key, this.#markPrefix)
+    const value = await this.#redis.responseCacheGet(this.#entryKey(key), this.#markPrefix)
     if (value === null) return null
     const newline = value.indexOf('\n')
     const [, createdAt, etag, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, string, ...string[]]
@@ -122,7 +124,7 @@ export class RedisCacheStore implements CacheStore {
   async set (key: string, entry: CachedAnswer, since: number, ttlMs: number): Promise<boolean> {
     const head = JSON.stringify([since, entry.createdAt, entry.etag, ...entry.tags])
     const stored = await this.#redis.responseCacheSet(
-      this.#entryPrefix + key,
+      this.#entryKey(key),
       this.#markPrefix,
       String(since),
       Math.ceil(ttlMs),
@@ -134,5 +136,10 @@ export class RedisCacheStore implements CacheStore {
 
   async invalidate (tags: readonly string[]): Promise<void> {
     await this.#redis.responseCacheInvalidate(this.#seqKey, this.#markPrefix, this.#keepMs, ...tags)
+  }
+
+  /** A key name of bounded length whatever the variables (collision-resistant: keys hold callers' scopes). */
+  #entryKey (key: string): string {
+    return this.#entryPrefix + createHash('sha256').update(key).digest('base64url')
   }
 }

@@ -94,21 +94,28 @@ export interface CacheStats {
 /**
  * The cache key of an operation's answer: its plan (the persisted or parsed document and operation),
  * its variables in canonical form and the caller's scope (one shared entry when the operation selects no
- * field rule, else one per anonymous, administrator, or user id). Hashed: bounded whatever the variables.
+ * field rule, else one per anonymous, administrator, or user id), as one JSON array: unambiguous whatever
+ * the parts contain. Not hashed here (a SHA-256 would cost more than an in-process lookup): the
+ * in-process store counts the key in an entry's bytes, and the Redis store hashes it into a key name.
  */
 export function cacheKey (planId: string, variables: unknown, scope: string): string {
-  return createHash('sha256').update(`${planId}\n${scope}\n${canonicalJson(variables)}`).digest('base64url')
+  return canonicalJson([scope, planId, variables ?? {}])
 }
 
-/** JSON with every object's keys sorted: equal values, equal texts, whatever order the client wrote them in. */
+/**
+ * JSON with every object's keys sorted: equal values, equal texts, whatever order the client wrote them
+ * in. One JSON.stringify (its text is one flat string: a concatenated one would keep its parts alive).
+ */
 export function canonicalJson (value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map((item) => canonicalJson(item ?? null)).join(',')}]`
-  if (value !== null && typeof value === 'object') {
-    const object = value as Record<string, unknown>
-    const fields = Object.keys(object).filter((k) => object[k] !== undefined).sort()
-    return `{${fields.map((k) => `${JSON.stringify(k)}:${canonicalJson(object[k])}`).join(',')}}`
-  }
-  return JSON.stringify(value ?? null)
+  return JSON.stringify(value ?? null, sortKeys)
+}
+
+function sortKeys (_key: string, value: unknown): unknown {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return value
+  const object = value as Record<string, unknown>
+  const sorted: Record<string, unknown> = {}
+  for (const key of Object.keys(object).sort()) sorted[key] = object[key]
+  return sorted
 }
 
 /** The answer as sent to one request: the entry's body with that request's `extensions` (its cost report). */

@@ -4,7 +4,7 @@ import t0, { test } from 'tap'
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { RedisCacheStore } from '../../app/cache/redis-store.ts'
-import { ResponseCache, type Computed } from '../../app/cache/response-cache.ts'
+import { ResponseCache, cacheKey, type Computed } from '../../app/cache/response-cache.ts'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const prefix = `test-response-cache-${randomUUID()}:`
@@ -90,6 +90,7 @@ test('the sequence never goes back, even when its key is lost', async (t) => {
 test('every key this cache writes in Redis expires', async (t) => {
   const a = instance(10_000)
   await a.fill('k7', async () => answer('x', ['user:7', 'users']))
+  await a.fill(cacheKey('p', { long: 'v'.repeat(100_000) }, 'public'), async () => answer('long', ['users']))
   await a.invalidate(['user:8', 'room:z'])
   const redis = connections[0]!
   const keys = await redis.keys(`${prefix}*`)
@@ -98,5 +99,6 @@ test('every key this cache writes in Redis expires', async (t) => {
   for (const key of keys) {
     const pttl = await redis.pttl(key)
     t.ok(pttl > 0 && pttl <= TTL_MS + 5000, `${key.slice(prefix.length)} expires (PTTL ${pttl})`)
+    t.ok(key.length < prefix.length + 80, 'key names are bounded whatever the variables')
   }
 })
