@@ -7,7 +7,7 @@ import type { Config } from './config.ts'
 import { accessLog, logDestination, serverLogging, type LoggingOptions } from './logging.ts'
 import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts'
 import { connectionCaps, guardListener } from './descriptors.ts'
-import type { DomainDeps } from './domain/context.ts'
+import type { DomainDeps, Invalidation } from './domain/context.ts'
 import { cursorKey } from './domain/pages.ts'
 import { AppError, type ErrorCode } from './errors.ts'
 import { fastifyErrorAsAppError } from './fastify-errors.ts'
@@ -35,6 +35,8 @@ export interface BuildOptions extends LoggingOptions {
   store?: Store
   /** Epoch-milliseconds clock for WS-Security freshness (tests replaying captured SOAP requests inject one). */
   clock?: () => number
+  /** Told of every write's changed read tags, whatever the transport (the response cache's invalidation). */
+  invalidation?: Invalidation
 }
 
 /**
@@ -170,7 +172,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     store: app.store,
     events: app.events,
     caps: config.limits,
-    cursorKey: cursorKey(config.cursorSecret)
+    cursorKey: cursorKey(config.cursorSecret),
+    invalidation: options.invalidation
   }
   await app.register(graphqlRoom, { domain })
   await app.register(healthRoutes)

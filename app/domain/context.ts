@@ -5,6 +5,7 @@ import { AppError, Messages } from '../errors.ts'
 import type { Role, Store } from '../store/types.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import type { InputCaps } from './input.ts'
+import type { ReadSet } from './read-tags.ts'
 
 export interface Caller {
   id: string
@@ -23,12 +24,24 @@ export interface Events {
   publish (event: DomainEvent): Promise<void>
 }
 
+/**
+ * Told of every write, with the read tags (read-tags.ts) it changed, before the write is acknowledged:
+ * the response cache drops the answers that read them, on every instance. A failure rejects, and the
+ * write's caller gets an error (the write itself is stored): a write is never acknowledged while an
+ * old answer may still be served.
+ */
+export interface Invalidation {
+  invalidate (tags: readonly string[]): Promise<void>
+}
+
 export interface DomainDeps {
   store: Store
   events: Events
   caps: InputCaps
   /** Signs and checks page cursors (app/domain/pages.ts). */
   cursorKey: Buffer
+  /** The response cache's invalidation; absent when nothing caches answers. */
+  invalidation?: Invalidation | undefined
 }
 
 export interface DomainContext extends DomainDeps {
@@ -38,13 +51,24 @@ export interface DomainContext extends DomainDeps {
   deadline: number
 }
 
-export function createDomainContext (deps: DomainDeps, caller: Caller | null, deadline = Infinity): DomainContext {
-  return { ...deps, caller, loaders: createLoaders(deps.store), deadline }
+/** `reads`: where the loaders record what the request reads (a cacheable query), or null for no recording. */
+export function createDomainContext (
+  deps: DomainDeps,
+  caller: Caller | null,
+  deadline = Infinity,
+  reads: ReadSet | null = null
+): DomainContext {
+  return { ...deps, caller, loaders: createLoaders(deps.store, reads), deadline }
 }
 
 /** Writes call this first, so a request that has already timed out changes nothing. */
 export function assertBeforeDeadline (ctx: DomainContext): void {
   if (Date.now() > ctx.deadline) throw new AppError('TIMEOUT', Messages.queryTimeout)
+}
+
+/** Writes call this after storing and before answering: what the write changed is dropped from every cache. */
+export async function changed (ctx: DomainContext, tags: readonly string[]): Promise<void> {
+  if (ctx.invalidation) await ctx.invalidation.invalidate(tags)
 }
 
 /** A race still waiting on its work: `expire` settles it with its timeout value. */

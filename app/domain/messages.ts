@@ -2,9 +2,10 @@
 import { AppError } from '../errors.ts'
 import type { MessageRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
-import { assertBeforeDeadline, type DomainContext } from './context.ts'
+import { assertBeforeDeadline, changed, type DomainContext } from './context.ts'
 import { assertPageSize, normalizeContent, normalizeRoomId } from './input.ts'
 import { readPage, type Connection, type PageArgs } from './pages.ts'
+import { readTags } from './read-tags.ts'
 
 export function listMessages (ctx: DomainContext, roomId: string, limit: number): Promise<MessageRow[]> {
   return ctx.loaders.messagesByRoom.load([normalizeRoomId(roomId), assertPageSize(limit, ctx.caps)])
@@ -14,9 +15,13 @@ export function listMessages (ctx: DomainContext, roomId: string, limit: number)
  * A page of a room's messages, oldest first within the page: `first`/`after` forward, `last`/`before`
  * backward; without a size, the newest page (as `messages` answers). Cursors are bound to the room.
  */
-export function listMessagesPage (ctx: DomainContext, roomId: string, args: PageArgs): Promise<Connection<MessageRow>> {
+export async function listMessagesPage (
+  ctx: DomainContext,
+  roomId: string,
+  args: PageArgs
+): Promise<Connection<MessageRow>> {
   const room = normalizeRoomId(roomId)
-  return readPage(
+  const page = await readPage(
     ctx,
     'messages',
     room,
@@ -24,6 +29,9 @@ export function listMessagesPage (ctx: DomainContext, roomId: string, args: Page
     (direction, from, limit) => ctx.store.messagesPage(room, direction, from, limit),
     'before'
   )
+  // Checked here so that a request nobody records for does not pay for the list of rows.
+  if (ctx.loaders.reads) ctx.loaders.rememberMessages(room, page.edges.map((edge) => edge.node))
+  return page
 }
 
 /** Posts as the caller (author = caller) and announces it to subscribers of the room. */
@@ -38,6 +46,8 @@ export async function postMessage (ctx: DomainContext, roomId: string, content: 
     if (!(err instanceof AppError) && !(await userExists(ctx, author.id))) throw unknownUser()
     throw err
   }
+  // Before the announcement: a subscriber that reads the room on hearing of it reads the new message.
+  await changed(ctx, [readTags.room(created.roomId)])
   await ctx.events.publish({ type: 'messageAdded', message: created })
   return created
 }

@@ -8,6 +8,7 @@ import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import type { Store } from '../../app/store/types.ts'
+import type { Invalidation } from '../../app/domain/context.ts'
 import { TEST_PARTNER_SECRET_KEY, testConfig, type TestLike } from '../helpers/app.ts'
 import { parseXml, type XmlElement } from '../../routes/soap/envelope.ts'
 
@@ -53,7 +54,7 @@ export interface SoapTestApp {
 export async function listenSoapApp (
   t: TestLike,
   env: Record<string, string> = {},
-  options: { clock?: () => number; store?: Store } = {}
+  options: { clock?: () => number; store?: Store; invalidation?: Invalidation } = {}
 ): Promise<SoapTestApp> {
   const config = testConfig(env)
   const store = options.store ?? openSqliteStore(':memory:')
@@ -65,7 +66,7 @@ export async function listenSoapApp (
       userId: '5'
     })
   }
-  const app = await buildApp(config, { store, logger: false, clock: options.clock })
+  const app = await buildApp(config, { store, logger: false, clock: options.clock, invalidation: options.invalidation })
   t.teardown(async () => {
     await app.close()
     if (!options.store) await store.close()

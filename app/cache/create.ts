@@ -1,0 +1,40 @@
+// The composition root's one call: the response cache the settings ask for, on Redis when the service
+// has it (shared by the instances), else in process.
+import type { Redis } from 'ioredis'
+import { DEFAULT_MAX_BYTES, MemoryCacheStore } from './memory-store.ts'
+import { RedisCacheStore } from './redis-store.ts'
+import { DEFAULT_TTL_MS, ResponseCache } from './response-cache.ts'
+
+/** The response cache's settings (RESPONSE_CACHE, RESPONSE_CACHE_TTL_MS, RESPONSE_CACHE_MAX_BYTES). */
+export interface ResponseCacheSettings {
+  /** On by default: reads are answered from the cache until a write changes what they read. */
+  enabled: boolean
+  /** How long an answer may be served after its computation started (ms); default 60 000 (see ResponseCacheOptions). */
+  ttlMs: number
+  /** The in-process store's bound in estimated bytes; default 64 MiB (see MemoryStoreOptions). Unused with Redis. */
+  maxBytes: number
+}
+
+export const DEFAULT_RESPONSE_CACHE_SETTINGS: ResponseCacheSettings = {
+  enabled: true,
+  ttlMs: DEFAULT_TTL_MS,
+  maxBytes: DEFAULT_MAX_BYTES
+}
+
+/** The service's Redis and its key naming (plugins/redis.ts), or null in the embedded default. */
+export interface SharedRedis {
+  redis: Redis
+  redisKey: (name: string) => string
+}
+
+/** The cache, or null when turned off. `onError`: a store failure the cache absorbed (log it as a warning). */
+export function createResponseCache (
+  settings: ResponseCacheSettings,
+  shared: SharedRedis | null,
+  onError?: (err: unknown) => void
+): ResponseCache | null {
+  if (!settings.enabled) return null
+  const { ttlMs, maxBytes } = settings
+  const store = shared ? new RedisCacheStore({ ...shared, ttlMs }) : new MemoryCacheStore({ ttlMs, maxBytes })
+  return new ResponseCache(store, { ttlMs, onError })
+}

@@ -1,0 +1,243 @@
+// A shared cache of query answers, transport-free: the caller (the GraphQL HTTP path) authenticates and
+// charges the request first, then asks `lookup`, and on a miss `fill`s the entry with the execution.
+//
+// An entry is one answer as sent, less its per-request part (`extensions`: the caller splices its own in
+// at send time with `withExtensions`), with its ETag, the time its computation started (`Age`) and the
+// read tags (app/domain/read-tags.ts) of everything it read. A write drops, through `invalidate`, every
+// entry that read one of the tags it changed.
+//
+// Staleness is closed by sequence numbers instead of messages between instances. The store keeps a
+// write sequence, and per tag the sequence of its last invalidation (a "mark"). A fill notes the sequence
+// before computing (`begin`), and is stored only if none of its tags was invalidated since; a lookup
+// serves an entry only if none of its tags was invalidated after the entry's sequence. So a read that
+// began before a write and finishes after its invalidation is never stored, and once `invalidate`
+// returns, no lookup on any instance sharing the store returns what the write changed: there is no
+// window. (Marks are kept as long as an entry can live: entries expire `ttlMs` after their computation
+// started, so an older mark can no longer concern any entry.)
+import { createHash } from 'node:crypto'
+
+/** An answer kept by the cache. */
+export interface CachedAnswer {
+  /** The answer's JSON as sent, without `extensions` (see withExtensions). */
+  body: string
+  /** A strong ETag of `body` (quoted). A carrier that varies the representation (media type) derives its own. */
+  etag: string
+  /** When its computation started (epoch ms): the HTTP `Age` is now less this. */
+  createdAt: number
+  /** What it read (read tags). */
+  tags: readonly string[]
+}
+
+/** Where entries and marks live: in process (memory-store.ts) or in Redis (redis-store.ts). */
+export interface CacheStore {
+  /** The write sequence now: a fill that begins now is stored only if its tags are not invalidated after it. */
+  begin (): Promise<number>
+  /** The entry, unless it has expired or one of its tags was invalidated after it began. */
+  get (key: string): Promise<CachedAnswer | null>
+  /** Stores the entry for `ttlMs` unless one of its tags was invalidated after `since`; true when stored. */
+  set (key: string, entry: CachedAnswer, since: number, ttlMs: number): Promise<boolean>
+  /** Marks the tags invalidated: no lookup returns an entry that read them before. */
+  invalidate (tags: readonly string[]): Promise<void>
+  /** Bytes of answers held in this process (null: held elsewhere, e.g. in Redis). */
+  readonly bytes: number | null
+}
+
+/** What a computation returns. */
+export interface Computed {
+  /** The answer's JSON without `extensions`. */
+  body: string
+  /** What it read (the request's read set). */
+  tags: Iterable<string>
+  /** False for an answer that must not be kept (one with errors): it is returned to its caller only. */
+  store: boolean
+}
+
+export interface Filled {
+  entry: CachedAnswer
+  /** Whether this call ran the computation (false: it waited for a concurrent one with the same key). */
+  executed: boolean
+  /** False when the computation said not to keep it: the caller sends it as uncached (no ETag, no-store). */
+  storable: boolean
+}
+
+export interface ResponseCacheOptions {
+  /**
+   * How long an entry may be served after its computation started, in ms. Default 60 000. Every write
+   * through the domain invalidates exactly, so the TTL bounds what the cache holds and how long a change
+   * made outside the service (a manual SQL update) may go unseen, not the staleness of ordinary writes.
+   */
+  ttlMs?: number
+  /** Told of a store failure that the cache absorbed (a lookup or fill that degraded to executing). */
+  onError?: (err: unknown) => void
+  /** Epoch-ms clock (tests). */
+  now?: () => number
+}
+
+export const DEFAULT_TTL_MS = 60_000
+
+export interface CacheStats {
+  hits: number
+  misses: number
+  /** Misses that waited for a concurrent computation of the same key instead of executing. */
+  coalesced: number
+  /** Entries stored, and fills refused because a tag they read was invalidated while they computed. */
+  stored: number
+  refused: number
+  /** Calls to `invalidate` (one per write). */
+  invalidations: number
+  /** Store failures absorbed (the request executed uncached). */
+  errors: number
+  /** Bytes of answers held in this process (null with Redis: Redis's own memory). */
+  bytes: number | null
+}
+
+/**
+ * The cache key of an operation's answer: its plan (the persisted or parsed document and operation),
+ * its variables in canonical form and the caller's scope (one shared entry when the operation selects no
+ * field rule, else one per anonymous, administrator, or user id), as one JSON array: unambiguous whatever
+ * the parts contain. Not hashed here (a SHA-256 would cost more than an in-process lookup): the
+ * in-process store counts the key in an entry's bytes, and the Redis store hashes it into a key name.
+ */
+export function cacheKey (planId: string, variables: unknown, scope: string): string {
+  return canonicalJson([scope, planId, variables ?? {}])
+}
+
+/**
+ * JSON with every object's keys sorted: equal values, equal texts, whatever order the client wrote them
+ * in. One JSON.stringify (its text is one flat string: a concatenated one would keep its parts alive).
+ */
+export function canonicalJson (value: unknown): string {
+  return JSON.stringify(value ?? null, sortKeys)
+}
+
+function sortKeys (_key: string, value: unknown): unknown {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return value
+  const object = value as Record<string, unknown>
+  const sorted: Record<string, unknown> = {}
+  for (const key of Object.keys(object).sort()) sorted[key] = object[key]
+  return sorted
+}
+
+/** The answer as sent to one request: the entry's body with that request's `extensions` (its cost report). */
+export function withExtensions (body: string, extensions: Record<string, unknown> | undefined): string {
+  if (!extensions) return body
+  return `${body.slice(0, body.lastIndexOf('}'))},"extensions":${JSON.stringify(extensions)}}`
+}
+
+/** The HTTP `Age` of an entry, in whole seconds (RFC 9111). */
+export function ageOf (entry: CachedAnswer, now = Date.now()): number {
+  return Math.max(0, Math.floor((now - entry.createdAt) / 1000))
+}
+
+const etagOf = (body: string) => `"${createHash('sha256').update(body).digest('base64url').slice(0, 27)}"`
+
+interface Flight {
+  entry: CachedAnswer
+  storable: boolean
+}
+
+export class ResponseCache {
+  readonly ttlMs: number
+  readonly #store: CacheStore
+  readonly #onError: (err: unknown) => void
+  readonly #now: () => number
+  /** Computations running, by key: concurrent misses of one key wait for the first (bounded by requests in flight). */
+  readonly #flights = new Map<string, Promise<Flight>>()
+  readonly #stats = { hits: 0, misses: 0, coalesced: 0, stored: 0, refused: 0, invalidations: 0, errors: 0 }
+
+  constructor (store: CacheStore, options: ResponseCacheOptions = {}) {
+    this.#store = store
+    this.ttlMs = options.ttlMs ?? DEFAULT_TTL_MS
+    this.#onError = options.onError ?? (() => {})
+    this.#now = options.now ?? Date.now
+  }
+
+  /** The entry for `key`, or null (a miss; a store that fails counts as one: the request executes). */
+  async lookup (key: string): Promise<CachedAnswer | null> {
+    const entry = await this.#get(key)
+    if (entry) this.#stats.hits++
+    else this.#stats.misses++
+    return entry
+  }
+
+  /**
+   * Computes the answer for `key` and keeps it, unless `compute` says not to or a tag it read was
+   * invalidated meanwhile. Concurrent calls for one key run `compute` once: the others wait for it, then
+   * look the key up again, which serves them only what is still valid (a computation that began before
+   * a write they saw acknowledged is not); on a miss they run their own (`executed: true`).
+   */
+  async fill (key: string, compute: () => Promise<Computed>): Promise<Filled> {
+    const running = this.#flights.get(key)
+    if (running) {
+      await running.catch(() => {})
+      const entry = await this.#get(key)
+      if (entry) {
+        this.#stats.coalesced++
+        return { entry, executed: false, storable: true }
+      }
+      return { ...(await this.#compute(key, compute)), executed: true }
+    }
+    const flight = this.#compute(key, compute)
+    this.#flights.set(key, flight)
+    try {
+      return { ...(await flight), executed: true }
+    } finally {
+      this.#flights.delete(key)
+    }
+  }
+
+  /** Drops every entry that read one of `tags`, on every instance sharing the store; rejects if the store fails. */
+  async invalidate (tags: readonly string[]): Promise<void> {
+    if (tags.length === 0) return
+    this.#stats.invalidations++
+    await this.#store.invalidate(tags)
+  }
+
+  stats (): CacheStats {
+    return { ...this.#stats, bytes: this.#store.bytes }
+  }
+
+  async #compute (key: string, compute: () => Promise<Computed>): Promise<Flight> {
+    const createdAt = this.#now()
+    let since: number | null
+    try {
+      since = await this.#store.begin()
+    } catch (err) {
+      this.#failed(err)
+      since = null
+    }
+    const computed = await compute()
+    const entry: CachedAnswer = {
+      body: computed.body,
+      etag: computed.store ? etagOf(computed.body) : '',
+      createdAt,
+      tags: [...computed.tags]
+    }
+    if (!computed.store) return { entry, storable: false }
+    // Entries live `ttlMs` from when their computation started: a slow one is kept for less.
+    const ttlMs = this.ttlMs - (this.#now() - createdAt)
+    if (since !== null && ttlMs > 0) {
+      try {
+        if (await this.#store.set(key, entry, since, ttlMs)) this.#stats.stored++
+        else this.#stats.refused++
+      } catch (err) {
+        this.#failed(err)
+      }
+    }
+    return { entry, storable: true }
+  }
+
+  async #get (key: string): Promise<CachedAnswer | null> {
+    try {
+      return await this.#store.get(key)
+    } catch (err) {
+      this.#failed(err)
+      return null
+    }
+  }
+
+  #failed (err: unknown): void {
+    this.#stats.errors++
+    this.#onError(err)
+  }
+}

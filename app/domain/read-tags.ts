@@ -1,0 +1,17 @@
+// The names of what a request read and what a write changed. The response cache keeps, with each answer,
+// the tags of everything the answer read; a write drops the answers that carry a tag it changed. One
+// definition for both sides: the readers (the per-request loaders) and the writers (users.ts, messages.ts).
+export const readTags = {
+  /** One user, read by id: found or not (a miss becomes a hit once the user is created). */
+  user: (id: string) => `user:${id}`,
+  /** Any page or list of users: a create, an update or a delete can change what a list shows. */
+  users: 'users',
+  /** A room's messages (their authors are read as `user:<id>`: deleting a user deletes their messages). */
+  room: (roomId: string) => `room:${roomId}`
+} as const
+
+/**
+ * The tags one request read, collected as it runs. Made only when someone asks (a cacheable query); the
+ * loaders' recording is then a null check per batch or list for every other request.
+ */
+export type ReadSet = Set<string>

@@ -1,0 +1,112 @@
+// Every write tells the invalidation port exactly the read tags it changed, after storing and before it
+// answers, whatever carries it: the domain calls (unit), a GraphQL mutation and SOAP CreateUser,
+// UpdateUser and DeleteUser through real clients on a listening server.
+import { test } from 'tap'
+import soap from 'soap'
+import { createPartnerAccount } from '../../cli/create-partner.ts'
+import { mintToken } from '../../cli/mint-token.ts'
+import { createDomainContext, type Caller, type DomainDeps, type Invalidation } from '../../app/domain/context.ts'
+import { postMessage } from '../../app/domain/messages.ts'
+import { readTags } from '../../app/domain/read-tags.ts'
+import { createUser, deleteUser, updateUser } from '../../app/domain/users.ts'
+import { openSqliteStore } from '../../app/store/sqlite.ts'
+import type { Store } from '../../app/store/types.ts'
+import { gql } from '../helpers/app.ts'
+import { listenSoapApp } from '../soap/helpers.ts'
+
+/**
+ * A port that records each invalidation and settles it only after a delay: a write that does not wait
+ * for it answers while it is still pending. `seen` reads the store at invalidation time (the write must
+ * already be stored, or a read racing the invalidation would be cached stale again).
+ */
+function recordingPort (seen: (tags: readonly string[]) => Promise<unknown> = async () => null) {
+  const calls: { tags: string[]; settled: boolean; seen: unknown }[] = []
+  const port: Invalidation = {
+    async invalidate (tags) {
+      const call = { tags: [...tags].sort(), settled: false, seen: await seen(tags) }
+      calls.push(call)
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      call.settled = true
+    }
+  }
+  return { port, calls }
+}
+
+const admin: Caller = { id: 'admin', role: 'ADMIN' }
+
+function domain (store: Store, invalidation: Invalidation): DomainDeps {
+  return {
+    store,
+    events: { publish: async () => {} },
+    caps: { maxStringLength: 1000, maxListLength: 100, maxPageSize: 100 },
+    cursorKey: Buffer.alloc(32, 1),
+    invalidation
+  }
+}
+
+test('each domain write invalidates exactly its tags, once stored and before it returns', async (t) => {
+  const store = openSqliteStore(':memory:')
+  t.teardown(() => store.close())
+  const { port, calls } = recordingPort(async (tags) => {
+    const id = tags.find((tag) => tag.startsWith('user:'))?.slice('user:'.length)
+    return id ? (await store.usersByIds([id]))[0]?.name ?? 'gone' : null
+  })
+  const deps = domain(store, port)
+  const ctx = (caller: Caller | null = admin) => createDomainContext(deps, caller)
+
+  const ann = await createUser(ctx(), { name: 'Ann', email: 'ann@example.com' })
+  t.same(calls.at(-1), { tags: [readTags.user(ann.id), readTags.users].sort(), settled: true, seen: 'Ann' }, 'createUser')
+
+  await updateUser(ctx(), ann.id, { name: 'Anne' })
+  t.same(calls.at(-1), { tags: [readTags.user(ann.id), readTags.users].sort(), settled: true, seen: 'Anne' }, 'updateUser')
+
+  await postMessage(ctx({ id: ann.id, role: 'USER' }), 'lobby', 'hello')
+  t.same(calls.at(-1), { tags: [readTags.room('lobby')], settled: true, seen: null }, 'postMessage')
+
+  t.equal(await deleteUser(ctx(), ann.id), true)
+  t.same(calls.at(-1), { tags: [readTags.user(ann.id), readTags.users].sort(), settled: true, seen: 'gone' }, 'deleteUser')
+
+  const before = calls.length
+  t.equal(await deleteUser(ctx(), ann.id), false)
+  await t.rejects(updateUser(ctx(), 'nobody', { name: 'x' }), { code: 'NOT_FOUND' })
+  await t.rejects(createUser(ctx(null), { name: 'x', email: 'x@example.com' }), { code: 'UNAUTHENTICATED' })
+  await t.rejects(createUser(ctx(), { name: 'x', email: 'not an address' }), { code: 'BAD_USER_INPUT' })
+  t.equal(calls.length, before, 'a write that changed nothing invalidates nothing')
+})
+
+test('a failed invalidation fails the write: it is never acknowledged while an old answer may be served', async (t) => {
+  const store = openSqliteStore(':memory:')
+  t.teardown(() => store.close())
+  const deps = domain(store, { invalidate: async () => { throw new Error('Redis is down') } })
+  await t.rejects(createUser(createDomainContext(deps, admin), { name: 'Ann', email: 'ann@example.com' }), /Redis is down/)
+})
+
+test('GraphQL mutations and SOAP writes invalidate their tags before their answer is sent', async (t) => {
+  const { port, calls } = recordingPort()
+  const { app, url, store, partnerSecretKey } = await listenSoapApp(t, {}, { invalidation: port })
+  await createPartnerAccount(store, partnerSecretKey, { login: 'root', password: 'r00t-secret', userId: '1' })
+  const last = () => calls.at(-1)
+
+  const bearer = { authorization: `Bearer ${mintToken(app.config.jwt, '1', 'ADMIN')}` }
+  const created = await gql(url, 'mutation { createUser(input: { name: "Gina", email: "gina@example.com" }) { id } }', {}, bearer)
+  const gina = created.body.data.createUser.id as string
+  t.same(last(), { tags: [readTags.user(gina), readTags.users].sort(), settled: true, seen: null }, 'GraphQL createUser')
+  await gql(url, 'mutation ($id: ID!) { updateUser(id: $id, input: { name: "Ginny" }) { id } }', { id: gina }, bearer)
+  t.same(last(), { tags: [readTags.user(gina), readTags.users].sort(), settled: true, seen: null }, 'GraphQL updateUser')
+  const asUser = { authorization: `Bearer ${mintToken(app.config.jwt, '2', 'USER')}` }
+  const posted = await gql(url, 'mutation { postMessage(roomId: "r1", content: "hi") { id } }', {}, asUser)
+  t.ok(posted.body.data.postMessage.id)
+  t.same(last(), { tags: [readTags.room('r1')], settled: true, seen: null }, 'GraphQL postMessage')
+
+  const client = await soap.createClientAsync(`${url}/v1/UserService?wsdl`, {}, `${url}/v1/UserService`)
+  client.setSecurity(new soap.WSSecurity('root', 'r00t-secret', { passwordType: 'PasswordText', hasTimeStamp: true }))
+  const call = client as unknown as Record<string, (args: unknown) => Promise<[any]>>
+  const [soapCreated] = await call.CreateUserAsync!({ name: 'Sam', email: 'sam@example.com' })
+  const sam = soapCreated.user.id as string
+  t.same(last(), { tags: [readTags.user(sam), readTags.users].sort(), settled: true, seen: null }, 'SOAP CreateUser')
+  await call.UpdateUserAsync!({ id: sam, name: 'Samuel' })
+  t.same(last(), { tags: [readTags.user(sam), readTags.users].sort(), settled: true, seen: null }, 'SOAP UpdateUser')
+  await call.DeleteUserAsync!({ id: sam })
+  t.same(last(), { tags: [readTags.user(sam), readTags.users].sort(), settled: true, seen: null }, 'SOAP DeleteUser')
+  t.equal(calls.length, 6, 'one invalidation per write, none for reads')
+})

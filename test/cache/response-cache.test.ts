@@ -1,0 +1,233 @@
+// The response cache's core with its in-process store, driven by plain objects: keys, the byte bound
+// and LRU order, the TTL, single-flight, invalidation by tag, and the read-before-write race.
+import { test } from 'tap'
+import { MemoryCacheStore, entryBytes } from '../../app/cache/memory-store.ts'
+import {
+  ResponseCache, ageOf, cacheKey, withExtensions, type CacheStore, type CachedAnswer, type Computed
+} from '../../app/cache/response-cache.ts'
+
+function memoryCache (options: { maxBytes?: number; ttlMs?: number; maxMarks?: number; now?: () => number } = {}) {
+  const ttlMs = options.ttlMs ?? 60_000
+  const store = new MemoryCacheStore({ ...options, ttlMs })
+  return { store, cache: new ResponseCache(store, { ttlMs, now: options.now }) }
+}
+
+const answer = (body: unknown, tags: string[] = []): Computed => ({ body: JSON.stringify(body), tags, store: true })
+
+/** A computation that reads at once and finishes when told to, counting its runs. */
+function gated (computed: () => Computed) {
+  let runs = 0
+  let open!: () => void
+  const gate = new Promise<void>((resolve) => { open = resolve })
+  return {
+    compute: async () => { runs++; const result = computed(); await gate; return result },
+    open: () => open(),
+    get runs () { return runs }
+  }
+}
+
+test('the key is the plan, the canonical variables and the scope', async (t) => {
+  t.equal(cacheKey('p1', { a: 1, b: { c: [1, 2], d: 'x' } }, 'public'), cacheKey('p1', { b: { d: 'x', c: [1, 2] }, a: 1 }, 'public'),
+    'key order does not matter')
+  t.equal(cacheKey('p1', { a: 1, z: undefined }, 'public'), cacheKey('p1', { a: 1 }, 'public'), 'an undefined field is absent')
+  const keys = new Set([
+    cacheKey('p1', { a: 1 }, 'public'),
+    cacheKey('p2', { a: 1 }, 'public'),
+    cacheKey('p1', { a: '1' }, 'public'),
+    cacheKey('p1', { a: [1, 2] }, 'public'),
+    cacheKey('p1', { a: [2, 1] }, 'public'),
+    cacheKey('p1', { a: 1 }, 'user:2'),
+    cacheKey('p1', { a: 1 }, 'user:3'),
+    cacheKey('p1', { a: 1 }, 'anonymous')
+  ])
+  t.equal(keys.size, 8, 'plans, values, list orders and scopes are told apart')
+  t.not(cacheKey('a\n', {}, 'b'), cacheKey('a', {}, '\nb'), 'parts cannot run into each other')
+  t.equal(cacheKey('p', {}, 's'), cacheKey('p', null, 's'), 'null variables are no variables')
+})
+
+test('a hit gives the body, ETag, age and tags; the caller splices its own extensions', async (t) => {
+  let now = 1_000_000
+  const { cache } = memoryCache({ now: () => now })
+  const key = cacheKey('p', {}, 'public')
+  t.equal(await cache.lookup(key), null)
+  const filled = await cache.fill(key, async () => { now += 1500; return answer({ data: { user: { id: '1' } } }, ['user:1']) })
+  t.same({ executed: filled.executed, storable: filled.storable }, { executed: true, storable: true })
+  const hit = await cache.lookup(key)
+  t.same(hit, filled.entry)
+  t.equal(hit!.createdAt, 1_000_000, 'created when the computation started')
+  t.match(hit!.etag, /^"[\w-]{27}"$/)
+  t.equal(ageOf(hit!, now + 2000), 3)
+  t.same(JSON.parse(withExtensions(hit!.body, { cost: { requested: 3 } })), { data: { user: { id: '1' } }, extensions: { cost: { requested: 3 } } })
+  t.equal(withExtensions(hit!.body, undefined), hit!.body)
+  const again = await cache.fill(cacheKey('other', {}, 'public'), async () => answer({ data: { user: { id: '1' } } }))
+  t.equal(again.entry.etag, hit!.etag, 'the ETag depends on the bytes only')
+  t.match(cache.stats(), { hits: 1, misses: 1, stored: 2, refused: 0 })
+})
+
+test('an answer that must not be stored is returned to its caller only', async (t) => {
+  const { cache, store } = memoryCache()
+  const filled = await cache.fill('k', async () => ({ body: '{"errors":[]}', tags: [], store: false }))
+  t.same({ storable: filled.storable, body: filled.entry.body, etag: filled.entry.etag }, { storable: false, body: '{"errors":[]}', etag: '' })
+  t.equal(await cache.lookup('k'), null)
+  t.equal(store.size, 0)
+})
+
+test('bounded in bytes, least recently used first', async (t) => {
+  const body = (n: number) => answer({ data: { n, pad: 'x'.repeat(1000) } })
+  const sample: CachedAnswer = { body: body(1).body, etag: '"' + 'e'.repeat(27) + '"', createdAt: 0, tags: [] }
+  const one = entryBytes('k1', sample)
+  const { cache, store } = memoryCache({ maxBytes: one * 3 })
+  for (const k of ['k1', 'k2', 'k3']) await cache.fill(k, async () => body(1))
+  t.equal(store.size, 3)
+  t.equal(store.bytes, one * 3)
+  t.ok(await cache.lookup('k1'), 'k1 used: k2 is now the least recently used')
+  await cache.fill('k4', async () => body(1))
+  t.equal(store.size, 3)
+  t.ok(store.bytes <= one * 3, 'never over the bound')
+  t.equal(await cache.lookup('k2'), null, 'the least recently used went first')
+  t.ok(await cache.lookup('k1'))
+  t.ok(await cache.lookup('k3'))
+  t.ok(await cache.lookup('k4'))
+  await cache.fill('huge', async () => answer({ pad: 'x'.repeat(one * 4) }))
+  t.equal(await cache.lookup('huge'), null, 'an entry bigger than the bound is not kept')
+  t.equal(store.size, 3, 'and evicts nothing')
+  t.equal(cache.stats().bytes, store.bytes)
+})
+
+test('entries expire their TTL after their computation started', async (t) => {
+  let now = 0
+  const { cache } = memoryCache({ ttlMs: 1000, now: () => now })
+  await cache.fill('quick', async () => answer(1))
+  now = 500
+  await cache.fill('slow', async () => { now += 600; return answer(2) })
+  now = 999
+  t.ok(await cache.lookup('quick'))
+  now = 1000
+  t.equal(await cache.lookup('quick'), null)
+  now = 1499
+  t.ok(await cache.lookup('slow'), 'began at 500, done at 1100: alive until 1500')
+  now = 1500
+  t.equal(await cache.lookup('slow'), null)
+  await cache.fill('too-slow', async () => { now += 1000; return answer(3) })
+  t.equal(await cache.lookup('too-slow'), null, 'an answer older than the TTL when done is not kept')
+})
+
+test('concurrent misses of one key compute once; the others get that answer', async (t) => {
+  const { cache } = memoryCache()
+  const computation = gated(() => answer({ data: 1 }, ['users']))
+  const fills = Array.from({ length: 10 }, () => cache.fill('k', computation.compute))
+  await new Promise((resolve) => setImmediate(resolve))
+  computation.open()
+  const results = await Promise.all(fills)
+  t.equal(computation.runs, 1, 'one execution')
+  t.equal(results.filter((r) => r.executed).length, 1)
+  t.ok(results.every((r) => r.entry.body === '{"data":1}' && r.storable))
+  t.match(cache.stats(), { coalesced: 9, stored: 1 })
+  const other = await cache.fill('other', async () => answer(2))
+  t.ok(other.executed, 'other keys are not held up')
+})
+
+test('waiters run their own computation when the first is not storable or fails', async (t) => {
+  const { cache } = memoryCache()
+  const failing = gated(() => ({ body: '{"errors":[1]}', tags: [], store: false }))
+  const fills = Array.from({ length: 3 }, () => cache.fill('k', failing.compute))
+  failing.open()
+  t.equal((await Promise.all(fills)).filter((r) => r.executed).length, 3)
+  t.equal(failing.runs, 3)
+
+  let runs = 0
+  const first = cache.fill('t', async () => { runs++; await new Promise((resolve) => setTimeout(resolve, 10)); throw new Error('deadline') })
+  const second = cache.fill('t', async () => { runs++; return answer('ok') })
+  await t.rejects(first, /deadline/)
+  t.equal((await second).entry.body, '"ok"')
+  t.equal(runs, 2)
+})
+
+test('invalidation drops exactly the entries that read one of the tags', async (t) => {
+  const { cache } = memoryCache()
+  await cache.fill('user1', async () => answer(1, ['user:1']))
+  await cache.fill('user2', async () => answer(2, ['user:2']))
+  await cache.fill('list', async () => answer([1, 2], ['users']))
+  await cache.fill('room', async () => answer('m', ['room:a', 'user:1']))
+  await cache.invalidate(['user:1'])
+  t.equal(await cache.lookup('user1'), null)
+  t.equal(await cache.lookup('room'), null, 'a room whose author was written')
+  t.ok(await cache.lookup('user2'))
+  t.ok(await cache.lookup('list'))
+  await cache.invalidate(['users'])
+  t.equal(await cache.lookup('list'), null)
+  t.ok(await cache.lookup('user2'))
+  await cache.fill('user1', async () => answer(1.1, ['user:1']))
+  t.ok(await cache.lookup('user1'), 'a read after the write is stored')
+  t.equal(cache.stats().invalidations, 2)
+})
+
+test('a computation that began before a write is not stored once the write invalidated its tags', async (t) => {
+  const { cache } = memoryCache()
+  const stale = gated(() => answer('old', ['users', 'user:1']))
+  const fill = cache.fill('k', stale.compute)
+  await new Promise((resolve) => setImmediate(resolve))
+  await cache.invalidate(['user:1'])
+  stale.open()
+  t.equal((await fill).entry.body, '"old"', 'its own caller, who began before the write, gets it')
+  t.equal(await cache.lookup('k'), null, 'nobody else does')
+  t.match(cache.stats(), { refused: 1, stored: 0 })
+})
+
+test('a read that began before a write is not stored after its invalidation, nor served to a later reader', async (t) => {
+  const { cache } = memoryCache()
+  let value = 'old'
+  const stale = gated(() => answer(value, ['user:1']))
+  const first = cache.fill('k', stale.compute)
+  await new Promise((resolve) => setImmediate(resolve))
+  value = 'new'
+  await cache.invalidate(['user:1'])
+  // Acknowledged: a read from now on must see 'new'. It joins the running computation...
+  let laterRuns = 0
+  const later = cache.fill('k', async () => { laterRuns++; return answer(value, ['user:1']) })
+  stale.open()
+  t.equal((await first).entry.body, '"old"', 'the first reader, who began before the write, gets what it read')
+  t.equal((await later).entry.body, '"new"', '...but is not handed the stale answer: it computes its own')
+  t.equal(laterRuns, 1)
+  t.equal((await cache.lookup('k'))?.body, '"new"')
+  t.match(cache.stats(), { refused: 1, stored: 1 })
+})
+
+test('marks stay bounded: dropped after the TTL, and all at once past their bound', async (t) => {
+  let now = 0
+  const { cache, store } = memoryCache({ ttlMs: 1000, maxMarks: 10, now: () => now })
+  for (let i = 0; i < 5; i++) await cache.invalidate([`user:${i}`])
+  t.equal(store.markCount, 5)
+  now = 1000
+  await cache.invalidate(['users'])
+  t.equal(store.markCount, 1, 'marks as old as the TTL concern no entry')
+  await cache.fill('kept', async () => answer(1, ['user:1']))
+  const running = gated(() => answer(2, ['room:x']))
+  const fill = cache.fill('racing', running.compute)
+  await new Promise((resolve) => setImmediate(resolve))
+  for (let i = 0; i < 11; i++) await cache.invalidate([`user:x${i}`])
+  t.ok(store.markCount <= 10)
+  running.open()
+  await fill
+  t.equal(await cache.lookup('racing'), null, 'a fill that began before the flush is refused')
+  t.equal(await cache.lookup('kept'), null, 'entries older than the flush count as invalidated')
+  await cache.fill('after', async () => answer(3, ['user:1']))
+  t.ok(await cache.lookup('after'))
+})
+
+test('a failing store degrades to executing; a failed invalidation rejects', async (t) => {
+  const errors: unknown[] = []
+  const broken: CacheStore = {
+    bytes: null,
+    begin: async () => { throw new Error('down') },
+    get: async () => { throw new Error('down') },
+    set: async () => { throw new Error('down') },
+    invalidate: async () => { throw new Error('down') }
+  }
+  const cache = new ResponseCache(broken, { onError: (err) => errors.push(err) })
+  t.equal(await cache.lookup('k'), null)
+  t.equal((await cache.fill('k', async () => answer(1))).entry.body, '1')
+  await t.rejects(cache.invalidate(['users']), /down/)
+  t.match(cache.stats(), { misses: 1, errors: 2 })
+  t.equal(errors.length, 2)
+})
