@@ -31,7 +31,7 @@ import { createDomainContext, withinDeadline, type Caller, type DomainDeps } fro
 import type { Config } from '../../app/config.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
-import { chargeEvent, type Payer, type SpendCostUnits } from './fanout.ts'
+import { chargeEvent, type Payer, type SpendCostUnits } from './event-pricing.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
 import {
   PersistedMessages,

@@ -8,7 +8,7 @@ import type { Config } from '../../app/config.ts'
 import type { Caller, DomainDeps } from '../../app/domain/context.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import type { FormatOptions } from './error-format.ts'
-import type { SpendCostUnits } from './fanout.ts'
+import type { SpendCostUnits } from './event-pricing.ts'
 import type { Pipeline } from './pipeline.ts'
 
 /** The budgets every GraphQL transport spends through (plugins/rate-limit.ts implements them). */
