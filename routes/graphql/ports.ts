@@ -7,7 +7,7 @@ import type { MQEmitter } from 'mqemitter'
 import type { Config } from '../../app/config.ts'
 import type { Caller, DomainDeps } from '../../app/domain/context.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
-import type { FormatOptions } from './error-format.ts'
+import type { FormatOptions } from '../../app/error-format.ts'
 import type { SpendCostUnits } from './event-pricing.ts'
 import type { Pipeline } from './pipeline.ts'
 

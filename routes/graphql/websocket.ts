@@ -31,7 +31,7 @@ import {
 import type { WebSocket } from 'ws'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError } from '../../app/errors.ts'
-import type { ErrorJson } from './error-format.ts'
+import type { ErrorJson } from '../../app/error-format.ts'
 import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
 import { endAtDeadline } from './stream-deadline.ts'
