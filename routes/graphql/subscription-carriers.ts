@@ -12,7 +12,6 @@
 // Every carrier: active subscriptions capped per caller (SUBSCRIPTIONS_MAX_PER_CALLER), every event paid
 // for and shared (fanout.ts), a subscriber that stops reading closed, a connection or stream ended at its
 // token's `exp` and after SUBSCRIBER_MAX_LIFETIME_MS (stream-deadline.ts).
-import { once } from 'node:events'
 import type { OutgoingHttpHeaders } from 'node:http'
 import type { Server } from 'node:net'
 import websocket from '@fastify/websocket'
@@ -48,9 +47,6 @@ export interface SubscriptionCarriers {
 
 /** Events of one topic waiting for the previous one's delivery before the oldest are dropped. */
 const MAX_QUEUED_EVENTS = 1000
-
-/** How long startup waits for the Redis pub/sub connections. */
-const PUBSUB_READY_TIMEOUT_MS = 10_000
 
 /** How long a graceful shutdown waits for `complete` messages before closing the sockets. */
 const SHUTDOWN_GRACE_MS = 2000
@@ -115,27 +111,6 @@ function evictIdleNearCap (server: Server, idle: Set<GraphQLWebSocket>): void {
 const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
 
 /**
- * With Redis, waits until mqemitter-redis's two connections are ready. A SUBSCRIBE sent while the
- * subscriber connection is still in its handshake makes ioredis's ready check fail (the connection is
- * then in subscriber mode) and reconnect, and plugins/events.ts drops publishes while the publisher is not ready.
- */
-async function pubSubReady (emitter: unknown, timeoutMs: number): Promise<void> {
-  const { subConn, pubConn } = emitter as {
-    subConn?: NodeJS.EventEmitter & { status: string }
-    pubConn?: NodeJS.EventEmitter & { status: string }
-  }
-  if (!subConn || !pubConn) return
-  await Promise.all([subConn, pubConn].map(async (connection) => {
-    if (connection.status === 'ready') return
-    try {
-      await once(connection, 'ready', { signal: AbortSignal.timeout(timeoutMs) })
-    } catch (err) {
-      throw new Error(`Redis pub/sub is not reachable: ${(err as Error).message}`)
-    }
-  }))
-}
-
-/**
  * Registers the WebSocket side of GET /graphql (before that route is added: @fastify/websocket wires
  * routes as they are added) and makes the SSE carrier, over the room's core.
  */
@@ -150,7 +125,6 @@ export async function registerSubscriptionCarriers (
   const eventStreams = new Set<() => void>()
   const counter = connectionCounter(ws.maxConnectionsPerClient)
   let shuttingDown = false
-  await pubSubReady(ports.emitter, PUBSUB_READY_TIMEOUT_MS)
 
   const formatErrors = (err: unknown) => formatThrown(err, errorOptions)
   const { start, fanout } = operationStarter({
