@@ -24,7 +24,8 @@ import { operationStarter } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
 import { createSseHandler } from './sse.ts'
 import type { RoomCore } from './ports.ts'
-import { SUBPROTOCOLS, openConnection, type GraphQLWebSocket } from './websocket.ts'
+import { openConnection, type GraphQLWebSocket } from './websocket.ts'
+import { SUBPROTOCOLS } from './ws-protocols.ts'
 
 export interface SubscriptionStats {
   webSockets: number
@@ -222,6 +223,10 @@ export async function registerSubscriptionCarriers (
     const releaseIp = counter.acquire([`ip:${request.ip}`])
     if (!releaseIp) return socket.close(1013, 'Too many connections from this address')
     const connection = openConnection(socket, request.ip, wsOptions)
+    // ws hands messages over as Buffers (its default binaryType); the session's budget counts their bytes.
+    socket.on('message', (data: Buffer) => connection.message(data))
+    socket.on('ping', (data: Buffer) => connection.ping(data))
+    socket.once('close', () => connection.socketClosed())
     connections.add(connection)
     void connection.closed.then(() => {
       connections.delete(connection)
