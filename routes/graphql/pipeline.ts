@@ -46,12 +46,6 @@ import { scalarCoercion, type ScalarCoercion } from './variables.ts'
 // fails to load under Node's resolver.
 const require = createRequire(import.meta.url)
 const { compileQuery, isCompiledQuery } = require('graphql-jit') as typeof import('graphql-jit')
-// graphql-jit compiles each operation with `new Function(source)`, and V8 keeps every such source's
-// compilation in its eval cache, strongly, until a last-resort GC near the heap limit: measured, about
-// 2 MiB per distinct 7.8 KB document, kept long after the plan cache had let the plan go (a compilation
-// is made once per plan, so the cache never saves anything here). Node's documented v8.setFlagsFromString
-// turns that cache off; a compilation then lives exactly as long as its plan, whose weight counts it.
-setFlagsFromString('--no-compilation-cache')
 
 /** What carries the operation: decides which operation types it may run. */
 export type Transport = 'GET' | 'POST' | 'WS' | 'SSE'
@@ -212,7 +206,21 @@ function weightOf (plan: DocumentPlan): number {
   return bytes
 }
 
+/**
+ * Turns V8's compilation cache off for the process, once plans are made (createPlans), not as a side
+ * effect of importing this module. graphql-jit compiles each operation with `new Function(source)`, and
+ * V8 keeps every such source's compilation in its eval cache, strongly, until a last-resort GC near the
+ * heap limit: measured, about 2 MiB per distinct 7.8 KB document, kept long after the plan cache had let
+ * the plan go (a compilation is made once per plan, so the cache never saves anything here). Node's
+ * documented v8.setFlagsFromString turns that cache off; a compilation then lives exactly as long as its
+ * plan, whose weight counts it.
+ */
+function keepCompilationsWithTheirPlans (): void {
+  setFlagsFromString('--no-compilation-cache')
+}
+
 export function createPlans (schema: () => GraphQLSchema, limits: PlanCacheLimits): Plans {
+  keepCompilationsWithTheirPlans()
   const cache = new LruMap<string, DocumentPlan>(Infinity, limits.planCacheBytes)
   const pinned = new Map<string, DocumentPlan>()
 
