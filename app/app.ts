@@ -172,7 +172,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     caps: config.limits,
     cursorKey: cursorKey(config.cursorSecret)
   }
-  await app.register(graphqlRoom, { domain })
+  // With tracing on, every GraphQL operation of every transport is a span: the room runs its phases through it.
+  await app.register(graphqlRoom, { domain, instrumentation: { phases: app.tracing?.pipeline } })
   await app.register(healthRoutes)
   await app.register(queryUiRoutes)
   await app.register(soapRoutes, { domain, clock: options.clock })

@@ -4,6 +4,7 @@
 // neither, so neither imports the other through it.
 import type { Caller } from '../../app/domain/context.ts'
 import type { CostUnitsLeft } from '../../app/limits/cost-report.ts'
+import type { SpendCostUnits } from './ports.ts'
 /** Who pays for a subscriber's events, and how much each costs. */
 export interface Payer {
   caller: Caller | null
@@ -16,12 +17,6 @@ export interface Payer {
 export function callerKey (caller: Caller | null, ip: string): string {
   return caller ? `user:${caller.id}` : `ip:${ip}`
 }
-
-export type SpendCostUnits = (
-  caller: Caller | null,
-  ip: string,
-  units: number
-) => CostUnitsLeft | Promise<CostUnitsLeft>
 
 /**
  * Spends the price of one event for each subscriber: one spend per distinct payer (the user, or the IP

@@ -17,7 +17,7 @@ import { withinAnswerCap } from './answer-size.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import { createHttpCache } from './http-cache.ts'
-import type { RoomCore } from './ports.ts'
+import type { RoomCore } from './core.ts'
 import type { SubscriptionCarriers } from './subscription-carriers.ts'
 import {
   acceptsEventStream,

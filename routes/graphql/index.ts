@@ -15,14 +15,14 @@ import mercurius from 'mercurius'
 import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import type { DomainDeps } from '../../app/domain/context.ts'
-import type { Tracing } from '../../app/tracing.ts'
 import type { FormatOptions } from '../../app/error-format.ts'
 import { registerHttpRoutes } from './http.ts'
 import { memoryApqStore, redisApqStore } from './apq-store.ts'
 import { emptyManifest, loadManifests } from './persisted-manifest.ts'
 import { createPersistedQueries } from './persisted-registry.ts'
 import { createPipeline, createPlans, type Pipeline } from './pipeline.ts'
-import type { GraphQLPorts, RoomCore } from './ports.ts'
+import type { RoomCore } from './core.ts'
+import type { GraphQLPorts, Instrumentation } from './ports.ts'
 import { resolvers } from './resolvers.ts'
 import { authPolicy, schemaSDL, stopResolversAtDeadline } from './schema.ts'
 import { registerSubscriptionCarriers, type SubscriptionStats } from './subscription-carriers.ts'
@@ -34,6 +34,8 @@ const mercuriusAuth = mercuriusAuthModule as unknown as FastifyPluginAsync<Mercu
 export interface GraphQLRoomOptions {
   /** The domain's dependencies, built once by the composition root (app/app.ts) for every transport. */
   domain: DomainDeps
+  /** The instruments the core calls at named phases (tracing), chosen by the composition root. */
+  instrumentation?: Instrumentation
 }
 
 export interface WarmUpReport {
@@ -65,21 +67,6 @@ declare module 'fastify' {
   }
 }
 
-/** With tracing on, every operation of every transport is a span (app/tracing.ts). */
-function traced (inner: Pipeline, tracing: Tracing): Pipeline {
-  const { admit, execute, subscribe } = tracing.pipeline(inner)
-  return {
-    plan: inner.plan,
-    pin: inner.pin,
-    operationType: inner.operationType,
-    chargeEvent: inner.chargeEvent,
-    admit,
-    execute,
-    subscribe,
-    get cacheStats () { return inner.cacheStats }
-  }
-}
-
 export default fp(async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions) {
   const { config } = app
   // Read at call time: a budget plugin's functions stay replaceable (tests count spends through them).
@@ -95,7 +82,8 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
     roomTopic: app.roomTopic,
     userChangesTopic: app.userChangesTopic,
     config,
-    log: app.log
+    log: app.log,
+    instrumentation: options.instrumentation ?? {}
   }
   const errorOptions: FormatOptions = {
     production: config.profile === 'production',
@@ -148,16 +136,16 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
     plan: plans.plan
   })
 
-  const core = createPipeline({
+  const pipeline = createPipeline({
     schema,
     limits: config.limits,
     introspection: config.introspection,
     domain: ports.domain,
     plans,
     persisted,
-    ...ports.budgets
+    ...ports.budgets,
+    instrumentation: ports.instrumentation
   })
-  const pipeline = app.tracing ? traced(core, app.tracing) : core
   const room: RoomCore = { ports, schema, pipeline, errorOptions }
 
   app.graphql.defineResolvers({

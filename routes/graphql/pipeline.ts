@@ -31,7 +31,8 @@ import { createDomainContext, withinDeadline, type Caller, type DomainDeps } fro
 import type { Config } from '../../app/config.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
-import { chargeEvent, type Payer, type SpendCostUnits } from './event-pricing.ts'
+import { chargeEvent, type Payer } from './event-pricing.ts'
+import type { Instrumentation, OperationPhases, SpendCostUnits } from './ports.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
 import {
   PersistedMessages,
@@ -109,6 +110,8 @@ export interface PipelineOptions {
   spendRequest (caller: Caller | null, ip: string): Promise<void>
   /** Spends cost units of the caller's window (what chargeCost spends): what is left, and when the window resets. */
   spendCostUnits: SpendCostUnits
+  /** Instruments that wrap the operation phases (tracing); none: the phases run as they are. */
+  instrumentation?: Instrumentation
 }
 
 export interface Pipeline {
@@ -357,17 +360,8 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     cost: admission.cost
   })
 
-  return {
-    plan: plans.plan,
-    pin: plans.pin,
+  const phases: OperationPhases<OperationRequest, Admission> = {
     admit,
-    async operationType (params, caller) {
-      try {
-        return (await operationOf(params, caller)).operation.type
-      } catch {
-        return undefined
-      }
-    },
     execute (admission, root) {
       const deadline = Date.now() + limits.timeoutMs
       const result = admission.compiled.query(root, contextOf(admission, deadline), admission.variables)
@@ -387,6 +381,22 @@ export function createPipeline (options: PipelineOptions): Pipeline {
         contextValue: contextOf(admission, Infinity)
       })
     },
+  }
+  // The instruments wrap the phases once, here; every transport then runs the wrapped ones.
+  const { admit: admitted, execute, subscribe } = options.instrumentation?.phases?.(phases) ?? phases
+  return {
+    plan: plans.plan,
+    pin: plans.pin,
+    admit: admitted,
+    async operationType (params, caller) {
+      try {
+        return (await operationOf(params, caller)).operation.type
+      } catch {
+        return undefined
+      }
+    },
+    execute,
+    subscribe,
     chargeEvent: (subscribers) => chargeEvent(options.spendCostUnits, subscribers),
     get cacheStats () { return plans.stats }
   }

@@ -23,7 +23,7 @@ import { formatThrown } from '../../app/error-format.ts'
 import { operationStarter } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
 import { createSseHandler } from './sse.ts'
-import type { RoomCore } from './ports.ts'
+import type { RoomCore } from './core.ts'
 import { openConnection, type GraphQLWebSocket } from './websocket.ts'
 import { SUBPROTOCOLS } from './ws-protocols.ts'
 
