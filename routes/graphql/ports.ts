@@ -77,4 +77,13 @@ export interface OperationPhases<Request, A extends AdmittedOperation> {
 export interface Instrumentation {
   /** Wraps the operation phases (admit, execute, subscribe) of every transport. */
   phases?<Request, A extends AdmittedOperation>(phases: OperationPhases<Request, A>): OperationPhases<Request, A>
+  /**
+   * An HTTP exchange was answered (told once the response is sent): the answer, or a batch's answers,
+   * as sent; the operation it executed, when one was admitted; the parameters it was sent with.
+   */
+  answered?(
+    answer: unknown,
+    executed: { name: string | null; type: string } | null,
+    params: { query?: unknown; operationName?: unknown } | null
+  ): void
 }

@@ -12,7 +12,8 @@
 // Every carrier: active subscriptions capped per caller (SUBSCRIPTIONS_MAX_PER_CALLER), every event paid
 // for and shared (fanout.ts), a subscriber that stops reading closed, a connection or stream ended at its
 // token's `exp` and after SUBSCRIBER_MAX_LIFETIME_MS (stream-deadline.ts).
-import type { OutgoingHttpHeaders } from 'node:http'
+import { createServer, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http'
+import type { Duplex } from 'node:stream'
 import type { Server } from 'node:net'
 import websocket from '@fastify/websocket'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
@@ -44,6 +45,8 @@ export interface SubscriptionCarriers {
   /** POST /graphql with Accept: text/event-stream (called by http.ts). */
   serveEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void>
   stats (): SubscriptionStats
+  /** The open WebSockets, as ws holds them (tests watch the server's side of a connection). */
+  webSocketClients (): ReadonlySet<WebSocket>
 }
 
 /** Events of one topic waiting for the previous one's delivery before the oldest are dropped. */
@@ -109,6 +112,20 @@ function evictIdleNearCap (server: Server, idle: Set<GraphQLWebSocket>): void {
   })
 }
 
+const NO_UPGRADE_HERE = JSON.stringify({
+  errors: [{ message: 'WebSocket connections are served on /graphql only', extensions: { code: 'BAD_REQUEST' } }]
+})
+
+/** Answers an upgrade to a path that serves no WebSocket, on the raw socket, and closes it. */
+function refuseUpgrade (socket: Duplex): void {
+  socket.on('error', () => {})
+  socket.end(
+    'HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\n' +
+    `Content-Length: ${Buffer.byteLength(NO_UPGRADE_HERE)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n` +
+    NO_UPGRADE_HERE
+  )
+}
+
 const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
 
 /**
@@ -172,6 +189,16 @@ export async function registerSubscriptionCarriers (
     if (route.url === '/graphql' && route.method === 'GET') route.wsHandler = serveWebSocket
   })
 
+  // The room is a scope of its own, so @fastify/websocket's handling of upgrades reaches its routes only;
+  // yet it listens to every upgrade of the server it is given. It is given a server that never listens
+  // (ws's documented `server` option), fed only the upgrades to /graphql; an upgrade to any other path is
+  // refused here, plainly, instead of being run by a route that cannot take the socket over.
+  const upgrades = createServer()
+  app.server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (request.url?.split('?')[0] === '/graphql') return upgrades.emit('upgrade', request, socket, head)
+    refuseUpgrade(socket)
+  })
+
   await app.register(websocket, {
     errorHandler: (error, socket, request) => {
       const code = (error as NodeJS.ErrnoException).code
@@ -189,6 +216,7 @@ export async function registerSubscriptionCarriers (
       maxPayload: ws.maxMessageBytes,
       // Pongs are sent by the connection (websocket.ts), through the send path that bounds unsent bytes.
       autoPong: false,
+      server: upgrades,
       handleProtocols: (offered: Set<string>) => SUBPROTOCOLS.find((p) => offered.has(p)) ?? false
     }
   })
@@ -213,8 +241,9 @@ export async function registerSubscriptionCarriers (
     }
     return undefined
   }
-  // Runs on every request of the app: synchronous (callback style), so a request that is no upgrade
-  // pays one property read, not a promise and a hook turn.
+  // Runs on every request of the room's routes (its scope: never on SOAP, health or UI requests):
+  // synchronous (callback style), so a request that is no upgrade pays one property read, not a promise
+  // and a hook turn.
   app.addHook('onRequest', (request, _reply, done) => done(request.ws ? upgradeRefusal(request) : undefined))
 
   function serveWebSocket (socket: WebSocket, request: FastifyRequest): void {
@@ -276,5 +305,5 @@ export async function registerSubscriptionCarriers (
     topicSubscribers: fanout.stats.subscribers,
     clients: counter.size
   })
-  return { serveEventStream, stats }
+  return { serveEventStream, stats, webSocketClients: () => app.websocketServer.clients }
 }
