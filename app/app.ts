@@ -10,7 +10,7 @@ import { connectionCaps, guardListener } from './descriptors.ts'
 import type { DomainDeps, Invalidation } from './domain/context.ts'
 import { cursorKey } from './domain/pages.ts'
 import { AppError, type ErrorCode } from './errors.ts'
-import { fastifyErrorAsAppError } from './fastify-errors.ts'
+import { errorAnswer } from './fastify-errors.ts'
 import type { Store } from './store/types.ts'
 import configPlugin from '../plugins/config.ts'
 import tracingPlugin from '../plugins/tracing.ts'
@@ -23,12 +23,19 @@ import eventsPlugin from '../plugins/events.ts'
 import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
 import rateLimitPlugin from '../plugins/rate-limit.ts'
-import graphqlRoom from '../routes/graphql/index.ts'
-import { formatError } from '../routes/graphql/error-format.ts'
-import { jsonAnswerType, setRefusalHeaders } from '../routes/graphql/media-types.ts'
+import { createGraphQLRoom, type GraphQLRoomInspection } from '../routes/graphql/index.ts'
+import { graphqlMetrics } from './graphql-metrics.ts'
+import { formatError } from './error-format.ts'
 import healthRoutes from '../routes/health.ts'
 import queryUiRoutes from '../routes/query-ui.ts'
 import soapRoutes from '../routes/soap/index.ts'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The GraphQL room's inspection surface (plan cache, open subscriptions, warm-up), for tests. */
+    graphqlRoom: GraphQLRoomInspection
+  }
+}
 
 export interface BuildOptions extends LoggingOptions {
   /** A store owned by the caller (tests); otherwise the configured one is opened and closed with the app. */
@@ -141,18 +148,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
 
   // Every error that escapes a route answers in the GraphQL error shape, without internals in production.
   // (The SOAP routes answer with faults through their own handler.)
-  app.setErrorHandler(async (error: FastifyError, request, reply) => {
-    const appError = fastifyErrorAsAppError(error)
-    const status = appError instanceof AppError ? appError.status : 500
-    if (status >= 500) request.log.error({ err: error }, 'request failed')
-    const body = { errors: [formatError(appError, { production, logInternal: () => {} })] }
-    request.graphqlAnswer = body // counted by metrics when the route is /graphql
-    if (appError instanceof AppError) setRefusalHeaders(reply, appError.code, appError.details?.retryAfter)
-    // A refusal is never stored by a cache (some statuses, 404 and 405 among them, are cacheable by default).
-    reply.header('cache-control', 'no-store')
-    // In the media type asked for (application/graphql-response+json when preferred), like the route's answers.
-    return reply.code(status).type(jsonAnswerType(request.headers.accept)).send(body)
-  })
+  app.setErrorHandler(async (error: FastifyError, request, reply) =>
+    reply.send(errorAnswer(error, request, reply, production)))
   app.setNotFoundHandler(async (request, reply) => {
     return reply
       .code(404)
@@ -175,7 +172,18 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     cursorKey: cursorKey(config.cursorSecret),
     invalidation: options.invalidation
   }
-  await app.register(graphqlRoom, { domain })
+  // The GraphQL room, in a scope of its own (its hooks run on its routes only). Its instruments: with
+  // tracing on, every operation of every transport is a span; its answers and open subscriptions are
+  // counted by the GraphQL metrics, registered here on the app's metrics registry.
+  const room = createGraphQLRoom({
+    domain,
+    instrumentation: {
+      phases: app.tracing?.pipeline,
+      answered: graphqlMetrics(app.metricsRegistry, () => room.inspection.subscriptionStats())
+    }
+  })
+  app.decorate('graphqlRoom', room.inspection)
+  await app.register(room.plugin)
   await app.register(healthRoutes)
   await app.register(queryUiRoutes)
   await app.register(soapRoutes, { domain, clock: options.clock })

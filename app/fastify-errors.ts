@@ -1,8 +1,10 @@
 // Errors Fastify raises itself (body parsing, body and media-type limits, routing, rate limiting) mapped
 // to the error catalogue, once for every binding: the app's error handler (GraphQL's shape) and the
 // SOAP routes' (faults) both call this; a binding may word a status its own way.
-import type { FastifyError } from 'fastify'
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { formatError, type ErrorJson } from './error-format.ts'
 import { AppError, type ErrorCode } from './errors.ts'
+import { jsonAnswerType, setRefusalHeaders } from './media-types.ts'
 
 const CODE_BY_STATUS: Record<number, ErrorCode> = {
   400: 'BAD_REQUEST',
@@ -34,4 +36,27 @@ export function fastifyErrorAsAppError (error: FastifyError, messages: Partial<R
   if (error instanceof AppError || error.statusCode === undefined) return error
   const code = CODE_BY_STATUS[error.statusCode]
   return code ? new AppError(code, messages[error.statusCode] ?? defaultMessage(error, error.statusCode)) : error
+}
+
+/**
+ * Every error that escapes a route, answered in the GraphQL error shape, without internals in
+ * production: sets the reply's status and headers and returns the body to send. The app's error
+ * handler uses it, and the GraphQL room's (which also keeps the body for its instruments).
+ */
+export function errorAnswer (
+  error: FastifyError,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  production: boolean
+): { errors: ErrorJson[] } {
+  const appError = fastifyErrorAsAppError(error)
+  const status = appError instanceof AppError ? appError.status : 500
+  if (status >= 500) request.log.error({ err: error }, 'request failed')
+  const body = { errors: [formatError(appError, { production, logInternal: () => {} })] }
+  if (appError instanceof AppError) setRefusalHeaders(reply, appError.code, appError.details?.retryAfter)
+  // A refusal is never stored by a cache (some statuses, 404 and 405 among them, are cacheable by default).
+  reply.header('cache-control', 'no-store')
+  // In the media type asked for (application/graphql-response+json when preferred), like the route's answers.
+  reply.code(status).type(jsonAnswerType(request.headers.accept))
+  return body
 }

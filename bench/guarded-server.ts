@@ -2,11 +2,11 @@
 // every per-request protection the service's GraphQL routes pay, and no GraphQL. The process is composed
 // from the service's own plugins, registered by app/app.ts's own functions (same order, same Fastify
 // options, the same configuration loader), up to the rate limits; the GraphQL plugins and routes are not
-// registered. Each route identifies its caller as routes/graphql.ts does (JWT through the auth plugin,
-// in the route's own onRequest hook, so the request budget appended after it counts the user) and spends
-// the cost budget once, at the fixed price the service charged that GraphQL request in the probe
-// (GUARDED_COST_USER, GUARDED_COST_LIST). So a guarded row minus its rest row is what the protections
-// cost, and a GraphQL row against its guarded row is what GraphQL itself costs.
+// registered. Each route identifies its caller as the GraphQL room does in routes/graphql/http.ts (JWT
+// through the auth plugin, in the route's own onRequest hook, so the request budget appended after it
+// counts the user) and spends the cost budget once, at the fixed price the service charged that GraphQL
+// request in the probe (GUARDED_COST_USER, GUARDED_COST_LIST). So a guarded row minus its rest row is
+// what the protections cost, and a GraphQL row against its guarded row is what GraphQL itself costs.
 //
 // The server and the protections are app/app.ts's own (createServer, registerProtections), so the rows
 // cannot drift from the service. Not added: the error handler's GraphQL shape (a benchmark row fails on any
@@ -26,7 +26,7 @@ const price = (name: string): number => {
 const userCost = price('GUARDED_COST_USER')
 const listCost = price('GUARDED_COST_LIST')
 const JSON_TYPE = 'application/json; charset=utf-8'
-const JSON_BODY = /^application\/json\s*(;|$)/i // routes/graphql.ts's test of a POST's Content-Type
+const JSON_BODY = /^application\/json\s*(;|$)/i // routes/graphql/http.ts's test of a POST's Content-Type
 
 // The service's own server and protections (app/app.ts), in its order; then only health and the plain routes.
 const app = createServer(config)

@@ -10,7 +10,8 @@ import { dirname, join, relative, resolve } from 'node:path'
 import { buildSchema, print } from 'graphql'
 import { loadConfig } from '../app/config.ts'
 import { makePlan, type DocumentPlan } from '../routes/graphql/plan.ts'
-import { sha256Hex, type ApolloManifest } from '../routes/graphql/persisted.ts'
+import { sha256Hex } from '../routes/graphql/persisted.ts'
+import type { ApolloManifest } from '../routes/graphql/persisted-manifest.ts'
 
 export const SCHEMA_FILE = new URL('../routes/graphql/schema.graphql', import.meta.url)
 

@@ -1,5 +1,6 @@
 // Pub/sub for domain events (and GraphQL subscriptions): an in-process mqemitter by default, Redis
 // (mqemitter-redis) when REDIS_URL is set, so a message posted on one instance reaches subscribers on all.
+import { once } from 'node:events'
 import fp from 'fastify-plugin'
 import mqemitter, { type MQEmitter } from 'mqemitter'
 import mqemitterRedis from 'mqemitter-redis'
@@ -23,7 +24,7 @@ declare module 'fastify' {
   }
 }
 
-interface Connection { status: string; disconnect (): void; quit (): Promise<unknown> }
+interface Connection extends NodeJS.EventEmitter { status: string; disconnect (): void; quit (): Promise<unknown> }
 /**
  * What mqemitter-redis sets on its emitter besides what its typings declare (mqemitter-redis.d.ts leaves
  * out the connections it opens and the `state` emitter it reports their errors on).
@@ -32,6 +33,25 @@ type RedisEmitter = ReturnType<typeof mqemitterRedis> & {
   pubConn: Connection
   subConn: Connection
   state: NodeJS.EventEmitter
+}
+
+/** How long startup waits for the Redis pub/sub connections. */
+const PUBSUB_READY_TIMEOUT_MS = 10_000
+
+/**
+ * With Redis, waits until mqemitter-redis's two connections are ready. A SUBSCRIBE sent while the
+ * subscriber connection is still in its handshake makes ioredis's ready check fail (the connection is
+ * then in subscriber mode) and reconnect, and `publish` below drops events while the publisher is not ready.
+ */
+async function pubSubReady (connections: Connection[], timeoutMs: number): Promise<void> {
+  await Promise.all(connections.map(async (connection) => {
+    if (connection.status === 'ready') return
+    try {
+      await once(connection, 'ready', { signal: AbortSignal.timeout(timeoutMs) })
+    } catch (err) {
+      throw new Error(`Redis pub/sub is not reachable: ${(err as Error).message}`)
+    }
+  }))
 }
 
 export default fp(async function events (app: FastifyInstance) {
@@ -101,4 +121,6 @@ export default fp(async function events (app: FastifyInstance) {
     const timer = setTimeout(() => { for (const c of connections) c.disconnect(); resolve() }, CLOSE_WAIT_MS).unref()
     emitter.close(() => { clearTimeout(timer); resolve() })
   }))
+  // Last: when Redis is unreachable, start fails here, and closing the app ends the connections above.
+  await pubSubReady(connections, PUBSUB_READY_TIMEOUT_MS)
 }, { name: 'events', dependencies: ['config'] })

@@ -1,13 +1,14 @@
 // Prometheus metrics at GET /metrics (text exposition format), one registry per app instance:
-// HTTP requests and latency by route, GraphQL operations by name and outcome, GraphQL error codes,
-// rate-limit rejections, SOAP faults, open subscriptions, and the process defaults (CPU, memory,
-// event loop lag, GC). Scrape each instance directly: the load balancer does not expose /metrics.
+// HTTP requests and latency by route, rate-limit rejections, SOAP faults, and the process defaults
+// (CPU, memory, event loop lag, GC). The GraphQL room's own metrics (operations, error codes, open
+// subscriptions) are registered on this registry by app/graphql-metrics.ts: nothing here knows GraphQL.
+// Scrape each instance directly: the load balancer does not expose /metrics.
 // Where they are served (METRICS_PORT): on a port of their own (Prometheus's convention) when it is set;
 // on the API port in development when it is not; nowhere in production when it is not (or is 0). The
 // API port of a production instance never serves them: operation names and error rates are not public.
 import { createServer } from 'node:http'
 import fp from 'fastify-plugin'
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Registry, collectDefaultMetrics } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { appendRouteHook } from '../app/route-hooks.ts'
 import { connectionCaps, guardListener } from '../app/descriptors.ts'
@@ -16,33 +17,9 @@ declare module 'fastify' {
   interface FastifyInstance {
     metricsRegistry: Registry
   }
-  interface FastifyRequest {
-    /**
-     * The GraphQL answer (or batch of answers) sent, as an object: its
-     * outcome and error codes are counted once the response is sent.
-     */
-    graphqlAnswer: unknown
-  }
 }
 
-const GRAPHQL_ROUTE = '/graphql'
 const SOAP_ROUTE = /^\/v\d+\/[A-Za-z]+Service$/
-/** Operation names come from clients: bounded, so a client can't grow the label set without limit. */
-const MAX_OPERATION_NAMES = 200
-const OPERATION_NAME = /^[_A-Za-z][_0-9A-Za-z]{0,63}$/
-
-interface OperationSeen { name: string | null; type: string }
-
-/**
- * For documents that never reached execution (parse or validation failures): the name of a leading
- * named operation, read without parsing. Anything else counts as anonymous.
- */
-const LEADING_OPERATION = /^(?:\s|,|#[^\n]*\n)*(query|mutation|subscription)\s+([_A-Za-z][_0-9A-Za-z]*)/
-function leadingOperation (source: unknown): OperationSeen | null {
-  if (typeof source !== 'string') return null
-  const match = LEADING_OPERATION.exec(source.slice(0, 1000))
-  return match ? { name: match[2]!, type: match[1]! } : null
-}
 
 /**
  * Counts for one counter, kept in plain records on the hot path and added to the prom-client counter
@@ -50,7 +27,7 @@ function leadingOperation (source: unknown): OperationSeen | null {
  * only bind the values), which cost more per request than all the rest of this bookkeeping. Records
  * are found through nested Maps by label value, so counting builds no string.
  */
-class Tally {
+export class Tally {
   readonly #labelNames: readonly string[]
   readonly #index = new Map<unknown, unknown>()
   readonly #records: { labels: Record<string, string>; count: number }[] = []
@@ -166,22 +143,6 @@ export default fp(async function metrics (app: FastifyInstance) {
   )
   /** What a scrape answers: prom-client's registry, then the histogram kept here. */
   const exposition = async () => (await registry.metrics()) + httpDuration.render()
-  const operations = new Tally(['operation_name', 'operation_type', 'outcome'])
-  new Counter({
-    name: 'graphql_operations_total',
-    help: 'GraphQL operations over HTTP by operation name, type and outcome (success, partial: data with errors, error: no data)',
-    labelNames: ['operation_name', 'operation_type', 'outcome'] as const,
-    registers: [registry],
-    collect () { operations.flushInto(this) }
-  })
-  const errorCodes = new Tally(['code'])
-  new Counter({
-    name: 'graphql_errors_total',
-    help: 'Errors in GraphQL responses, by extensions.code',
-    labelNames: ['code'] as const,
-    registers: [registry],
-    collect () { errorCodes.flushInto(this) }
-  })
   const rejections = new Tally(['route'])
   new Counter({
     name: 'rate_limit_rejections_total',
@@ -198,65 +159,9 @@ export default fp(async function metrics (app: FastifyInstance) {
     registers: [registry],
     collect () { faults.flushInto(this) }
   })
-  // Read at scrape time from the GraphQL room's inspection surface (registered after this plugin).
-  const subscriptionStats = () => (app.hasDecorator('graphqlRoom') ? app.graphqlRoom.subscriptionStats() : null)
-  new Gauge({
-    name: 'graphql_open_subscriptions',
-    help: 'GraphQL subscriptions currently open on this instance, by transport (ws, sse)',
-    labelNames: ['transport'] as const,
-    registers: [registry],
-    collect () {
-      const stats = subscriptionStats()
-      this.set({ transport: 'ws' }, stats?.webSocketSubscriptions ?? 0)
-      this.set({ transport: 'sse' }, stats?.eventStreams ?? 0)
-    }
-  })
-  new Gauge({
-    name: 'graphql_websocket_connections',
-    help: 'Open GraphQL WebSocket connections on this instance',
-    registers: [registry],
-    collect () { this.set(subscriptionStats()?.webSockets ?? 0) }
-  })
-
-  const knownNames = new Set<string>()
-  const nameLabel = (name: string | null | undefined): string => {
-    if (!name) return '(anonymous)'
-    if (knownNames.has(name)) return name
-    if (!OPERATION_NAME.test(name)) return '(invalid)'
-    if (knownNames.size >= MAX_OPERATION_NAMES) return '(other)'
-    knownNames.add(name)
-    return name
-  }
-
   // Hooks here are synchronous (callback style): no promise per request for bookkeeping. They are
   // added to each route as it is declared, with the route's pattern in hand: Fastify's
-  // request.routeOptions builds a new object on every read. The executed operation is the one
-  // the GraphQL pipeline admitted (routes/graphql/http.ts; persisted queries carry no operationName).
-
-  // GraphQL outcomes are read from the answer object the route (or the error handler) kept on the
-  // request, once the response is sent: no hook in the way of the response.
-  const countGraphQLAnswer = (request: FastifyRequest) => {
-    const body = request.graphqlAnswer as { data?: unknown; errors?: { extensions?: { code?: unknown } }[] } | null
-    if (body === null || typeof body !== 'object') return
-    const errors = Array.isArray(body.errors) ? body.errors : []
-    const outcome = errors.length === 0 ? 'success' : body.data != null ? 'partial' : 'error'
-    const executed = request.graphqlOperation
-    if (executed) {
-      operations.of(nameLabel(executed.name), executed.type, outcome).count++
-    } else {
-      const params = (request.method === 'GET' ? request.query : request.body) as {
-        operationName?: unknown
-        query?: unknown
-      } | null
-      const operation = leadingOperation(params?.query)
-      const requestedName = typeof params?.operationName === 'string' ? params.operationName : null
-      operations.of(nameLabel(operation?.name ?? requestedName), operation?.type ?? 'unknown', outcome).count++
-    }
-    for (const error of errors) {
-      const code = error.extensions?.code
-      errorCodes.of(typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : 'UNKNOWN').count++
-    }
-  }
+  // request.routeOptions builds a new object on every read.
 
   /** Counts one answered request of `route` (a route pattern, or '(unmatched)'). */
   const answered = (
@@ -276,12 +181,10 @@ export default fp(async function metrics (app: FastifyInstance) {
 
   app.addHook('onRoute', (route) => {
     const durations = new Map<string, Series>()
-    const graphql = route.url === GRAPHQL_ROUTE
     route.onResponse = appendRouteHook(
       route.onResponse,
       (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
         answered(route.url, durations, request, reply)
-        if (graphql) countGraphQLAnswer(request)
         done()
       }
     )
@@ -294,7 +197,6 @@ export default fp(async function metrics (app: FastifyInstance) {
   })
 
   app.decorate('metricsRegistry', registry)
-  app.decorateRequest('graphqlAnswer', null)
 
   const port = app.config.metricsPort
   if (port === null) {

@@ -12,12 +12,12 @@ import {
   statusOf,
   type ErrorJson,
   type GraphQLAnswer
-} from './error-format.ts'
+} from '../../app/error-format.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import { createHttpCache } from './http-cache.ts'
-import type { RoomCore } from './ports.ts'
+import type { RoomCore } from './core.ts'
 import type { SubscriptionCarriers } from './subscription-carriers.ts'
 import {
   acceptsEventStream,
@@ -25,7 +25,7 @@ import {
   prefersEventStream,
   setRefusalHeaders,
   wantsGraphQLResponse
-} from './media-types.ts'
+} from '../../app/media-types.ts'
 
 const JSON_TYPE = /^application\/json\s*(;|$)/i
 

@@ -10,20 +10,23 @@
 // Mercurius builds the executable schema from our SDL and resolvers and hosts mercurius-auth; the
 // pipeline runs every operation of every transport through graphql-jit against that schema.
 // Mercurius's routes, caches, hooks and pub/sub are not used.
-import fp from 'fastify-plugin'
 import mercurius from 'mercurius'
 import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
-import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
+import type { FastifyError, FastifyInstance, FastifyPluginAsync } from 'fastify'
+import type { WebSocket } from 'ws'
+import { errorAnswer } from '../../app/fastify-errors.ts'
 import type { DomainDeps } from '../../app/domain/context.ts'
-import type { Tracing } from '../../app/tracing.ts'
-import type { FormatOptions } from './error-format.ts'
+import type { FormatOptions } from '../../app/error-format.ts'
 import { registerHttpRoutes } from './http.ts'
-import { createPersistedQueries, emptyManifest, loadManifests, memoryApqStore, redisApqStore } from './persisted.ts'
+import { memoryApqStore, redisApqStore } from './apq-store.ts'
+import { emptyManifest, loadManifests } from './persisted-manifest.ts'
+import { createPersistedQueries } from './persisted-registry.ts'
 import { createPipeline, createPlans, type Pipeline } from './pipeline.ts'
-import type { GraphQLPorts, RoomCore } from './ports.ts'
+import type { RoomCore } from './core.ts'
+import type { GraphQLPorts, Instrumentation } from './ports.ts'
 import { resolvers } from './resolvers.ts'
 import { authPolicy, schemaSDL, stopResolversAtDeadline } from './schema.ts'
-import { registerSubscriptionCarriers, type SubscriptionStats } from './subscription-carriers.ts'
+import { registerSubscriptionCarriers, type SubscriptionCarriers, type SubscriptionStats } from './subscription-carriers.ts'
 import { subscriptionResolvers } from './subscriptions.ts'
 
 // mercurius-auth is CommonJS whose typings declare `export default`: at run time the import is the plugin itself.
@@ -32,6 +35,8 @@ const mercuriusAuth = mercuriusAuthModule as unknown as FastifyPluginAsync<Mercu
 export interface GraphQLRoomOptions {
   /** The domain's dependencies, built once by the composition root (app/app.ts) for every transport. */
   domain: DomainDeps
+  /** The instruments the core calls at named phases (tracing), chosen by the composition root. */
+  instrumentation?: Instrumentation
 }
 
 export interface WarmUpReport {
@@ -41,8 +46,8 @@ export interface WarmUpReport {
 }
 
 /**
- * The room's inspection surface, read by metrics (plugins/metrics.ts) and tests; nothing in the room
- * reads it. (`app.graphql` is Mercurius's own decorator, hence the name.)
+ * The room's inspection surface, read by its metrics (app/graphql-metrics.ts, through the composition
+ * root) and tests; nothing in the room reads it.
  */
 export interface GraphQLRoomInspection {
   /** The pipeline every operation runs through (its `cacheStats`: plans kept for ad-hoc and APQ texts). */
@@ -51,34 +56,56 @@ export interface GraphQLRoomInspection {
   subscriptionStats (): SubscriptionStats
   /** What the persisted manifest's warm-up did at start; null until the server is ready. */
   readonly persistedWarmUp: WarmUpReport | null
+  /** The open WebSockets, as ws holds them (tests watch the server's side of a connection). */
+  webSocketClients (): ReadonlySet<WebSocket>
 }
 
 declare module 'fastify' {
-  interface FastifyInstance {
-    graphqlRoom: GraphQLRoomInspection
-  }
   interface FastifyRequest {
-    /** The operation this request executes, once admitted (read by metrics). */
+    /** The operation this request executes, once admitted (the room's own state: told to its instruments). */
     graphqlOperation: { name: string | null; type: string } | null
+    /** The GraphQL answer (or batch of answers) sent, as an object (the room's own state: told to its instruments). */
+    graphqlAnswer: unknown
   }
 }
 
-/** With tracing on, every operation of every transport is a span (app/tracing.ts). */
-function traced (inner: Pipeline, tracing: Tracing): Pipeline {
-  const { admit, execute, subscribe } = tracing.pipeline(inner)
-  return {
-    plan: inner.plan,
-    pin: inner.pin,
-    operationType: inner.operationType,
-    chargeEvent: inner.chargeEvent,
-    admit,
-    execute,
-    subscribe,
-    get cacheStats () { return inner.cacheStats }
-  }
+/** The room as the composition root (app/app.ts) assembles it. */
+export interface GraphQLRoom {
+  /**
+   * The room's only Fastify plugin, deliberately NOT wrapped with fastify-plugin: its hooks (the
+   * WebSocket upgrade check, @fastify/websocket's), its error handler and its request state stay in its
+   * own scope, and never run on SOAP, health or UI requests.
+   */
+  plugin: FastifyPluginAsync
+  /** Readable once the plugin is registered. */
+  inspection: GraphQLRoomInspection
 }
 
-export default fp(async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions) {
+const NO_SUBSCRIPTIONS: SubscriptionStats = {
+  webSockets: 0, webSocketSubscriptions: 0, eventStreams: 0, topics: 0, topicSubscribers: 0, clients: 0
+}
+
+/** What the plugin builds, read by the inspection surface. */
+interface RoomState {
+  built: { pipeline: Pipeline; carriers: SubscriptionCarriers } | null
+  persistedWarmUp: WarmUpReport | null
+}
+
+export function createGraphQLRoom (options: GraphQLRoomOptions): GraphQLRoom {
+  const state: RoomState = { built: null, persistedWarmUp: null }
+  const inspection: GraphQLRoomInspection = {
+    get pipeline () {
+      if (!state.built) throw new Error('The GraphQL room is not registered yet')
+      return state.built.pipeline
+    },
+    subscriptionStats: () => (state.built ? state.built.carriers.stats() : NO_SUBSCRIPTIONS),
+    webSocketClients: () => state.built?.carriers.webSocketClients() ?? new Set(),
+    get persistedWarmUp () { return state.persistedWarmUp }
+  }
+  return { plugin: (app) => graphqlRoom(app, options, state), inspection }
+}
+
+async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, state: RoomState) {
   const { config } = app
   // Read at call time: a budget plugin's functions stay replaceable (tests count spends through them).
   const ports: GraphQLPorts = {
@@ -93,7 +120,8 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
     roomTopic: app.events.roomTopic,
     userChangesTopic: app.events.userChangesTopic,
     config,
-    log: app.log
+    log: app.log,
+    instrumentation: options.instrumentation ?? {}
   }
   const errorOptions: FormatOptions = {
     production: config.profile === 'production',
@@ -146,16 +174,16 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
     plan: plans.plan
   })
 
-  const core = createPipeline({
+  const pipeline = createPipeline({
     schema,
     limits: config.limits,
     introspection: config.introspection,
     domain: ports.domain,
     plans,
     persisted,
-    ...ports.budgets
+    ...ports.budgets,
+    instrumentation: ports.instrumentation
   })
-  const pipeline = app.tracing ? traced(core, app.tracing) : core
   const room: RoomCore = { ports, schema, pipeline, errorOptions }
 
   app.graphql.defineResolvers({
@@ -166,12 +194,26 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
   const carriers = await registerSubscriptionCarriers(app, room)
   registerHttpRoutes(app, room, carriers)
 
-  let persistedWarmUp: WarmUpReport | null = null
-  app.decorate('graphqlRoom', {
-    pipeline,
-    subscriptionStats: carriers.stats,
-    get persistedWarmUp () { return persistedWarmUp }
-  } satisfies GraphQLRoomInspection)
+  state.built = { pipeline, carriers }
+
+  // Every error on the room's routes (its hooks', Fastify's own: 401, 415, 429...) answers as the app's
+  // do (app/fastify-errors.ts); the answer is kept for the room's instruments like any other.
+  app.setErrorHandler(async (error: FastifyError, request, reply) => {
+    const body = errorAnswer(error, request, reply, errorOptions.production)
+    request.graphqlAnswer = body
+    return reply.send(body)
+  })
+  app.decorateRequest('graphqlAnswer', null)
+  const { answered } = ports.instrumentation
+  if (answered) {
+    app.addHook('onResponse', (request, _reply, done) => {
+      if (request.graphqlAnswer !== null) {
+        const params = (request.method === 'GET' ? request.query : request.body) as Parameters<typeof answered>[2]
+        answered(request.graphqlAnswer, request.graphqlOperation, params)
+      }
+      done()
+    })
+  }
 
   // onReady: every resolver is in place (and wrapped by @auth), and nothing listens yet. Each manifest
   // operation gets its plan and compilation now, kept for the life of the process; a text the service
@@ -185,19 +227,20 @@ export default fp(async function graphqlRoom (app: FastifyInstance, options: Gra
         const nested = (err as { errors?: { message: string }[] }).errors
         const reason = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
         throw new Error(
-          `Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`
+        `Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`
         )
       }
     }
-    persistedWarmUp = { compiled: manifest.operations.length, ms: Math.round((performance.now() - started) * 10) / 10 }
+    const ms = Math.round((performance.now() - started) * 10) / 10
+    state.persistedWarmUp = { compiled: manifest.operations.length, ms }
     ports.log.info(
       {
         operations: manifest.operations.length,
-        ms: persistedWarmUp.ms,
+        ms: state.persistedWarmUp.ms,
         apq: apq ? (app.redis.client ? 'redis' : 'memory') : 'off',
         persistedOnly: config.persistedOnly
       },
       'persisted queries ready'
     )
   })
-}, { name: 'graphql-room', dependencies: ['config', 'store', 'events', 'auth', 'rate-limit', 'redis'] })
+}

@@ -31,7 +31,8 @@ import { createDomainContext, withinDeadline, type Caller, type DomainDeps } fro
 import type { Config } from '../../app/config.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
-import { chargeEvent, type Payer, type SpendCostUnits } from './fanout.ts'
+import { chargeEvent, type Payer } from './event-pricing.ts'
+import type { Instrumentation, OperationPhases, SpendCostUnits } from './ports.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
 import {
   PersistedMessages,
@@ -46,12 +47,6 @@ import { scalarCoercion, type ScalarCoercion } from './variables.ts'
 // fails to load under Node's resolver.
 const require = createRequire(import.meta.url)
 const { compileQuery, isCompiledQuery } = require('graphql-jit') as typeof import('graphql-jit')
-// graphql-jit compiles each operation with `new Function(source)`, and V8 keeps every such source's
-// compilation in its eval cache, strongly, until a last-resort GC near the heap limit: measured, about
-// 2 MiB per distinct 7.8 KB document, kept long after the plan cache had let the plan go (a compilation
-// is made once per plan, so the cache never saves anything here). Node's documented v8.setFlagsFromString
-// turns that cache off; a compilation then lives exactly as long as its plan, whose weight counts it.
-setFlagsFromString('--no-compilation-cache')
 
 /** What carries the operation: decides which operation types it may run. */
 export type Transport = 'GET' | 'POST' | 'WS' | 'SSE'
@@ -115,6 +110,8 @@ export interface PipelineOptions {
   spendRequest (caller: Caller | null, ip: string): Promise<void>
   /** Spends cost units of the caller's window (what chargeCost spends): what is left, and when the window resets. */
   spendCostUnits: SpendCostUnits
+  /** Instruments that wrap the operation phases (tracing); none: the phases run as they are. */
+  instrumentation?: Instrumentation
 }
 
 export interface Pipeline {
@@ -212,7 +209,21 @@ function weightOf (plan: DocumentPlan): number {
   return bytes
 }
 
+/**
+ * Turns V8's compilation cache off for the process, once plans are made (createPlans), not as a side
+ * effect of importing this module. graphql-jit compiles each operation with `new Function(source)`, and
+ * V8 keeps every such source's compilation in its eval cache, strongly, until a last-resort GC near the
+ * heap limit: measured, about 2 MiB per distinct 7.8 KB document, kept long after the plan cache had let
+ * the plan go (a compilation is made once per plan, so the cache never saves anything here). Node's
+ * documented v8.setFlagsFromString turns that cache off; a compilation then lives exactly as long as its
+ * plan, whose weight counts it.
+ */
+function keepCompilationsWithTheirPlans (): void {
+  setFlagsFromString('--no-compilation-cache')
+}
+
 export function createPlans (schema: () => GraphQLSchema, limits: PlanCacheLimits): Plans {
+  keepCompilationsWithTheirPlans()
   const cache = new LruMap<string, DocumentPlan>(Infinity, limits.planCacheBytes)
   const pinned = new Map<string, DocumentPlan>()
 
@@ -349,17 +360,8 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     cost: admission.cost
   })
 
-  return {
-    plan: plans.plan,
-    pin: plans.pin,
+  const phases: OperationPhases<OperationRequest, Admission> = {
     admit,
-    async operationType (params, caller) {
-      try {
-        return (await operationOf(params, caller)).operation.type
-      } catch {
-        return undefined
-      }
-    },
     execute (admission, root) {
       const deadline = Date.now() + limits.timeoutMs
       const result = admission.compiled.query(root, contextOf(admission, deadline), admission.variables)
@@ -379,6 +381,22 @@ export function createPipeline (options: PipelineOptions): Pipeline {
         contextValue: contextOf(admission, Infinity)
       })
     },
+  }
+  // The instruments wrap the phases once, here; every transport then runs the wrapped ones.
+  const { admit: admitted, execute, subscribe } = options.instrumentation?.phases?.(phases) ?? phases
+  return {
+    plan: plans.plan,
+    pin: plans.pin,
+    admit: admitted,
+    async operationType (params, caller) {
+      try {
+        return (await operationOf(params, caller)).operation.type
+      } catch {
+        return undefined
+      }
+    },
+    execute,
+    subscribe,
     chargeEvent: (subscribers) => chargeEvent(options.spendCostUnits, subscribers),
     get cacheStats () { return plans.stats }
   }

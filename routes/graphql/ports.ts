@@ -1,15 +1,20 @@
 // What the GraphQL room needs from the rest of the service, handed to its core explicitly (as SOAP's
 // `Admission` is): the room's index (routes/graphql/index.ts) fills these in from the cross-cutting
 // plugins once, at start, and every core module receives what it uses from here, never from a
-// Fastify decorator.
-import type { GraphQLSchema } from 'graphql'
+// Fastify decorator. The core defines these interfaces, and this file imports none of the core's
+// modules: the ports serve the core, never the reverse.
+import type { ExecutionResult } from 'graphql'
 import type { MQEmitter } from 'mqemitter'
 import type { Config } from '../../app/config.ts'
 import type { Caller, DomainDeps } from '../../app/domain/context.ts'
-import type { CostReport } from '../../app/limits/cost-report.ts'
-import type { FormatOptions } from './error-format.ts'
-import type { SpendCostUnits } from './fanout.ts'
-import type { Pipeline } from './pipeline.ts'
+import type { CostReport, CostUnitsLeft } from '../../app/limits/cost-report.ts'
+
+/** Spends cost units of a caller's window: what is left, and when the window resets (subscription events). */
+export type SpendCostUnits = (
+  caller: Caller | null,
+  ip: string,
+  units: number
+) => CostUnitsLeft | Promise<CostUnitsLeft>
 
 /** The budgets every GraphQL transport spends through (plugins/rate-limit.ts implements them). */
 export interface Budgets {
@@ -47,15 +52,38 @@ export interface GraphQLPorts {
   userChangesTopic: string
   config: Config
   log: RoomLogger
+  /** Where the core reports its work at named phases (tracing); nothing when no instrument is on. */
+  instrumentation: Instrumentation
 }
 
-/** What the room's index hands its Fastify carriers (HTTP, WebSocket, SSE): the ports and the core built over them. */
-export interface RoomCore {
-  ports: GraphQLPorts
-  /** The executable schema (built by Mercurius, with mercurius-auth's @auth wrappers). */
-  schema (): GraphQLSchema
-  /** Every GraphQL operation, whatever its transport, is admitted and run through it. */
-  pipeline: Pipeline
-  /** How errors are shaped for callers (no internals in production), and where internal ones are logged. */
-  errorOptions: FormatOptions
+/** An admitted operation, as an instrument reads it. */
+export interface AdmittedOperation {
+  operation: { name: string | null; type: string }
+  cost: { requested: number }
+}
+
+/** The phases of an operation's life the core runs: admission, then its execution or its subscription's start. */
+export interface OperationPhases<Request, A extends AdmittedOperation> {
+  admit (request: Request): Promise<A>
+  execute (admission: A, root?: unknown): Promise<ExecutionResult>
+  subscribe (admission: A): Promise<AsyncIterable<unknown> | ExecutionResult>
+}
+
+/**
+ * Instruments the core calls at named phases (app/tracing.ts implements `phases`: a span per operation,
+ * from its admission to the end of its execution). The core runs its phases through them; it neither
+ * knows nor copies what they do.
+ */
+export interface Instrumentation {
+  /** Wraps the operation phases (admit, execute, subscribe) of every transport. */
+  phases?<Request, A extends AdmittedOperation>(phases: OperationPhases<Request, A>): OperationPhases<Request, A>
+  /**
+   * An HTTP exchange was answered (told once the response is sent): the answer, or a batch's answers,
+   * as sent; the operation it executed, when one was admitted; the parameters it was sent with.
+   */
+  answered?(
+    answer: unknown,
+    executed: { name: string | null; type: string } | null,
+    params: { query?: unknown; operationName?: unknown } | null
+  ): void
 }

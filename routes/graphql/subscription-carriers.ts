@@ -12,20 +12,21 @@
 // Every carrier: active subscriptions capped per caller (SUBSCRIPTIONS_MAX_PER_CALLER), every event paid
 // for and shared (fanout.ts), a subscriber that stops reading closed, a connection or stream ended at its
 // token's `exp` and after SUBSCRIBER_MAX_LIFETIME_MS (stream-deadline.ts).
-import { once } from 'node:events'
-import type { OutgoingHttpHeaders } from 'node:http'
+import { createServer, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http'
+import type { Duplex } from 'node:stream'
 import type { Server } from 'node:net'
 import websocket from '@fastify/websocket'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { WebSocket } from 'ws'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError } from '../../app/errors.ts'
-import { formatThrown } from './error-format.ts'
+import { formatThrown } from '../../app/error-format.ts'
 import { operationStarter } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
 import { createSseHandler } from './sse.ts'
-import type { RoomCore } from './ports.ts'
-import { SUBPROTOCOLS, openConnection, type GraphQLWebSocket } from './websocket.ts'
+import type { RoomCore } from './core.ts'
+import { openConnection, type GraphQLWebSocket } from './websocket.ts'
+import { SUBPROTOCOLS } from './ws-protocols.ts'
 
 export interface SubscriptionStats {
   webSockets: number
@@ -44,13 +45,12 @@ export interface SubscriptionCarriers {
   /** POST /graphql with Accept: text/event-stream (called by http.ts). */
   serveEventStream (request: FastifyRequest, reply: FastifyReply): Promise<void>
   stats (): SubscriptionStats
+  /** The open WebSockets, as ws holds them (tests watch the server's side of a connection). */
+  webSocketClients (): ReadonlySet<WebSocket>
 }
 
 /** Events of one topic waiting for the previous one's delivery before the oldest are dropped. */
 const MAX_QUEUED_EVENTS = 1000
-
-/** How long startup waits for the Redis pub/sub connections. */
-const PUBSUB_READY_TIMEOUT_MS = 10_000
 
 /** How long a graceful shutdown waits for `complete` messages before closing the sockets. */
 const SHUTDOWN_GRACE_MS = 2000
@@ -112,28 +112,21 @@ function evictIdleNearCap (server: Server, idle: Set<GraphQLWebSocket>): void {
   })
 }
 
-const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
+const NO_UPGRADE_HERE = JSON.stringify({
+  errors: [{ message: 'WebSocket connections are served on /graphql only', extensions: { code: 'BAD_REQUEST' } }]
+})
 
-/**
- * With Redis, waits until mqemitter-redis's two connections are ready. A SUBSCRIBE sent while the
- * subscriber connection is still in its handshake makes ioredis's ready check fail (the connection is
- * then in subscriber mode) and reconnect, and plugins/events.ts drops publishes while the publisher is not ready.
- */
-async function pubSubReady (emitter: unknown, timeoutMs: number): Promise<void> {
-  const { subConn, pubConn } = emitter as {
-    subConn?: NodeJS.EventEmitter & { status: string }
-    pubConn?: NodeJS.EventEmitter & { status: string }
-  }
-  if (!subConn || !pubConn) return
-  await Promise.all([subConn, pubConn].map(async (connection) => {
-    if (connection.status === 'ready') return
-    try {
-      await once(connection, 'ready', { signal: AbortSignal.timeout(timeoutMs) })
-    } catch (err) {
-      throw new Error(`Redis pub/sub is not reachable: ${(err as Error).message}`)
-    }
-  }))
+/** Answers an upgrade to a path that serves no WebSocket, on the raw socket, and closes it. */
+function refuseUpgrade (socket: Duplex): void {
+  socket.on('error', () => {})
+  socket.end(
+    'HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\n' +
+    `Content-Length: ${Buffer.byteLength(NO_UPGRADE_HERE)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n` +
+    NO_UPGRADE_HERE
+  )
 }
+
+const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
 
 /**
  * Registers the WebSocket side of GET /graphql (before that route is added: @fastify/websocket wires
@@ -150,7 +143,6 @@ export async function registerSubscriptionCarriers (
   const eventStreams = new Set<() => void>()
   const counter = connectionCounter(ws.maxConnectionsPerClient)
   let shuttingDown = false
-  await pubSubReady(ports.emitter, PUBSUB_READY_TIMEOUT_MS)
 
   const formatErrors = (err: unknown) => formatThrown(err, errorOptions)
   const { start, fanout } = operationStarter({
@@ -197,6 +189,16 @@ export async function registerSubscriptionCarriers (
     if (route.url === '/graphql' && route.method === 'GET') route.wsHandler = serveWebSocket
   })
 
+  // The room is a scope of its own, so @fastify/websocket's handling of upgrades reaches its routes only;
+  // yet it listens to every upgrade of the server it is given. It is given a server that never listens
+  // (ws's documented `server` option), fed only the upgrades to /graphql; an upgrade to any other path is
+  // refused here, plainly, instead of being run by a route that cannot take the socket over.
+  const upgrades = createServer()
+  app.server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (request.url?.split('?')[0] === '/graphql') return upgrades.emit('upgrade', request, socket, head)
+    refuseUpgrade(socket)
+  })
+
   await app.register(websocket, {
     errorHandler: (error, socket, request) => {
       const code = (error as NodeJS.ErrnoException).code
@@ -214,6 +216,7 @@ export async function registerSubscriptionCarriers (
       maxPayload: ws.maxMessageBytes,
       // Pongs are sent by the connection (websocket.ts), through the send path that bounds unsent bytes.
       autoPong: false,
+      server: upgrades,
       handleProtocols: (offered: Set<string>) => SUBPROTOCOLS.find((p) => offered.has(p)) ?? false
     }
   })
@@ -238,8 +241,9 @@ export async function registerSubscriptionCarriers (
     }
     return undefined
   }
-  // Runs on every request of the app: synchronous (callback style), so a request that is no upgrade
-  // pays one property read, not a promise and a hook turn.
+  // Runs on every request of the room's routes (its scope: never on SOAP, health or UI requests):
+  // synchronous (callback style), so a request that is no upgrade pays one property read, not a promise
+  // and a hook turn.
   app.addHook('onRequest', (request, _reply, done) => done(request.ws ? upgradeRefusal(request) : undefined))
 
   function serveWebSocket (socket: WebSocket, request: FastifyRequest): void {
@@ -248,6 +252,10 @@ export async function registerSubscriptionCarriers (
     const releaseIp = counter.acquire([`ip:${request.ip}`])
     if (!releaseIp) return socket.close(1013, 'Too many connections from this address')
     const connection = openConnection(socket, request.ip, wsOptions)
+    // ws hands messages over as Buffers (its default binaryType); the session's budget counts their bytes.
+    socket.on('message', (data: Buffer) => connection.message(data))
+    socket.on('ping', (data: Buffer) => connection.ping(data))
+    socket.once('close', () => connection.socketClosed())
     connections.add(connection)
     void connection.closed.then(() => {
       connections.delete(connection)
@@ -297,5 +305,5 @@ export async function registerSubscriptionCarriers (
     topicSubscribers: fanout.stats.subscribers,
     clients: counter.size
   })
-  return { serveEventStream, stats }
+  return { serveEventStream, stats, webSocketClients: () => app.websocketServer.clients }
 }

@@ -1,7 +1,10 @@
 // GraphQL over WebSocket, both subprotocols, every operation admitted by the pipeline (through
-// `StartOperation`, operations.ts). One connection implementation (Connection) speaks two
-// dialects: graphql-transport-ws (graphql-ws's PROTOCOL.md, with the library's exported constants and
-// message parser) and the legacy graphql-ws subprotocol (subscriptions-transport-ws).
+// `StartOperation`, operations.ts). One session implementation (Connection) speaks two dialects, the
+// data tables of ws-protocols.ts: graphql-transport-ws and the legacy graphql-ws subprotocol.
+//
+// No WebSocket library here: a session runs over `SessionSocket` (what it sends, closes and reads of
+// its socket) and is told what the socket receives (message, ping, close), as graphql-ws's own server
+// takes its socket. The room's door hands it a `ws` socket; tests hand it a plain object.
 //
 // graphql-transport-ws is ours rather than graphql-ws's `makeServer`: that server serialises every
 // message per subscriber (an event shared by 10000 subscribers would be stringified 10000 times) and
@@ -21,23 +24,33 @@
 // - a connection whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES is closed with 4503 (a private
 //   code: 1013 already means "too many connections" here; graphql-ws clients retry it with back-off),
 //   whatever the frames it stopped reading (events, pongs, keep-alives...): one send path checks them all.
-import {
-  CloseCode,
-  DEPRECATED_GRAPHQL_WS_PROTOCOL,
-  GRAPHQL_TRANSPORT_WS_PROTOCOL,
-  MessageType,
-  parseMessage
-} from 'graphql-ws'
-import type { WebSocket } from 'ws'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError } from '../../app/errors.ts'
-import type { ErrorJson } from './error-format.ts'
+import type { ErrorJson } from '../../app/error-format.ts'
 import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
 import { endAtDeadline } from './stream-deadline.ts'
+import { credentialOf } from './ws-credentials.ts'
+import { dialectOf, type Dialect, type Incoming } from './ws-protocols.ts'
 
-export { CloseCode }
-export const SUBPROTOCOLS = [GRAPHQL_TRANSPORT_WS_PROTOCOL, DEPRECATED_GRAPHQL_WS_PROTOCOL] as const
+/** A WebSocket as a session uses it; a `ws` WebSocket is one as it is. */
+export interface SessionSocket {
+  /** The subprotocol agreed at the upgrade ('' when the client named none). */
+  readonly protocol: string
+  /** Bytes queued but not yet sent. */
+  readonly bufferedAmount: number
+  /** 1 (OPEN) while frames can be sent; the WebSocket standard's readyState. */
+  readonly readyState: number
+  send (data: string | Buffer): void
+  /** A protocol-level pong (the session answers pings itself, within its budget). */
+  pong (data: string | Buffer): void
+  close (code: number, reason: string): void
+  /** Cuts the connection without waiting for the closing handshake. */
+  terminate (): void
+}
+
+/** readyState while a socket is open (the WebSocket standard's OPEN). */
+const OPEN = 1
 
 /** A subscriber that stopped reading: its unsent data passed the bound. */
 export const SLOW_READER_CLOSE_CODE = 4503
@@ -73,8 +86,14 @@ export interface WebSocketOptions {
   idleChanged (connection: GraphQLWebSocket, idle: boolean): void
 }
 
-/** One connection, whichever subprotocol it speaks. */
+/** One connection, whichever subprotocol it speaks: what the door tells it, and what it reads. */
 export interface GraphQLWebSocket {
+  /** A frame the client sent (text or binary, as bytes: the budget counts them). */
+  message (data: Buffer): void
+  /** A protocol-level ping the client sent. */
+  ping (data: Buffer): void
+  /** The socket has closed: everything the connection held is released. */
+  socketClosed (): void
   /** Subscriptions delivering events. */
   readonly activeSubscriptions: number
   /** Ends every operation (the client is told each completed), then closes with 1001 after at most `graceMs`. */
@@ -83,62 +102,6 @@ export interface GraphQLWebSocket {
   evict (): void
   /** Settles when the socket has closed and everything it held is released. */
   readonly closed: Promise<void>
-}
-
-/**
- * Where clients put the token in connection_init's payload (Apollo's and graphql-ws's documented
- * examples): `authToken`, `authorization`, `Authorization`, `token`, or a `headers` object holding
- * `Authorization`/`authorization`; as "Bearer <JWT>" or the bare JWT.
- */
-const CREDENTIAL_KEYS = ['authToken', 'authorization', 'Authorization', 'token'] as const
-const HEADER_KEYS = ['Authorization', 'authorization'] as const
-/** Other keys that look like a credential: refused rather than ignored (the client meant to authenticate). */
-const CREDENTIAL_LIKE = /auth|token|bearer|jwt|credential|session|secret|password|api.?key/i
-const READ_POSITIONS = new Set<string>([...CREDENTIAL_KEYS, ...HEADER_KEYS.map((key) => `headers.${key}`)])
-const BARE_JWT = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*$/
-
-const isRecord = (value: unknown): value is Record<string, unknown> =>
-  value !== null && typeof value === 'object' && !Array.isArray(value)
-
-/**
- * The connection_init payload's credential as an Authorization value ("Bearer <JWT>"); undefined when
- * the payload carries none (anonymous). A credential in a field we do not read, a non-string one, or
- * two different ones are refused, never taken as anonymous.
- */
-export function credentialOf (payload: unknown): string | undefined {
-  if (payload === undefined || payload === null) return undefined
-  if (!isRecord(payload)) throw new AppError('UNAUTHENTICATED', 'connection_init payload must be an object')
-  const headers = payload.headers
-  if (headers !== undefined && headers !== null && !isRecord(headers)) {
-    throw new AppError('UNAUTHENTICATED', 'connection_init payload.headers must be an object')
-  }
-  const found: { where: string; value: unknown }[] = [
-    ...CREDENTIAL_KEYS.map((key) => ({ where: key, value: payload[key] })),
-    ...HEADER_KEYS.map((key) => ({ where: `headers.${key}`, value: headers?.[key] }))
-  ].filter(({ value }) => value !== undefined && value !== null && value !== '')
-  const unknown = [...Object.keys(payload), ...Object.keys(headers ?? {}).map((key) => `headers.${key}`)]
-    .filter((key) => CREDENTIAL_LIKE.test(key) && !READ_POSITIONS.has(key))
-  if (unknown.length > 0) {
-    throw new AppError(
-      'UNAUTHENTICATED',
-      `Unrecognised credential ${unknown[0]}: send the token as authToken (or authorization, token, headers.Authorization)`
-    )
-  }
-  if (found.length === 0) return undefined
-  const values = new Set<string>()
-  for (const { where, value } of found) {
-    if (typeof value !== 'string') {
-      throw new AppError('UNAUTHENTICATED', `${where} must be a string: "Bearer <token>" or the token itself`)
-    }
-    values.add(BARE_JWT.test(value) ? `Bearer ${value}` : value)
-  }
-  if (values.size > 1) {
-    throw new AppError(
-      'UNAUTHENTICATED',
-      `Different credentials in ${found.map(({ where }) => where).join(' and ')}: send one`
-    )
-  }
-  return [...values][0]
 }
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref())
@@ -163,100 +126,8 @@ function closeReason (reason: string): string {
   return bytes.subarray(0, end).toString()
 }
 
-function closeSocket (socket: WebSocket, code: number, reason: string): void {
-  if (socket.readyState === socket.OPEN) socket.close(code, closeReason(reason))
-}
-
-/** A message from the client, in either dialect's words. */
-interface Incoming { type: string; id?: string; payload?: unknown }
-
-/** What differs between the two subprotocols: message names and a few rules. */
-interface Dialect {
-  /** Parses a frame (throws with the reason to close 4400 with). */
-  parse (data: string): Incoming
-  init: string
-  ack: string
-  start: string
-  /** The client ends one operation. */
-  stop: string
-  next: string
-  keepAlive: string
-  /** A refused connection_init: what is sent before the close (legacy: connection_error). */
-  refusal? (reason: string): string
-  /** Sent right after the ack (legacy: a first `ka`). */
-  afterAck?: string
-  /** When the init timeout is lifted: at connection_init (legacy) or at the ack (graphql-transport-ws). */
-  initWaitsFor: 'init' | 'ack'
-  /** Answers a message only this dialect has (ping, connection_terminate); false when unknown. */
-  other (connection: Connection, message: Incoming): boolean
-}
-
-const transportWs: Dialect = {
-  // graphql-ws's own validation: shapes and types of every message of its protocol.
-  parse: (data) => {
-    const message = parseMessage(data)
-    return {
-      type: message.type,
-      id: 'id' in message ? message.id : undefined,
-      payload: 'payload' in message ? message.payload : undefined
-    }
-  },
-  init: MessageType.ConnectionInit,
-  ack: JSON.stringify({ type: MessageType.ConnectionAck }),
-  start: MessageType.Subscribe,
-  stop: MessageType.Complete,
-  next: MessageType.Next,
-  keepAlive: JSON.stringify({ type: MessageType.Ping }),
-  initWaitsFor: 'ack',
-  other (connection, message) {
-    if (message.type === MessageType.Ping) {
-      // Answered like graphql-ws does (its payload echoed); the frame has paid its budget already.
-      connection.send(
-        JSON.stringify(
-          message.payload === undefined
-            ? { type: MessageType.Pong }
-            : { type: MessageType.Pong, payload: message.payload }
-        )
-      )
-      return true
-    }
-    return message.type === MessageType.Pong
-  }
-}
-
-const legacyWs: Dialect = {
-  parse: (data) => {
-    let message: unknown
-    try {
-      message = JSON.parse(data)
-    } catch {
-      throw new Error('Invalid message: not JSON')
-    }
-    const { type, id, payload } = (message ?? {}) as { type?: unknown; id?: unknown; payload?: unknown }
-    if (typeof type !== 'string') throw new Error(`Invalid message type ${JSON.stringify(type) ?? 'undefined'}`)
-    if (type === 'start' && (typeof id !== 'string' || id === '')) {
-      throw new Error('Invalid message: id must be a non-empty string')
-    }
-    return {
-      type,
-      id: id === undefined ? undefined : String(id),
-      payload: type === 'start' && (payload === null || typeof payload !== 'object') ? {} : payload
-    }
-  },
-  init: 'connection_init',
-  ack: JSON.stringify({ type: 'connection_ack' }),
-  start: 'start',
-  stop: 'stop',
-  next: 'data',
-  keepAlive: JSON.stringify({ type: 'ka' }),
-  refusal: (reason) => JSON.stringify({ type: 'connection_error', payload: { message: reason } }),
-  afterAck: JSON.stringify({ type: 'ka' }),
-  initWaitsFor: 'init',
-  other (connection, message) {
-    if (message.type !== 'connection_terminate') return false
-    closeSocket(connection.socket, 1000, 'Normal closure')
-    return true
-  }
+function closeSocket (socket: SessionSocket, code: number, reason: string): void {
+  if (socket.readyState === OPEN) socket.close(code, closeReason(reason))
 }
 
 /**
@@ -280,21 +151,22 @@ class Operation implements SubscriptionSink {
 
 /** One connection, whichever subprotocol it speaks. */
 class Connection implements GraphQLWebSocket {
-  readonly socket: WebSocket
-  readonly ip: string
-  readonly options: WebSocketOptions
-  readonly dialect: Dialect
-  caller: Caller | null = null
-  initReceived = false
-  acknowledged = false
-  closing = false
-  /** The socket has closed (released() ran). */
-  socketClosed = false
-  releaseCaller: (() => void) | null = null
+  private readonly socket: SessionSocket
+  private readonly ip: string
+  private readonly options: WebSocketOptions
+  private readonly dialect: Dialect
+  private caller: Caller | null = null
+  private initReceived = false
+  private acknowledged = false
+  private closing = false
+  /** The socket has closed (socketClosed() ran). */
+  private released = false
+  private releaseCaller: (() => void) | null = null
   /** Acknowledged, with no operation in flight: may give its slot up near MAX_CONNECTIONS. */
   private idle = false
   readonly closed: Promise<void>
-  readonly operations = new Map<string, Operation>()
+  private resolveClosed: () => void = () => {}
+  private readonly operations = new Map<string, Operation>()
   private readonly openedAt = Date.now()
   private readonly timers: NodeJS.Timeout[] = []
   private cancelDeadline: () => void = () => {}
@@ -302,33 +174,36 @@ class Connection implements GraphQLWebSocket {
   private messageTokens: number
   private byteTokens: number
   private refilledAt = Date.now()
+  /** What a subprotocol-specific message may do (legacy connection_terminate, graphql-transport-ws ping). */
+  private readonly reply = {
+    send: (data: string) => this.send(data),
+    close: (code: number, reason: string) => closeSocket(this.socket, code, reason)
+  }
 
-  constructor (socket: WebSocket, ip: string, options: WebSocketOptions, dialect: Dialect) {
+  constructor (socket: SessionSocket, ip: string, options: WebSocketOptions, dialect: Dialect) {
     this.socket = socket
     this.ip = ip
     this.options = options
     this.dialect = dialect
     this.messageTokens = options.maxMessagesPerSecond
     this.byteTokens = options.maxReceivedBytesPerSecond
+    this.closed = new Promise<void>((resolve) => { this.resolveClosed = resolve })
     this.timers.push(setTimeout(() => {
       const waited = dialect.initWaitsFor === 'init' ? this.initReceived : this.acknowledged
-      if (!waited) closeSocket(socket, CloseCode.ConnectionInitialisationTimeout, 'Connection initialisation timeout')
+      if (!waited) closeSocket(socket, dialect.close.initialisationTimeout, 'Connection initialisation timeout')
     }, options.initTimeoutMs))
-    // ws hands messages over as Buffers (its default binaryType); the budget counts their bytes.
-    socket.on('message', (data: Buffer) => {
-      if (!this.spend(data.length)) return
-      this.receive(String(data)).catch(() =>
-        closeSocket(socket, CloseCode.InternalServerError, 'Internal server error')
-      )
-    })
-    this.closed = new Promise<void>((resolve) =>
-      socket.once('close', () => {
-        this.released()
-        resolve()
-      })
+  }
+
+  message (data: Buffer): void {
+    if (!this.spend(data.length)) return
+    this.receive(String(data)).catch(() =>
+      closeSocket(this.socket, this.dialect.close.internalError, 'Internal server error')
     )
-    // Protocol-level pings are frames too, and their pongs go out through `send` like every frame.
-    socket.on('ping', (data: Buffer) => { if (this.spend(data.length)) this.send(data, 'pong') })
+  }
+
+  /** Protocol-level pings are frames too, and their pongs go out through `send` like every frame. */
+  ping (data: Buffer): void {
+    if (this.spend(data.length)) this.send(data, 'pong')
   }
 
   get activeSubscriptions (): number {
@@ -368,7 +243,7 @@ class Connection implements GraphQLWebSocket {
    */
   send (data: string | Buffer, frame: 'message' | 'pong' = 'message'): void {
     const { socket } = this
-    if (this.closing || socket.readyState !== socket.OPEN) return
+    if (this.closing || socket.readyState !== OPEN) return
     if (socket.bufferedAmount > this.options.maxBufferedBytes) return this.abandon()
     if (frame === 'pong') socket.pong(data)
     else socket.send(data)
@@ -380,7 +255,7 @@ class Connection implements GraphQLWebSocket {
 
   /** An answer already serialised, wrapped for this operation without parsing or serialising it again. */
   sendNext (operation: Operation, json: string): void {
-    if (this.socketClosed || this.operations.get(operation.id) !== operation) return
+    if (this.released || this.operations.get(operation.id) !== operation) return
     this.send(`{"id":${operation.idJson},"type":"${this.dialect.next}","payload":${json}}`)
   }
 
@@ -411,7 +286,7 @@ class Connection implements GraphQLWebSocket {
 
   /** Tells the carriers whether the connection is idle, when that changes. */
   private updateIdle (): void {
-    const idle = this.acknowledged && !this.closing && !this.socketClosed && this.operations.size === 0
+    const idle = this.acknowledged && !this.closing && !this.released && this.operations.size === 0
     if (idle === this.idle) return
     this.idle = idle
     this.options.idleChanged(this, idle)
@@ -423,8 +298,8 @@ class Connection implements GraphQLWebSocket {
     this.operations.delete(operation.id)
     this.updateIdle()
     operation.subscription?.stop()
-    if (errors) this.sendMessage(MessageType.Error, operation.id, errors)
-    else this.sendMessage(MessageType.Complete, operation.id)
+    if (errors) this.sendMessage(this.dialect.error, operation.id, errors)
+    else this.sendMessage(this.dialect.complete, operation.id)
   }
 
   /**
@@ -435,7 +310,7 @@ class Connection implements GraphQLWebSocket {
     try {
       caller = this.options.authenticate(credentialOf(payload))
     } catch (err) {
-      return { code: CloseCode.Forbidden, reason: `Forbidden: ${(err as Error).message}` }
+      return { code: this.dialect.close.forbidden, reason: `Forbidden: ${(err as Error).message}` }
     }
     const release = this.options.admitCaller(caller)
     if (!release) return { code: 1013, reason: 'Too many connections for this user' }
@@ -444,7 +319,7 @@ class Connection implements GraphQLWebSocket {
     // The identity lasts as long as its token: at `exp` no operation runs, or keeps delivering, under it
     // (the client reconnects with a fresh token). A connection also ends with its lifetime.
     this.cancelDeadline = endAtDeadline(caller?.expiresAt, this.openedAt, this.options.maxLifetimeMs, (why) => {
-      if (why === 'token-expired') this.end(CloseCode.Forbidden, 'Forbidden: Token expired')
+      if (why === 'token-expired') this.end(this.dialect.close.forbidden, 'Forbidden: Token expired')
       else this.end(LIFETIME_CLOSE_CODE, 'Connection lifetime ended')
     })
     return null
@@ -456,13 +331,13 @@ class Connection implements GraphQLWebSocket {
     try {
       message = dialect.parse(data)
     } catch (err) {
-      return closeSocket(socket, CloseCode.BadRequest, (err as Error).message)
+      return closeSocket(socket, dialect.close.badRequest, (err as Error).message)
     }
     switch (message.type) {
       case dialect.init: {
         // A second connection_init would re-run authentication and swap the connection's identity.
         if (this.initReceived) {
-          return closeSocket(socket, CloseCode.TooManyInitialisationRequests, 'Too many initialisation requests')
+          return closeSocket(socket, dialect.close.tooManyInitialisations, 'Too many initialisation requests')
         }
         this.initReceived = true
         const refused = this.identify(message.payload)
@@ -479,10 +354,10 @@ class Connection implements GraphQLWebSocket {
         return
       }
       case dialect.start: {
-        if (!this.acknowledged) return closeSocket(socket, CloseCode.Unauthorized, 'Unauthorized')
+        if (!this.acknowledged) return closeSocket(socket, dialect.close.unauthorized, 'Unauthorized')
         const id = message.id!
         if (this.operations.has(id)) {
-          return closeSocket(socket, CloseCode.SubscriberAlreadyExists, `Subscriber for ${id} already exists`)
+          return closeSocket(socket, dialect.close.duplicateId, `Subscriber for ${id} already exists`)
         }
         return this.run(new Operation(this, id), message.payload as GraphQLRequestParams)
       }
@@ -496,8 +371,8 @@ class Connection implements GraphQLWebSocket {
         return
       }
       default:
-        if (!dialect.other(this, message)) {
-          closeSocket(socket, CloseCode.BadRequest, `Invalid message type ${JSON.stringify(message.type)}`)
+        if (!dialect.other(message, this.reply)) {
+          closeSocket(socket, dialect.close.badRequest, `Invalid message type ${JSON.stringify(message.type)}`)
         }
     }
   }
@@ -515,7 +390,7 @@ class Connection implements GraphQLWebSocket {
       }
       const started = await this.options.start({ params, transport: 'WS', caller: this.caller, ip: this.ip }, operation)
       // The client completed the operation, or left, or the server is closing, while it was admitted.
-      if (this.operations.get(id) !== operation || this.closing || this.socketClosed) {
+      if (this.operations.get(id) !== operation || this.closing || this.released) {
         started.subscription?.stop()
         return
       }
@@ -531,15 +406,16 @@ class Connection implements GraphQLWebSocket {
   }
 
   /** The socket closed: every subscription leaves its topic, every timer and slot is released. */
-  private released (): void {
-    if (this.socketClosed) return
-    this.socketClosed = true
+  socketClosed (): void {
+    if (this.released) return
+    this.released = true
     this.updateIdle()
     for (const timer of this.timers) clearTimeout(timer)
     this.cancelDeadline()
     this.releaseCaller?.()
     for (const operation of this.operations.values()) operation.subscription?.stop()
     this.operations.clear()
+    this.resolveClosed()
   }
 
   /** Ends every operation (the client is told each completed), then closes with 1001 after at most `graceMs`. */
@@ -548,15 +424,17 @@ class Connection implements GraphQLWebSocket {
     this.closing = true
     this.updateIdle()
     const deadline = Date.now() + graceMs
-    while (this.socket.bufferedAmount > 0 && this.socket.readyState === this.socket.OPEN && Date.now() < deadline) {
+    while (this.socket.bufferedAmount > 0 && this.socket.readyState === OPEN && Date.now() < deadline) {
       await delay(10)
     }
     closeSocket(this.socket, 1001, 'Server shutting down')
   }
 }
 
-/** Serves one upgraded socket in the subprotocol it agreed (a client naming none speaks graphql-transport-ws). */
-export function openConnection (socket: WebSocket, ip: string, options: WebSocketOptions): GraphQLWebSocket {
-  const dialect = socket.protocol === DEPRECATED_GRAPHQL_WS_PROTOCOL ? legacyWs : transportWs
-  return new Connection(socket, ip, options, dialect)
+/**
+ * Serves one upgraded socket in the subprotocol it agreed (a client naming none speaks
+ * graphql-transport-ws). The caller tells the session what the socket receives: message, ping, close.
+ */
+export function openConnection (socket: SessionSocket, ip: string, options: WebSocketOptions): GraphQLWebSocket {
+  return new Connection(socket, ip, options, dialectOf(socket.protocol))
 }

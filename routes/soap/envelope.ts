@@ -1,7 +1,7 @@
 // The SOAP envelope: read with the hardened XML reader (xml.ts: no DOCTYPE, no entity expansion,
 // well-formed, namespace-resolved, values kept as text, elements and attributes capped), then checked
 // against the SOAP version the Content-Type announced. The size cap is Fastify's bodyLimit, applied before this.
-import { SoapFault } from './faults.ts'
+import { SoapFault, type SoapVersion } from './faults.ts'
 import { DEFAULT_XML_LIMITS, XmlError, parseXml as parseXmlText, type XmlElement, type XmlLimits } from './xml.ts'
 
 export type { XmlAttribute, XmlElement, XmlLimits } from './xml.ts'
@@ -12,7 +12,7 @@ export const NS = {
   xsi: 'http://www.w3.org/2001/XMLSchema-instance'
 } as const
 
-export type SoapVersion = '1.1' | '1.2'
+export type { SoapVersion }
 
 export interface Envelope {
   version: SoapVersion

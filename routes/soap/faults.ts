@@ -8,7 +8,10 @@
 // and wsse:FailedAuthentication (the faultcode in 1.1, a
 // Subcode of Sender in 1.2), never a bare HTTP 401.
 import { AppError, ErrorCodes, Messages, type ErrorCode } from '../../app/errors.ts'
-import type { SoapVersion } from './envelope.ts'
+
+/** The SOAP version of an exchange: 1.1 (text/xml) or 1.2 (application/soap+xml). Defined here, beside the
+ * faults every version answers with, so that envelope.ts (which raises them) is the only one importing the other. */
+export type SoapVersion = '1.1' | '1.2'
 
 export const WSSE_NS = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
 

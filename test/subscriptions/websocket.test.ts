@@ -383,7 +383,7 @@ test('every frame counts toward the slow-reader bound: a client that pings and n
     for (const { socket } of readers) socket.terminate()
   })
   // The server gives a closed slow reader a second to read its close frame: watch its side, then read.
-  const serverSockets = [...app.websocketServer.clients]
+  const serverSockets = [...app.graphqlRoom.webSocketClients()]
   t.equal(serverSockets.length, 3)
   await within(
     new Promise<void>((resolve) => {

@@ -5,7 +5,7 @@
 // application/json, text/event-stream, multipart/mixed` with every POST. An event stream is answered
 // only when text/event-stream is strictly preferred (by q-value) over every JSON type, or when the
 // operation is a subscription and the client accepts a stream at all; anything else is JSON.
-import type { ErrorCode } from '../../app/errors.ts'
+import type { ErrorCode } from './errors.ts'
 
 export const GRAPHQL_RESPONSE = 'application/graphql-response+json'
 const JSON_TYPES = [GRAPHQL_RESPONSE, 'application/graphql+json', 'application/json', 'application/*', '*/*']

@@ -2,7 +2,7 @@
 // { message, locations?, path?, extensions: { code } }, with codes from the one catalogue.
 // Production answers carry no stack traces, no internal messages and no "Did you mean" hints.
 import { GraphQLError, type ExecutionResult } from 'graphql'
-import { AppError, ErrorCodes, isErrorCode, Messages, type ErrorCode } from '../../app/errors.ts'
+import { AppError, ErrorCodes, isErrorCode, Messages, type ErrorCode } from './errors.ts'
 
 export interface ErrorJson {
   message: string
