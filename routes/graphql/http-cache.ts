@@ -17,19 +17,18 @@ import type { IncomingHttpHeaders } from 'node:http'
 import type { Caller } from '../../app/domain/context.ts'
 import { LruMap } from '../../app/lru-map.ts'
 
-/** What the cache reads of a request (the HTTP carrier's request has it). */
+/** What the cache reads of a request (the HTTP exchange's input has it). */
 export interface CacheRequest {
   caller: Caller | null
   url: string
   headers: IncomingHttpHeaders
 }
 
-/** What the cache sets on a reply (the HTTP carrier's reply has it): headers, and a bodiless 304. */
-export interface CacheReply {
-  getHeader (name: string): unknown
-  header (name: string, value: string): unknown
-  code (status: number): { send (): unknown }
-}
+/**
+ * The headers of an answer, which the cache sets. `vary` is the cache's own part of it: the door adds it
+ * to a Vary header set earlier (CORS).
+ */
+export type CacheHeaders = Record<string, string>
 
 export interface HttpCacheOptions {
   maxAgeSec: number
@@ -52,22 +51,22 @@ interface Remembered {
 }
 
 /**
- * Called by the GET route itself, not as route hooks: persisted GETs are the hottest path, and a
- * hook that merely forwards the payload costs a hook turn on every request.
+ * Called by the HTTP exchange itself (http-exchange.ts), not as route hooks: persisted GETs are the
+ * hottest path, and a hook that merely forwards the payload costs a hook turn on every request.
  */
 export interface HttpCache {
   /**
-   * Before executing: answers 304 (and returns true) when this instance answered
-   * the same request with the ETag the client holds, less than max-age ago.
+   * Before executing: true (the ETag and caching headers set, the exchange then answers 304) when this
+   * instance answered the same request with the ETag the client holds, less than max-age ago.
    */
-  answeredNotModified (request: CacheRequest, reply: CacheReply): boolean
+  answeredNotModified (request: CacheRequest, headers: CacheHeaders): boolean
   /**
    * A successful answer's JSON, as sent: sets its ETag and caching headers and remembers the ETag;
-   * returns true when the client's If-None-Match names it (the route then answers 304 without a body).
+   * returns true when the client's If-None-Match names it (the exchange then answers 304 without a body).
    */
-  cacheable (request: CacheRequest, reply: CacheReply, json: string, contentType: string): boolean
+  cacheable (request: CacheRequest, headers: CacheHeaders, json: string, contentType: string): boolean
   /** Any other answer (errors, refusals): never stored. */
-  uncacheable (reply: CacheReply): void
+  uncacheable (headers: CacheHeaders): void
 }
 
 /** Whether an If-None-Match value names `etag` (weak comparison, as RFC 9110 requires for it). */
@@ -117,27 +116,25 @@ export function createHttpCache (options: HttpCacheOptions): HttpCache {
     return `${caller ? `${caller.role}:${caller.id}` : '-'}\n${request.headers.accept ?? ''}\n${request.url}`
   }
 
-  const setCacheHeaders = (request: CacheRequest, reply: CacheReply, etag: string) => {
-    const vary = reply.getHeader('vary')
-    reply.header('etag', etag)
-    reply.header('cache-control', request.headers.authorization ? cacheControl.private : cacheControl.public)
-    reply.header('vary', vary ? `${String(vary)}, Accept, Authorization` : 'Accept, Authorization')
+  const setCacheHeaders = (request: CacheRequest, headers: CacheHeaders, etag: string) => {
+    headers.etag = etag
+    headers['cache-control'] = request.headers.authorization ? cacheControl.private : cacheControl.public
+    headers.vary = 'Accept, Authorization'
   }
 
   return {
-    answeredNotModified (request, reply) {
+    answeredNotModified (request, headers) {
       const ifNoneMatch = request.headers['if-none-match']
       if (!ifNoneMatch) return false
       const known = remembered.get(keyOf(request))
       if (!known || known.expires <= Date.now() || !ifNoneMatchHits(ifNoneMatch, known.etag)) return false
-      setCacheHeaders(request, reply, known.etag)
-      reply.code(304).send()
+      setCacheHeaders(request, headers, known.etag)
       return true
     },
 
-    cacheable (request, reply, json, contentType) {
+    cacheable (request, headers, json, contentType) {
       const etag = `"${textHash(contentType, json)}"`
-      setCacheHeaders(request, reply, etag)
+      setCacheHeaders(request, headers, etag)
       if (maxAgeSec > 0) {
         const key = keyOf(request)
         const expires = Date.now() + maxAgeSec * 1000
@@ -149,8 +146,8 @@ export function createHttpCache (options: HttpCacheOptions): HttpCache {
       return ifNoneMatchHits(request.headers['if-none-match'], etag)
     },
 
-    uncacheable (reply) {
-      reply.header('cache-control', 'no-store')
+    uncacheable (headers) {
+      headers['cache-control'] = 'no-store'
     }
   }
 }

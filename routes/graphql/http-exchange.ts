@@ -1,0 +1,387 @@
+// The GraphQL endpoint over HTTP as a plain function, without Fastify: POST (JSON) for every operation (a
+// JSON array of them: a batch), GET for persisted queries only (as the interface allows: stable,
+// cacheable URLs), PUT refused (graphql-sse's single connection mode). Method, headers, query string or
+// parsed body, caller and client address in; status, headers and body out — or, for a POST answered
+// as an event stream, the operation handed back to the door for sse.ts.
+// Exchange → the admission pipeline (pipeline.ts: document, plan, checks, cost, execution under the
+// deadline) → the interface's response shape: the status table, batches, GET parsing, cost stripping
+// and the ETag/304 of persisted GETs (http-cache.ts) all live here. The door (index.ts) identifies
+// the caller first (its route hooks: the request budget counts the caller) and translates the result
+// into its reply.
+import type { IncomingHttpHeaders } from 'node:http'
+import type { Caller } from '../../app/domain/context.ts'
+import { AppError } from '../../app/errors.ts'
+import {
+  formatError,
+  formatResult,
+  formatThrown,
+  statusOf,
+  type FormatOptions,
+  type GraphQLAnswer
+} from '../../app/error-format.ts'
+import type { Config } from '../../app/config.ts'
+import type { CostReport } from '../../app/limits/cost-report.ts'
+import {
+  acceptsEventStream,
+  jsonAnswerType,
+  prefersEventStream,
+  setRefusalHeaders,
+  wantsGraphQLResponse
+} from '../../app/media-types.ts'
+import { withinAnswerCap } from './answer-size.ts'
+import { createHttpCache } from './http-cache.ts'
+import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
+import type { Pipeline } from './pipeline.ts'
+
+/** One HTTP request to /graphql, as the exchange reads it. */
+export interface HttpExchangeInput {
+  method: string
+  /** The request's URL, path and query string (the key of a persisted GET's remembered ETag). */
+  url: string
+  headers: IncomingHttpHeaders
+  /** GET: the parsed query string. */
+  query?: unknown
+  /** POST: the parsed JSON body. */
+  body?: unknown
+  /** Who is calling (identified by the door from the Authorization header), or null when anonymous. */
+  caller: Caller | null
+  ip: string
+}
+
+/** The operation a request executed, once admitted (told to the room's instruments). */
+export interface AnsweredOperation { name: string | null; type: string }
+
+/** An answer to send: status, media type, headers and body (neither media type nor body on a 304). */
+export interface HttpAnswer {
+  status: number
+  contentType: string | undefined
+  /**
+   * Headers of the answer. `vary` adds to a Vary header the door set earlier (CORS), and `retry-after`
+   * never replaces one it set earlier (the request budget's).
+   */
+  headers: Record<string, string>
+  body: string | undefined
+  /** A reason phrase other than the status's own. */
+  statusMessage?: string
+  /** The answer (or batch of answers) sent, as an object, for the room's instruments; null on a 304. */
+  answer: unknown
+  /** The (first) operation executed, once admitted. */
+  operation: AnsweredOperation | null
+}
+
+/** A POST answered as an event stream (graphql-sse): the door hands the operation to sse.ts. */
+export interface EventStreamExchange {
+  eventStream: GraphQLRequestParams
+}
+
+export type HttpExchangeResult = HttpAnswer | EventStreamExchange
+
+export interface HttpExchangeOptions {
+  config: Pick<Config, 'limits' | 'persistedOnly' | 'cacheMaxAgeSec' | 'cacheMaxEntries' | 'cacheMaxBytes'>
+  pipeline: Pick<Pipeline, 'admit' | 'execute' | 'operationType'>
+  /** How errors are shaped for callers (no internals in production), and where internal ones are logged. */
+  errorOptions: FormatOptions
+}
+
+/** An answer as sent: the execution's outcome plus our extensions (cost). */
+interface GraphQLResponseBody extends GraphQLAnswer {
+  extensions?: Record<string, unknown>
+}
+
+const JSON_TYPE = /^application\/json\s*(;|$)/i
+
+/** graphql-sse's single connection mode (a PUT reserving a stream, then operations naming its token) is not served. */
+const SINGLE_CONNECTION_REFUSED =
+  "graphql-sse single connection mode is not supported: use distinct connections mode (the client's default, singleConnection: false) or WebSocket"
+
+/**
+ * Codes that mean the request was not processed at all: answered with their own HTTP status whatever the Accept header.
+ */
+const UNPROCESSED = new Set([
+  'BAD_REQUEST',
+  'UNAUTHENTICATED',
+  'METHOD_NOT_ALLOWED',
+  'UNSUPPORTED_MEDIA_TYPE',
+  'PAYLOAD_TOO_LARGE',
+  'RATE_LIMITED',
+  'NOT_ACCEPTABLE'
+])
+
+/**
+ * HTTP status: application/json answers 200 for every processed request (the interface's rule); the
+ * GraphQL-over-HTTP media type answers 4xx when the request failed before execution began. (The
+ * catalogue gives PERSISTED_QUERY_NOT_FOUND 200: an APQ miss is an ordinary answer, on which clients
+ * resend the hash with the query.)
+ */
+export function statusFor (accept: string | undefined, body: GraphQLResponseBody): number {
+  const first = body.errors?.[0]
+  if (!first || body.data !== undefined) return 200
+  if (UNPROCESSED.has(first.extensions.code)) return statusOf(first.extensions.code)
+  return wantsGraphQLResponse(accept) ? statusOf(first.extensions.code) : 200
+}
+
+/**
+ * The checks every /graphql request gets before its caller is identified (run by the door's route
+ * hooks); the refusal, if any. A POST carries JSON only: a form, multipart or text/plain POST can be
+ * sent cross-site without a preflight (CSRF).
+ */
+export function requestRefusal (method: string, headers: IncomingHttpHeaders): AppError | undefined {
+  if (method === 'POST') {
+    const type = headers['content-type']
+    if (!type || !JSON_TYPE.test(type)) return new AppError('UNSUPPORTED_MEDIA_TYPE', 'Content-Type must be application/json')
+  }
+  if (headers['x-graphql-event-stream-token'] !== undefined) return new AppError('BAD_REQUEST', SINGLE_CONNECTION_REFUSED)
+  return undefined
+}
+
+/**
+ * Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its own text only.
+ */
+function namesPersistedQuery (params: unknown): boolean {
+  if (params === null || typeof params !== 'object' || Array.isArray(params)) return false
+  try {
+    return persistedIdOf(params) !== undefined || hasPersistedQueryExtension(params)
+  } catch {
+    return true // a malformed id: refused on its own, with its own words
+  }
+}
+
+function parseJsonParam (value: unknown, name: string): unknown {
+  if (typeof value !== 'string') return value
+  try {
+    return JSON.parse(value)
+  } catch {
+    throw new AppError('BAD_REQUEST', `The ${name} parameter is not valid JSON`)
+  }
+}
+
+/** A new answer: 200 with the JSON media type the Accept header asks for, nothing executed yet. */
+function newAnswer (accept: string | undefined): HttpAnswer {
+  return {
+    status: 200, contentType: jsonAnswerType(accept), headers: {}, body: undefined, answer: null, operation: null
+  }
+}
+
+/**
+ * The HTTP exchange over the room's pipeline: one function per request, `exchange(input)`.
+ */
+export function createHttpExchange ({ config, pipeline, errorOptions }: HttpExchangeOptions) {
+  // The answer is serialised here, once, and held to the answer cap in UTF-8 bytes: an answer over
+  // the cap is replaced by an error before any byte of it is written.
+  const maxAnswer = config.limits.maxResponseBytes
+  const httpCache = createHttpCache({
+    maxAgeSec: config.cacheMaxAgeSec,
+    maxEntries: config.cacheMaxEntries,
+    maxBytes: config.cacheMaxBytes
+  })
+
+  /** Sets the answer's body to `answer` serialised; false when it was over the cap and replaced by its error. */
+  function serialize (out: HttpAnswer, answer: GraphQLResponseBody | GraphQLResponseBody[]): boolean {
+    const json = JSON.stringify(answer)
+    if (withinAnswerCap(json, maxAnswer)) {
+      out.answer = answer
+      out.body = json
+      return true
+    }
+    tooLarge(out)
+    return false
+  }
+  /** Replaces the answer by the error of an answer over the cap (still 200: the request was processed). */
+  function tooLarge (out: HttpAnswer): void {
+    const error = new AppError(
+      'RESPONSE_TOO_LARGE',
+      `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`,
+      { maxResponseBytes: maxAnswer }
+    )
+    const replaced = { errors: [formatError(error, errorOptions)] }
+    out.answer = replaced
+    out.body = JSON.stringify(replaced)
+  }
+
+  /** An answer with its status and refusal headers. */
+  function send (out: HttpAnswer, accept: string | undefined, body: GraphQLResponseBody): HttpAnswer {
+    out.status = statusFor(accept, body)
+    const first = body.errors?.[0]
+    if (out.status !== 200 && first) {
+      setRefusalHeaders(headerSink(out.headers), first.extensions.code, first.extensions.retryAfter)
+    }
+    serialize(out, body)
+    return out
+  }
+
+  /**
+   * A request refused before any operation ran (a bad body, a refused batch, PUT): the refusal's own
+   * status, its headers, never stored by a cache — as the door's error handler answers its hooks' refusals.
+   */
+  function refuse (out: HttpAnswer, error: AppError): HttpAnswer {
+    const body = { errors: [formatError(error, errorOptions)] }
+    out.status = error.status
+    setRefusalHeaders(headerSink(out.headers), error.code, error.details?.retryAfter)
+    out.headers['cache-control'] = 'no-store'
+    out.answer = body
+    out.body = JSON.stringify(body)
+    return out
+  }
+
+  /**
+   * Admits and runs one operation through the pipeline; every refusal answers in the interface's shape.
+   * `paidByRequest` false: an operation of a batch beyond the first, which spends a request of its own.
+   */
+  async function answer (
+    input: HttpExchangeInput,
+    out: HttpAnswer,
+    params: GraphQLRequestParams,
+    paidByRequest = true
+  ): Promise<GraphQLResponseBody> {
+    try {
+      const admission = await pipeline.admit({
+        params,
+        transport: input.method === 'GET' ? 'GET' : 'POST',
+        caller: input.caller,
+        ip: input.ip,
+        paidByRequest
+      })
+      out.operation ??= admission.operation
+      const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
+      body.extensions = { cost: admission.cost }
+      return body
+    } catch (err) {
+      return { errors: formatThrown(err, errorOptions) }
+    }
+  }
+
+  /**
+   * A batch (graphql-request's batchRequests, Apollo's BatchHttpLink), off unless MAX_BATCH_SIZE is
+   * set (as in Apollo Server and graphql-yoga): at most MAX_BATCH_SIZE operations, each admitted on its
+   * own (its own request from the budget, its own price and cost units, its own refusal), run one after
+   * another; one 200 answer, an array. The answers are held to the answer cap as they are made: once
+   * their bytes pass it, the rest of the batch is not run and the whole answer is RESPONSE_TOO_LARGE
+   * (otherwise a small request could make MAX_BATCH_SIZE answers of up to the cap each before the check).
+   */
+  async function answerBatch (input: HttpExchangeInput, out: HttpAnswer, batch: unknown[]): Promise<HttpAnswer> {
+    const max = config.limits.maxBatchSize
+    if (max === 0) {
+      throw new AppError(
+        'BAD_REQUEST',
+        'Batched requests (a JSON array of operations) are off: send one operation per request, or set MAX_BATCH_SIZE to accept batches',
+        { maxBatchSize: 0 }
+      )
+    }
+    if (batch.length === 0 || batch.length > max) {
+      throw new AppError('BAD_REQUEST', `A batch holds 1 to ${max} operations; this one holds ${batch.length}`, {
+        maxBatchSize: max
+      })
+    }
+    // Persisted-only: a batch holding any ad-hoc operation is refused whole, once (not one refusal per entry).
+    if (config.persistedOnly && batch.some((params) => !namesPersistedQuery(params))) {
+      throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+    }
+    const answers: GraphQLResponseBody[] = []
+    const parts: string[] = []
+    let bytes = 2 // [ and ]
+    for (const [i, params] of batch.entries()) {
+      const body = (params !== null && typeof params === 'object' && !Array.isArray(params))
+        ? await answer(input, out, params as GraphQLRequestParams, i === 0)
+        : { errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), errorOptions) }
+      const json = JSON.stringify(body)
+      // One answer over the cap stops the batch at once; otherwise its bytes count toward the cap.
+      bytes += (i > 0 ? 1 : 0) + (withinAnswerCap(json, maxAnswer) ? Buffer.byteLength(json) : maxAnswer + 1)
+      if (bytes > maxAnswer) {
+        tooLarge(out)
+        return out
+      }
+      answers.push(body)
+      parts.push(json)
+    }
+    out.answer = answers
+    out.body = `[${parts.join(',')}]`
+    return out
+  }
+
+  /**
+   * Whether a POST is answered as an event stream (graphql-sse): when the client prefers one, or when
+   * it accepts one and the operation is a subscription (urql's default Accept lists both).
+   */
+  function answersAsEventStream (input: HttpExchangeInput, params: GraphQLRequestParams): boolean | Promise<boolean> {
+    const accept = input.headers.accept
+    // Most POSTs accept no event stream: decided without a promise.
+    if (!acceptsEventStream(accept)) return false
+    if (prefersEventStream(accept)) return true
+    return pipeline.operationType(params, input.caller).then((type) => type === 'subscription')
+  }
+
+  async function post (input: HttpExchangeInput, out: HttpAnswer): Promise<HttpExchangeResult> {
+    const body = input.body
+    if (Array.isArray(body)) return answerBatch(input, out, body)
+    if (body === null || typeof body !== 'object') {
+      throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
+    }
+    const params = body as GraphQLRequestParams
+    // Operations over server-sent events (graphql-sse): the door hands them to sse.ts.
+    const asEventStream = answersAsEventStream(input, params)
+    if (asEventStream === true || (asEventStream !== false && (await asEventStream))) return { eventStream: params }
+    return send(out, input.headers.accept, await answer(input, out, params))
+  }
+
+  // No preflight-forcing header is required (urql, CDN warmers and curl send none): a GET runs queries
+  // only, cookies are never read, and the one credential, Authorization, is itself a header a page on
+  // another origin cannot send without a preflight that CORS_ORIGINS answers. So a GET a page can
+  // forge is an anonymous read whose answer that page cannot see: no cross-site request forgery.
+  async function get (input: HttpExchangeInput, out: HttpAnswer): Promise<HttpAnswer> {
+    if (httpCache.answeredNotModified(input, out.headers)) return notModified(out)
+    const query = input.query as Record<string, unknown>
+    const accept = input.headers.accept
+    const body = await answer(input, out, {
+      ...query,
+      variables: parseJsonParam(query.variables, 'variables'),
+      extensions: parseJsonParam(query.extensions, 'extensions')
+    })
+    if (body.errors !== undefined || statusFor(accept, body) !== 200) {
+      httpCache.uncacheable(out.headers)
+      return send(out, accept, body)
+    }
+    // A cacheable answer carries no rate-limit window state: a cached copy is replayed later (to
+    // other callers when public), and unchanged data then gives the same bytes, hence the same ETag.
+    const cost = body.extensions?.cost as CostReport | undefined
+    if (cost) body.extensions = { cost: { requested: cost.requested, budget: cost.budget } }
+    if (!serialize(out, body)) {
+      httpCache.uncacheable(out.headers)
+      return out
+    }
+    // (A 304 keeps the answer for the instruments: it was made, only its bytes are saved.)
+    if (httpCache.cacheable(input, out.headers, out.body as string, out.contentType as string)) return notModified(out)
+    return out
+  }
+
+  /** Whatever the request: an answer, or the refusal of a request no operation could come from. */
+  return async function exchange (input: HttpExchangeInput): Promise<HttpExchangeResult> {
+    const out = newAnswer(input.headers.accept)
+    try {
+      if (input.method === 'POST') return await post(input, out)
+      if (input.method === 'GET') return await get(input, out)
+      // graphql-sse's single connection mode starts with a PUT reserving the stream: refused with a clear
+      // word, in the body and in the reason phrase (the graphql-sse client's error shows only the status line).
+      out.statusMessage = 'graphql-sse single connection mode is not supported'
+      throw new AppError('METHOD_NOT_ALLOWED', SINGLE_CONNECTION_REFUSED)
+    } catch (err) {
+      if (err instanceof AppError) return refuse(out, err)
+      throw err
+    }
+  }
+}
+
+/** A 304: no body, no media type; the caching headers already set. */
+function notModified (out: HttpAnswer): HttpAnswer {
+  out.status = 304
+  out.body = undefined
+  out.contentType = undefined
+  return out
+}
+
+/** setRefusalHeaders' view of an answer's headers. */
+function headerSink (headers: Record<string, string>) {
+  return {
+    header (name: string, value: string) { headers[name] = value },
+    hasHeader (name: string) { return headers[name] !== undefined }
+  }
+}

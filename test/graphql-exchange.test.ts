@@ -1,0 +1,169 @@
+// The HTTP exchange (routes/graphql/http-exchange.ts) driven with plain objects: no Fastify, no
+// listening server. A fake pipeline stands for the admission pipeline, so what is checked is the
+// exchange's own rules: the status table, batches, GET parsing, cost stripping, ETag and 304, refusals.
+// The listening-server tests (graphql-http.test.ts, test/persisted/) check the same rules end to end.
+import { test } from 'tap'
+import { loadConfig } from '../app/config.ts'
+import { AppError } from '../app/errors.ts'
+import {
+  createHttpExchange,
+  requestRefusal,
+  type HttpAnswer,
+  type HttpExchangeInput,
+  type HttpExchangeOptions,
+  type HttpExchangeResult
+} from '../routes/graphql/http-exchange.ts'
+import type { Admission, Pipeline } from '../routes/graphql/pipeline.ts'
+
+type FakePipeline = HttpExchangeOptions['pipeline']
+
+/**
+ * A pipeline that admits any operation at cost 4 and answers `{ hello: <variables.who> }`; a query
+ * naming `limited` is refused as the request budget refuses (RATE_LIMITED, retry in 7 s).
+ */
+function fakePipeline () {
+  const seen = { admitted: [] as Parameters<Pipeline['admit']>[0][], executed: 0 }
+  const pipeline: FakePipeline = {
+    async admit (request) {
+      seen.admitted.push(request)
+      if (String(request.params.query ?? '').includes('limited')) {
+        throw new AppError('RATE_LIMITED', 'Too many requests', { retryAfter: 7 })
+      }
+      const admission = {
+        caller: request.caller,
+        operation: { name: request.params.operationName ?? null, type: 'query' },
+        cost: { requested: 4, budget: 1000, remaining: 996 },
+        variables: request.params.variables ?? {}
+      }
+      return admission as unknown as Admission
+    },
+    async execute (admission) {
+      seen.executed++
+      return { data: { hello: (admission.variables.who as string | undefined) ?? 'world' } }
+    },
+    async operationType () { return 'query' }
+  }
+  return { pipeline, seen }
+}
+
+function exchangeOver (env: Record<string, string> = {}) {
+  const { pipeline, seen } = fakePipeline()
+  const exchange = createHttpExchange({
+    config: loadConfig({ MAX_BATCH_SIZE: '3', CACHE_MAX_AGE_SEC: '60', ...env }),
+    pipeline,
+    errorOptions: { production: true, logInternal: () => {} }
+  })
+  return { exchange, seen }
+}
+
+const post = (body: unknown, headers: Record<string, string> = {}): HttpExchangeInput => ({
+  method: 'POST',
+  url: '/graphql',
+  headers: { 'content-type': 'application/json', ...headers },
+  body,
+  caller: null,
+  ip: '192.0.2.1'
+})
+
+/** The result as an answer (not an event stream), its body parsed. */
+function answered (result: HttpExchangeResult): HttpAnswer & { json: any } {
+  if ('eventStream' in result) throw new Error('expected an answer, got an event stream')
+  return { ...result, json: result.body === undefined ? undefined : JSON.parse(result.body) }
+}
+
+test('a POST is answered 200 with its data and cost, in the media type asked for', async (t) => {
+  const { exchange, seen } = exchangeOver()
+  const out = answered(await exchange(post({ query: '{ hello }', variables: { who: 'ada' } })))
+  t.equal(out.status, 200)
+  t.equal(out.contentType, 'application/json; charset=utf-8')
+  t.same(out.json, { data: { hello: 'ada' }, extensions: { cost: { requested: 4, budget: 1000, remaining: 996 } } })
+  t.same(out.operation, { name: null, type: 'query' }, 'the admitted operation, for the instruments')
+  t.equal(seen.admitted[0]?.transport, 'POST')
+  t.equal(seen.admitted[0]?.ip, '192.0.2.1')
+
+  const graphqlResponse = answered(await exchange(post({ query: '{ hello }' }, { accept: 'application/graphql-response+json' })))
+  t.equal(graphqlResponse.contentType, 'application/graphql-response+json; charset=utf-8')
+})
+
+test('a persisted GET: variables parsed, no rate-limit state, an ETag; the same GET with it is a 304 before executing', async (t) => {
+  const { exchange, seen } = exchangeOver()
+  const url = '/graphql?id=hello&variables=%7B%22who%22%3A%22bob%22%7D'
+  const get = (headers: Record<string, string> = {}): HttpExchangeInput => ({
+    method: 'GET', url, headers, query: { id: 'hello', variables: '{"who":"bob"}' }, caller: null, ip: '192.0.2.1'
+  })
+  const first = answered(await exchange(get()))
+  t.equal(first.status, 200)
+  t.same(first.json, { data: { hello: 'bob' }, extensions: { cost: { requested: 4, budget: 1000 } } }, 'cost without `remaining`')
+  t.same(seen.admitted[0]?.params, { id: 'hello', variables: { who: 'bob' }, extensions: undefined })
+  t.equal(seen.admitted[0]?.transport, 'GET')
+  const etag = first.headers.etag
+  t.match(etag, /^"[0-9a-f]{16}"$/, 'a strong 64-bit ETag')
+  t.equal(first.headers['cache-control'], 'public, max-age=60')
+  t.equal(first.headers.vary, 'Accept, Authorization')
+
+  const again = answered(await exchange(get({ 'if-none-match': etag as string })))
+  t.equal(again.status, 304)
+  t.equal(again.body, undefined, 'no body')
+  t.equal(again.contentType, undefined, 'no media type')
+  t.equal(again.headers.etag, etag)
+  t.equal(again.answer, null, 'nothing answered')
+  t.equal(seen.executed, 1, 'answered before executing')
+
+  const badVariables = answered(await exchange({ ...get(), query: { id: 'hello', variables: '{' } }))
+  t.equal(badVariables.status, 400)
+  t.equal(badVariables.json.errors[0].extensions.code, 'BAD_REQUEST')
+  t.equal(badVariables.headers['cache-control'], 'no-store')
+})
+
+test('a batch is one 200 answer, an array; a batch over MAX_BATCH_SIZE is refused whole', async (t) => {
+  const { exchange, seen } = exchangeOver()
+  const out = answered(await exchange(post([{ query: '{ a }', variables: { who: 'a' } }, 'not an object', { query: '{ limited }' }])))
+  t.equal(out.status, 200)
+  t.equal(out.json.length, 3)
+  t.same(out.json[0].data, { hello: 'a' })
+  t.equal(out.json[1].errors[0].extensions.code, 'BAD_REQUEST')
+  t.equal(out.json[2].errors[0].extensions.code, 'RATE_LIMITED')
+  t.same(seen.admitted.map((r) => r.paidByRequest), [true, false], 'the first operation is paid by the request')
+
+  const tooMany = answered(await exchange(post([{ query: '{ a }' }, { query: '{ a }' }, { query: '{ a }' }, { query: '{ a }' }])))
+  t.equal(tooMany.status, 400)
+  t.equal(tooMany.json.errors[0].extensions.code, 'BAD_REQUEST')
+  t.equal(tooMany.json.errors[0].extensions.maxBatchSize, 3)
+
+  const { exchange: noBatches } = exchangeOver({ MAX_BATCH_SIZE: '0' })
+  const off = answered(await noBatches(post([{ query: '{ a }' }])))
+  t.equal(off.status, 400)
+  t.equal(off.json.errors[0].extensions.maxBatchSize, 0)
+})
+
+test('refusals: their status, headers and extensions.code', async (t) => {
+  const { exchange } = exchangeOver()
+  // application/json: a processed request is 200 whatever its errors, except a request not processed at all.
+  const limited = answered(await exchange(post({ query: '{ limited }' })))
+  t.equal(limited.status, 429, 'RATE_LIMITED is never processed: its own status')
+  t.equal(limited.headers['retry-after'], '7')
+  t.equal(limited.json.errors[0].extensions.code, 'RATE_LIMITED')
+
+  const body = answered(await exchange(post('a string')))
+  t.equal(body.status, 400)
+  t.equal(body.json.errors[0].extensions.code, 'BAD_REQUEST')
+  t.equal(body.headers['cache-control'], 'no-store')
+  t.same(body.answer, body.json, 'the refusal kept for the instruments')
+
+  const put = answered(await exchange({ ...post({}), method: 'PUT' }))
+  t.equal(put.status, 405)
+  t.equal(put.headers.allow, 'GET, POST')
+  t.equal(put.statusMessage, 'graphql-sse single connection mode is not supported')
+  t.equal(put.json.errors[0].extensions.code, 'METHOD_NOT_ALLOWED')
+
+  t.equal(requestRefusal('POST', { 'content-type': 'text/plain' })?.code, 'UNSUPPORTED_MEDIA_TYPE', 'no CSRF-able POST')
+  t.equal(requestRefusal('GET', { 'x-graphql-event-stream-token': 'x' })?.code, 'BAD_REQUEST', 'no single connection mode')
+  t.equal(requestRefusal('POST', { 'content-type': 'application/json; charset=utf-8' }), undefined)
+})
+
+test('a POST preferring an event stream is handed back for sse.ts, not answered', async (t) => {
+  const { exchange, seen } = exchangeOver()
+  const result = await exchange(post({ query: 'subscription { s }' }, { accept: 'text/event-stream' }))
+  t.same(result, { eventStream: { query: 'subscription { s }' } })
+  t.equal(seen.admitted.length, 0, 'nothing admitted here: the stream admits it')
+})
