@@ -9,15 +9,18 @@
 // answer, `event: complete` at the end, a `:` comment at once and every 12 s as a keep-alive (as
 // graphql-sse's handler does). A refusal is one `next` carrying its errors, then `complete`.
 //
+// The stream is written to a sink (EventStreamSink: write, end, destroy, its unsent bytes, its close),
+// which the door adapts from the raw HTTP response: no Fastify and no response object here.
+//
 // A client that leaves, or a server that closes, ends the operation and releases its subscription; a
-// client whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES (it stopped reading) has its response
+// client whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES (it stopped reading) has its stream
 // destroyed, so a stalled reader cannot pin memory.
 //
 // A stream lasts as long as its caller's token, as a WebSocket connection does: at `exp` it ends like a
 // refusal (a `next` carrying UNAUTHENTICATED "Token expired", then `complete`: the operation is over
 // under that identity). It also ends after SUBSCRIBER_MAX_LIFETIME_MS, without `complete`: the
 // graphql-sse client takes a stream that ends unfinished for a network error and opens it again.
-import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { OutgoingHttpHeaders } from 'node:http'
 import { AppError } from '../../app/errors.ts'
 import type { OperationRequest } from './pipeline.ts'
 import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
@@ -46,17 +49,34 @@ export interface SseOptions {
   maxLifetimeMs: number
 }
 
-/** One event-stream request, handed over by the HTTP carrier (which no longer writes to the response). */
+/** Where one event stream is written: the door adapts the HTTP response to it. */
+export interface EventStreamSink {
+  /** Sends the status line (200) and these headers. */
+  open (headers: OutgoingHttpHeaders): void
+  write (chunk: string): void
+  /** Ends the stream once what was written is sent. */
+  end (): void
+  /** Cuts the stream at once, unsent data dropped (a reader that stopped reading). */
+  destroy (): void
+  /** Whether a write still goes anywhere (false once ended, destroyed or closed by the client). */
+  readonly writable: boolean
+  /** Bytes written and not yet sent to the client. */
+  readonly bufferedBytes: number
+  /** Calls `listener` once when the stream closes, whoever closed it; returns its removal. */
+  onClose (listener: () => void): () => void
+}
+
+/** One event-stream request, handed over by the HTTP door (which no longer writes to the response). */
 export interface EventStreamRequest {
   /** The operation it carries (transport 'SSE'). */
   operation: OperationRequest
-  response: ServerResponse
-  /** Headers set so far by the carrier's hooks (request id, CORS, rate limit): they go out too. */
+  sink: EventStreamSink
+  /** Headers set so far by the door's hooks (request id, CORS, rate limit): they go out too. */
   headers: OutgoingHttpHeaders
 }
 
 export function createSseHandler (options: SseOptions) {
-  return async function serveEventStream ({ operation, response, headers }: EventStreamRequest): Promise<void> {
+  return async function serveEventStream ({ operation, sink: stream, headers }: EventStreamRequest): Promise<void> {
     let subscription: Subscription | null = null
     let ended = false
     let keepAlive: NodeJS.Timeout | undefined
@@ -72,15 +92,15 @@ export function createSseHandler (options: SseOptions) {
       settle()
     }
     // Every chunk goes out here (events, keep-alive comments, the end), checked against the slow-reader
-    // bound: a client that stopped reading has its response destroyed, whatever it stopped reading.
+    // bound: a client that stopped reading has its stream destroyed, whatever it stopped reading.
     const write = (chunk: string) => {
-      if (ended || !response.writable) return
-      if (response.writableLength > options.maxBufferedBytes) {
+      if (ended || !stream.writable) return
+      if (stream.bufferedBytes > options.maxBufferedBytes) {
         finish()
-        response.destroy()
+        stream.destroy()
         return
       }
-      response.write(chunk)
+      stream.write(chunk)
     }
     const sink: SubscriptionSink = {
       next (json) {
@@ -91,20 +111,20 @@ export function createSseHandler (options: SseOptions) {
         if (errors) write(`event: next\ndata: ${JSON.stringify({ errors })}\n\n`)
         write('event: complete\ndata:\n\n')
         finish()
-        response.end()
+        stream.end()
       }
     }
     const untrack = options.track(() => sink.end())
-    response.once('close', finish)
+    const offClose = stream.onClose(finish)
     try {
-      response.writeHead(200, { ...headers, ...EVENT_STREAM_HEADERS })
+      stream.open({ ...headers, ...EVENT_STREAM_HEADERS })
       // Some browsers (Firefox, Safari) wait for a first byte before they report the stream open.
       write(':\n\n')
       keepAlive = setInterval(() => write(':\n\n'), KEEP_ALIVE_MS)
       cancelDeadline = endAtDeadline(operation.caller?.expiresAt, Date.now(), options.maxLifetimeMs, (why) => {
         if (why === 'token-expired') return sink.end(options.formatErrors(new AppError('UNAUTHENTICATED', 'Token expired')))
         finish()
-        response.end()
+        stream.end()
       })
       const started = await options.start(operation, sink)
       if (started.subscription) {
@@ -119,7 +139,7 @@ export function createSseHandler (options: SseOptions) {
       // Refused before it started.
       sink.end(options.formatErrors(err))
     } finally {
-      response.off('close', finish)
+      offClose()
       finish()
       untrack()
     }

@@ -12,7 +12,7 @@
 // Every carrier: active subscriptions capped per caller (SUBSCRIPTIONS_MAX_PER_CALLER), every event paid
 // for and shared (fanout.ts), a subscriber that stops reading closed, a connection or stream ended at its
 // token's `exp` and after SUBSCRIBER_MAX_LIFETIME_MS (stream-deadline.ts).
-import { createServer, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http'
+import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Server } from 'node:net'
 import websocket from '@fastify/websocket'
@@ -23,7 +23,7 @@ import { AppError } from '../../app/errors.ts'
 import { formatThrown } from '../../app/error-format.ts'
 import { operationStarter } from './operations.ts'
 import type { GraphQLRequestParams } from './persisted.ts'
-import { createSseHandler } from './sse.ts'
+import { createSseHandler, type EventStreamSink } from './sse.ts'
 import type { RoomCore } from './core.ts'
 import { openConnection, type GraphQLWebSocket } from './websocket.ts'
 import { SUBPROTOCOLS } from './ws-protocols.ts'
@@ -124,6 +124,22 @@ function refuseUpgrade (socket: Duplex): void {
     `Content-Length: ${Buffer.byteLength(NO_UPGRADE_HERE)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n` +
     NO_UPGRADE_HERE
   )
+}
+
+/** The raw HTTP response as an event stream's sink (sse.ts). */
+function responseSink (response: ServerResponse): EventStreamSink {
+  return {
+    open: (headers) => { response.writeHead(200, headers) },
+    write: (chunk) => { response.write(chunk) },
+    end: () => { response.end() },
+    destroy: () => { response.destroy() },
+    get writable () { return response.writable },
+    get bufferedBytes () { return response.writableLength },
+    onClose (listener) {
+      response.once('close', listener)
+      return () => { response.off('close', listener) }
+    }
+  }
 }
 
 const userKey = (caller: Caller | null) => (caller ? [`user:${caller.id}`] : [])
@@ -289,7 +305,7 @@ export async function registerSubscriptionCarriers (
           caller: request.caller,
           ip: request.ip
         },
-        response: reply.raw,
+        sink: responseSink(reply.raw),
         headers: reply.getHeaders() as OutgoingHttpHeaders
       })
     } finally {
