@@ -2,7 +2,7 @@
 // every per-request protection the service's GraphQL routes pay, and no GraphQL. The process is composed
 // from the service's own plugins, registered by app/app.ts's own functions (same order, same Fastify
 // options, the same configuration loader), up to the rate limits; the GraphQL plugins and routes are not
-// registered. Each route identifies its caller as the GraphQL room does in routes/graphql/http.ts (JWT
+// registered. Each route identifies its caller as the GraphQL room does in routes/graphql/index.ts (JWT
 // through the auth plugin, in the route's own onRequest hook, so the request budget appended after it
 // counts the user) and spends the cost budget once, at the fixed price the service charged that GraphQL
 // request in the probe (GUARDED_COST_USER, GUARDED_COST_LIST). So a guarded row minus its rest row is
@@ -26,14 +26,15 @@ const price = (name: string): number => {
 const userCost = price('GUARDED_COST_USER')
 const listCost = price('GUARDED_COST_LIST')
 const JSON_TYPE = 'application/json; charset=utf-8'
-const JSON_BODY = /^application\/json\s*(;|$)/i // routes/graphql/http.ts's test of a POST's Content-Type
+const JSON_BODY = /^application\/json\s*(;|$)/i // routes/graphql/http-exchange.ts's test of a POST's Content-Type
 
 // The service's own server and protections (app/app.ts), in its order; then only health and the plain routes.
 const app = createServer(config)
 await registerProtections(app, config)
 await app.register(healthRoutes)
 
-// What routes/graphql/http.ts's onRequest hooks check before the request budget: a JSON body for a POST,
+// What the room's onRequest hooks check (routes/graphql/index.ts; requestRefusal in
+// routes/graphql/http-exchange.ts) before the request budget: a JSON body for a POST,
 // then who is calling.
 const identify: onRequestHookHandler = (request, _reply, done) => {
   try {

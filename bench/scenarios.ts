@@ -324,7 +324,7 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
           queryId: data.persistedUserQueryId ?? 'sha256:unavailable',
           variables: JSON.stringify({ id })
         })
-        // apollo-require-preflight, as Apollo's clients send it (not required: see routes/graphql/http.ts).
+        // apollo-require-preflight, as Apollo's clients send it (not required: see routes/graphql/http-exchange.ts).
         return {
           method: 'GET',
           path: `/graphql?${query}`,

@@ -1,33 +1,48 @@
-// The GraphQL room's entry, and with http.ts and subscription-carriers.ts its only Fastify code. It
-// fills in the room's ports (ports.ts) from the cross-cutting plugins once, builds the Fastify-free core
-// over them in dependency order, then registers the carriers:
+// The GraphQL room's door: its only Fastify file, registered by the composition root (app/app.ts)
+// as a scope of its own (not wrapped by fastify-plugin). It fills in the room's ports (ports.ts) from
+// the cross-cutting plugins once, builds the Fastify-free core over them (core.ts: plans, persisted
+// queries, pipeline, the HTTP exchange, the streaming carriers), then translates requests and sockets
+// into the core's calls:
 //
-//   schema (Mercurius + mercurius-auth, schema.ts) → plans (pipeline.ts: createPlans)
-//     → persisted registry (persisted.ts; plans registered texts) → pipeline (pipeline.ts; resolves
-//     documents through the registry) → streaming carriers (subscription-carriers.ts: WebSocket, SSE)
-//     → HTTP routes (http.ts: POST, GET, PUT /graphql)
+//   POST, GET, PUT /graphql → route hooks (request checks, identity; the request budget's own hooks)
+//     → exchange (http-exchange.ts) → the reply; or, for an event stream, streaming.serveEventStream
+//     (streaming.ts → sse.ts) over the raw response as a sink
+//   GET /graphql with Upgrade: websocket → the upgrade check → @fastify/websocket (ws)
+//     → streaming.openWebSocket (streaming.ts → websocket.ts) fed the socket's messages, pings and close
 //
 // Mercurius builds the executable schema from our SDL and resolvers and hosts mercurius-auth; the
 // pipeline runs every operation of every transport through graphql-jit against that schema.
 // Mercurius's routes, caches, hooks and pub/sub are not used.
+import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http'
+import type { Duplex } from 'node:stream'
 import mercurius from 'mercurius'
 import mercuriusAuthModule, { type MercuriusAuthOptions } from 'mercurius-auth'
-import type { FastifyError, FastifyInstance, FastifyPluginAsync } from 'fastify'
+import websocket from '@fastify/websocket'
+import type {
+  FastifyError,
+  FastifyInstance,
+  FastifyPluginAsync,
+  FastifyReply,
+  FastifyRequest,
+  onRequestHookHandler
+} from 'fastify'
 import type { WebSocket } from 'ws'
+import type { AppError } from '../../app/errors.ts'
 import { errorAnswer } from '../../app/fastify-errors.ts'
 import type { DomainDeps } from '../../app/domain/context.ts'
-import type { FormatOptions } from '../../app/error-format.ts'
-import { registerHttpRoutes } from './http.ts'
 import { memoryApqStore, redisApqStore } from './apq-store.ts'
-import { emptyManifest, loadManifests } from './persisted-manifest.ts'
-import { createPersistedQueries } from './persisted-registry.ts'
-import { createPipeline, createPlans, type Pipeline } from './pipeline.ts'
-import type { RoomCore } from './core.ts'
+import { createRoomCore, type RoomCore, type WarmUpReport } from './core.ts'
+import { requestRefusal, type HttpExchangeInput, type HttpExchangeResult } from './http-exchange.ts'
+import type { Pipeline } from './pipeline.ts'
 import type { GraphQLPorts, Instrumentation } from './ports.ts'
 import { resolvers } from './resolvers.ts'
 import { authPolicy, schemaSDL, stopResolversAtDeadline } from './schema.ts'
-import { registerSubscriptionCarriers, type SubscriptionCarriers, type SubscriptionStats } from './subscription-carriers.ts'
+import type { EventStreamSink } from './sse.ts'
+import { refuseUpgrade, type SubscriptionStats } from './streaming.ts'
 import { subscriptionResolvers } from './subscriptions.ts'
+import { SUBPROTOCOLS } from './ws-protocols.ts'
+
+export type { WarmUpReport }
 
 // mercurius-auth is CommonJS whose typings declare `export default`: at run time the import is the plugin itself.
 const mercuriusAuth = mercuriusAuthModule as unknown as FastifyPluginAsync<MercuriusAuthOptions>
@@ -37,12 +52,6 @@ export interface GraphQLRoomOptions {
   domain: DomainDeps
   /** The instruments the core calls at named phases (tracing), chosen by the composition root. */
   instrumentation?: Instrumentation
-}
-
-export interface WarmUpReport {
-  /** Operations planned (parsed, validated, analysed) and compiled at start. */
-  compiled: number
-  ms: number
 }
 
 /**
@@ -87,23 +96,54 @@ const NO_SUBSCRIPTIONS: SubscriptionStats = {
 
 /** What the plugin builds, read by the inspection surface. */
 interface RoomState {
-  built: { pipeline: Pipeline; carriers: SubscriptionCarriers } | null
+  core: RoomCore | null
   persistedWarmUp: WarmUpReport | null
+  webSocketClients (): ReadonlySet<WebSocket>
 }
 
 export function createGraphQLRoom (options: GraphQLRoomOptions): GraphQLRoom {
-  const state: RoomState = { built: null, persistedWarmUp: null }
+  const state: RoomState = { core: null, persistedWarmUp: null, webSocketClients: () => new Set() }
   const inspection: GraphQLRoomInspection = {
     get pipeline () {
-      if (!state.built) throw new Error('The GraphQL room is not registered yet')
-      return state.built.pipeline
+      if (!state.core) throw new Error('The GraphQL room is not registered yet')
+      return state.core.pipeline
     },
-    subscriptionStats: () => (state.built ? state.built.carriers.stats() : NO_SUBSCRIPTIONS),
-    webSocketClients: () => state.built?.carriers.webSocketClients() ?? new Set(),
+    subscriptionStats: () => (state.core ? state.core.streaming.stats() : NO_SUBSCRIPTIONS),
+    webSocketClients: () => state.webSocketClients(),
     get persistedWarmUp () { return state.persistedWarmUp }
   }
   return { plugin: (app) => graphqlRoom(app, options, state), inspection }
 }
+
+/** Socket errors that only say the client went away. */
+const CLIENT_GONE = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED'])
+
+/** The raw HTTP response as an event stream's sink (sse.ts). */
+function responseSink (response: ServerResponse): EventStreamSink {
+  return {
+    open: (headers) => { response.writeHead(200, headers) },
+    write: (chunk) => { response.write(chunk) },
+    end: () => { response.end() },
+    destroy: () => { response.destroy() },
+    get writable () { return response.writable },
+    get bufferedBytes () { return response.writableLength },
+    onClose (listener) {
+      response.once('close', listener)
+      return () => { response.off('close', listener) }
+    }
+  }
+}
+
+/** The exchange's input: the request as it is, nothing copied. */
+const exchangeInput = (request: FastifyRequest): HttpExchangeInput => ({
+  method: request.method,
+  url: request.url,
+  headers: request.headers,
+  query: request.query,
+  body: request.body,
+  caller: request.caller,
+  ip: request.ip
+})
 
 async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, state: RoomState) {
   const { config } = app
@@ -123,10 +163,6 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
     log: app.log,
     instrumentation: options.instrumentation ?? {}
   }
-  const errorOptions: FormatOptions = {
-    production: config.profile === 'production',
-    logInternal: (err) => ports.log.error({ err }, 'GraphQL request failed')
-  }
 
   // The schema. `subscription` on: only then does Mercurius's defineResolvers take the Subscription
   // fields' { subscribe, resolve } pairs (below). Its pub/sub is not used: room events reach
@@ -141,60 +177,79 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   })
   await app.register(mercuriusAuth, { authDirective: 'auth', applyPolicy: authPolicy() })
   stopResolversAtDeadline(app.graphql.schema)
-  const schema = () => app.graphql.schema
 
-  // Plans first: the persisted registry plans the texts it registers, and the pipeline resolves
-  // documents through the registry. Built in that order, nothing waits for anything built later.
-  const plans = createPlans(schema, config.limits)
-
-  // Persisted queries: the deploy-time manifests (PERSISTED_MANIFEST, comma-separated files) and
-  // automatic registration (APQ: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode).
-  const files = (config.persistedManifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
-  // Hashes and single operations are checked here; validity for this service when the plans are pinned.
-  const manifest = files.length > 0 ? loadManifests(files) : emptyManifest()
-  if (config.persistedOnly && manifest.operations.length === 0) {
-    ports.log.warn(
-      {},
-      'persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused'
-    )
-  }
+  // Automatic persisted queries: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode.
   const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
   const apq = !apqOn
     ? null
     : app.redis.client
       ? redisApqStore(app.redis.client, app.redis.key, config.apqMaxEntries, ports.log)
       : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
-  const persisted = createPersistedQueries({
-    manifest,
-    persistedOnly: config.persistedOnly,
-    apq,
-    apqMaxEntries: config.apqMaxEntries,
-    apqMaxBytes: config.apqMaxBytes,
-    apqMaxDocumentBytes: config.apqMaxDocumentBytes,
-    plan: plans.plan
-  })
-
-  const pipeline = createPipeline({
-    schema,
-    limits: config.limits,
-    introspection: config.introspection,
-    domain: ports.domain,
-    plans,
-    persisted,
-    ...ports.budgets,
-    instrumentation: ports.instrumentation
-  })
-  const room: RoomCore = { ports, schema, pipeline, errorOptions }
+  const core = createRoomCore(ports, () => app.graphql.schema, apq)
+  const { exchange, streaming, errorOptions } = core
+  state.core = core
 
   app.graphql.defineResolvers({
     Subscription: subscriptionResolvers({ roomTopic: ports.roomTopic, maxCountTarget: config.limits.maxCountTarget })
   })
   app.decorateRequest('graphqlOperation', null)
-  // Before the HTTP routes: it registers @fastify/websocket, which must see the GET route being added.
-  const carriers = await registerSubscriptionCarriers(app, room)
-  registerHttpRoutes(app, room, carriers)
+  app.decorateRequest('graphqlAnswer', null)
 
-  state.built = { pipeline, carriers }
+  // Before the HTTP routes: @fastify/websocket must see the GET route being added.
+  await registerWebSocket(app, core, state)
+
+  /** The exchange's result as the reply: status, headers, body; or the event stream it asks for. */
+  function sendResult (request: FastifyRequest, reply: FastifyReply, result: HttpExchangeResult) {
+    if ('eventStream' in result) {
+      return streaming.serveEventStream(
+        { params: result.eventStream, transport: 'SSE', caller: request.caller, ip: request.ip },
+        () => {
+          reply.hijack()
+          return { sink: responseSink(reply.raw), headers: reply.getHeaders() as OutgoingHttpHeaders }
+        }
+      )
+    }
+    request.graphqlOperation = result.operation
+    request.graphqlAnswer = result.answer
+    const headers = result.headers
+    for (const name in headers) {
+      const value = headers[name] as string
+      if (name === 'vary') {
+        // Added to a Vary header set earlier (CORS: Origin).
+        const prior = reply.getHeader('vary')
+        reply.header('vary', prior ? `${String(prior)}, ${value}` : value)
+      } else if (name !== 'retry-after' || !reply.hasHeader('retry-after')) {
+        // A Retry-After set earlier (the request budget's) stays.
+        reply.header(name, value)
+      }
+    }
+    if (result.statusMessage !== undefined) reply.raw.statusMessage = result.statusMessage
+    reply.code(result.status)
+    if (result.contentType !== undefined) reply.type(result.contentType)
+    return reply.send(result.body)
+  }
+
+  // Route hooks are synchronous (callback style), one per route: no promise and no extra hook turn
+  // per request for checks that never wait.
+  /** The checks every /graphql request gets, then who is calling; the refusal, if any. */
+  const identify: onRequestHookHandler = (request, _reply, done) => {
+    const refusal = requestRefusal(request.method, request.headers)
+    // A WebSocket's identity comes from its connection_init message, not from the upgrade request.
+    if (refusal || request.ws) return done(refusal)
+    try {
+      request.caller = ports.authenticate(request.headers.authorization)
+    } catch (err) {
+      return done(err as AppError)
+    }
+    done()
+  }
+  const handler = async (request: FastifyRequest, reply: FastifyReply) =>
+    sendResult(request, reply, await exchange(exchangeInput(request)))
+  app.post('/graphql', { onRequest: identify }, handler)
+  // graphql-sse's single connection mode starts with a PUT: refused by the exchange.
+  app.put('/graphql', handler)
+  // Also the WebSocket endpoint (registerWebSocket gives the route its upgrade handler).
+  app.get('/graphql', { onRequest: identify }, handler)
 
   // Every error on the room's routes (its hooks', Fastify's own: 401, 415, 429...) answers as the app's
   // do (app/fastify-errors.ts); the answer is kept for the room's instruments like any other.
@@ -203,7 +258,6 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
     request.graphqlAnswer = body
     return reply.send(body)
   })
-  app.decorateRequest('graphqlAnswer', null)
   const { answered } = ports.instrumentation
   if (answered) {
     app.addHook('onResponse', (request, _reply, done) => {
@@ -216,31 +270,86 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   }
 
   // onReady: every resolver is in place (and wrapped by @auth), and nothing listens yet. Each manifest
-  // operation gets its plan and compilation now, kept for the life of the process; a text the service
-  // cannot run (schema drift, a limit such as MAX_DEPTH) is a broken deploy, refused at start.
+  // operation gets its plan and compilation now (core.warmUp: a text the service cannot run is refused at start).
   app.addHook('onReady', async () => {
-    const started = performance.now()
-    for (const operation of manifest.operations) {
-      try {
-        pipeline.pin(operation.text)
-      } catch (err) {
-        const nested = (err as { errors?: { message: string }[] }).errors
-        const reason = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
-        throw new Error(
-        `Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`
-        )
-      }
-    }
-    const ms = Math.round((performance.now() - started) * 10) / 10
-    state.persistedWarmUp = { compiled: manifest.operations.length, ms }
+    state.persistedWarmUp = core.warmUp()
     ports.log.info(
       {
-        operations: manifest.operations.length,
+        operations: state.persistedWarmUp.compiled,
         ms: state.persistedWarmUp.ms,
         apq: apq ? (app.redis.client ? 'redis' : 'memory') : 'off',
         persistedOnly: config.persistedOnly
       },
       'persisted queries ready'
     )
+  })
+}
+
+/**
+ * The WebSocket side of GET /graphql (registered before that route is added: @fastify/websocket wires
+ * routes as they are added): the upgrade check, ws, and each socket handed to the streaming carriers.
+ */
+async function registerWebSocket (app: FastifyInstance, { ports, streaming }: RoomCore, state: RoomState) {
+  const { ws } = ports.config
+  streaming.evictIdleNearCap(app.server)
+
+  // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
+  app.addHook('preClose', () => streaming.shutdown())
+
+  function serveWebSocket (socket: WebSocket, request: FastifyRequest): void {
+    const connection = streaming.openWebSocket(socket, request.ip)
+    if (!connection) return
+    // ws hands messages over as Buffers (its default binaryType); the session's budget counts their bytes.
+    socket.on('message', (data: Buffer) => connection.message(data))
+    socket.on('ping', (data: Buffer) => connection.ping(data))
+    socket.once('close', () => connection.socketClosed())
+  }
+  // GET /graphql is also the WebSocket endpoint: give the route its upgrade handler as it is added
+  // (before @fastify/websocket's own onRoute hook, which wires it).
+  app.addHook('onRoute', (route) => {
+    if (route.url === '/graphql' && route.method === 'GET') route.wsHandler = serveWebSocket
+  })
+
+  // The room is a scope of its own, so @fastify/websocket's handling of upgrades reaches its routes only;
+  // yet it listens to every upgrade of the server it is given. It is given a server that never listens
+  // (ws's documented `server` option), fed only the upgrades to /graphql; an upgrade to any other path is
+  // refused here, plainly, instead of being run by a route that cannot take the socket over.
+  const upgrades = createServer()
+  app.server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (request.url?.split('?')[0] === '/graphql') return upgrades.emit('upgrade', request, socket, head)
+    refuseUpgrade(socket)
+  })
+
+  await app.register(websocket, {
+    errorHandler: (error, socket, request) => {
+      const code = (error as NodeJS.ErrnoException).code
+      // A client's mistake (a frame over WS_MAX_MESSAGE_BYTES, invalid UTF-8, a bad opcode: ws has
+      // already closed with the code that says so, 1009, 1007, 1002) or a client gone abruptly is not a
+      // server error: a debug line, no stack. Anything else is ours.
+      if (code !== undefined && (code.startsWith('WS_ERR_') || CLIENT_GONE.has(code))) {
+        request.log.debug({ code, reason: error.message }, 'WebSocket closed: the client broke the protocol or left')
+      } else {
+        request.log.error({ err: error }, 'WebSocket error')
+      }
+      socket.terminate()
+    },
+    options: {
+      maxPayload: ws.maxMessageBytes,
+      // Pongs are sent by the connection (websocket.ts), through the send path that bounds unsent bytes.
+      autoPong: false,
+      server: upgrades,
+      handleProtocols: (offered: Set<string>) => SUBPROTOCOLS.find((p) => offered.has(p)) ?? false
+    }
+  })
+  state.webSocketClients = () => app.websocketServer.clients
+
+  // Refusals before the upgrade answer in HTTP with our error shape (registered after @fastify/websocket,
+  // whose own onRequest hook sets request.ws). Runs on every request of the room's routes (its scope:
+  // never on SOAP, health or UI requests): synchronous (callback style), so a request that is no upgrade
+  // pays one property read, not a promise and a hook turn.
+  app.addHook('onRequest', (request, _reply, done) => {
+    if (!request.ws) return done()
+    const { origin, 'sec-websocket-protocol': protocols } = request.headers
+    done(streaming.upgradeRefusal({ origin, protocols, ip: request.ip }))
   })
 }

@@ -14,7 +14,7 @@ export function queryIdOf (name: string): string {
   return `sha256:${op.id}`
 }
 
-/** Apollo Client's HttpLink sends this on GET too (the service does not require it: see routes/graphql/http.ts). */
+/** Apollo Client's HttpLink sends this on GET too (not required: see routes/graphql/http-exchange.ts). */
 export const PREFLIGHT = { 'content-type': 'application/json' }
 
 export function persistedGetUrl (
