@@ -33,6 +33,7 @@ import { readFileSync } from 'node:fs'
 import type { ExecutionResult } from 'graphql'
 import type { TracingConfig } from './config.ts'
 import { AppError } from './errors.ts'
+import type { AdmittedOperation, OperationPhases } from './operation-phases.ts'
 import type { Store } from './store/types.ts'
 
 // The GraphQL, legacy database and RPC-system attributes are still "incubating" in the semantic
@@ -60,19 +61,6 @@ function capped (text: string, max: number): string {
 
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
 
-/** What a span reads of an admitted GraphQL operation (the room's pipeline admissions have it). */
-export interface TracedAdmission {
-  operation: { name: string | null; type: string }
-  cost: { requested: number }
-}
-
-/** The calls of an operation's life that spans cover: admission, then execution or subscription. */
-export interface TracedOperations<Request, A extends TracedAdmission> {
-  admit (request: Request): Promise<A>
-  execute (admission: A, root?: unknown): Promise<ExecutionResult>
-  subscribe (admission: A): Promise<AsyncIterable<unknown> | ExecutionResult>
-}
-
 export interface Tracing {
   readonly tracer: Tracer
   /**
@@ -85,7 +73,7 @@ export interface Tracing {
   /** The store whose every call (close aside) is a database client span under the active operation. */
   store (store: Store): Store
   /** A pipeline's operation calls, each operation a span: from admission to the end of its execution. */
-  pipeline<Request, A extends TracedAdmission> (pipeline: TracedOperations<Request, A>): TracedOperations<Request, A>
+  pipeline<Request, A extends AdmittedOperation> (pipeline: OperationPhases<Request, A>): OperationPhases<Request, A>
   /**
    * Runs a SOAP request under a span of its own; `describe` names its operation and cost once known,
    * and an answer carrying a fault (its catalogue code) marks the span failed.
@@ -186,9 +174,9 @@ export function startTracing (config: TracingConfig): Tracing {
     return { ...inner, ...traced } as Store
   }
 
-  function pipeline<Request, A extends TracedAdmission> (
-    inner: TracedOperations<Request, A>
-  ): TracedOperations<Request, A> {
+  function pipeline<Request, A extends AdmittedOperation> (
+    inner: OperationPhases<Request, A>
+  ): OperationPhases<Request, A> {
     // An admitted operation's span, ended when its execution (or its subscription's start) ends.
     const spans = new WeakMap<A, Span>()
     const outcome = (span: Span, result: ExecutionResult) => {

@@ -3,11 +3,13 @@
 // plugins once, at start, and every core module receives what it uses from here, never from a
 // Fastify decorator. The core defines these interfaces, and this file imports none of the core's
 // modules: the ports serve the core, never the reverse.
-import type { ExecutionResult } from 'graphql'
 import type { MQEmitter } from 'mqemitter'
 import type { Config } from '../../app/config.ts'
 import type { Caller, DomainDeps } from '../../app/domain/context.ts'
 import type { CostReport, CostUnitsLeft } from '../../app/limits/cost-report.ts'
+import type { AdmittedOperation, OperationPhases } from '../../app/operation-phases.ts'
+
+export type { AdmittedOperation, OperationPhases }
 
 /** Spends cost units of a caller's window: what is left, and when the window resets (subscription events). */
 export type SpendCostUnits = (
@@ -54,19 +56,6 @@ export interface GraphQLPorts {
   log: RoomLogger
   /** Where the core reports its work at named phases (tracing); nothing when no instrument is on. */
   instrumentation: Instrumentation
-}
-
-/** An admitted operation, as an instrument reads it. */
-export interface AdmittedOperation {
-  operation: { name: string | null; type: string }
-  cost: { requested: number }
-}
-
-/** The phases of an operation's life the core runs: admission, then its execution or its subscription's start. */
-export interface OperationPhases<Request, A extends AdmittedOperation> {
-  admit (request: Request): Promise<A>
-  execute (admission: A, root?: unknown): Promise<ExecutionResult>
-  subscribe (admission: A): Promise<AsyncIterable<unknown> | ExecutionResult>
 }
 
 /**

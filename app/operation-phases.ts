@@ -1,0 +1,17 @@
+// The phases of a GraphQL operation's life, as instruments see them. Defined here, below both, so that the
+// room's core (routes/graphql/ports.ts) and the instruments in app/ (tracing.ts) share one definition
+// without app/ importing the room.
+import type { ExecutionResult } from 'graphql'
+
+/** An admitted operation, as an instrument reads it. */
+export interface AdmittedOperation {
+  operation: { name: string | null; type: string }
+  cost: { requested: number }
+}
+
+/** The phases of an operation's life the core runs: admission, then its execution or its subscription's start. */
+export interface OperationPhases<Request, A extends AdmittedOperation> {
+  admit (request: Request): Promise<A>
+  execute (admission: A, root?: unknown): Promise<ExecutionResult>
+  subscribe (admission: A): Promise<AsyncIterable<unknown> | ExecutionResult>
+}
