@@ -7,8 +7,15 @@
 // The peers do what a stock setup does and nothing more: no JWT, no field rules, no depth or cost
 // limits, no rate limits, no persisted queries. Every difference in the service's favour is therefore
 // measured against a peer doing less work.
+//
+// `PEER=apollo-cached|yoga-cached`: the same peer with its own response cache, set up as its
+// documentation shows, in memory and shared by every caller, its entries living 60 s like the service's
+// (RESPONSE_CACHE_TTL_MS's default), and telling a hit apart so the benchmark can check it served one.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { ApolloServer, HeaderMap } from '@apollo/server'
+import { ApolloServerPluginCacheControl } from '@apollo/server/plugin/cacheControl'
+import responseCachePlugin from '@apollo/server-plugin-response-cache'
+import { createInMemoryCache, useResponseCache } from '@graphql-yoga/plugin-response-cache'
 import { createYoga, createSchema } from 'graphql-yoga'
 import { loadConfig } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
@@ -29,8 +36,15 @@ const resolvers = {
 
 type Handler = (request: IncomingMessage, response: ServerResponse) => void | Promise<void>
 
-async function apolloHandler (): Promise<Handler> {
-  const apollo = new ApolloServer({ typeDefs, resolvers })
+const CACHE_TTL_SEC = 60
+
+async function apolloHandler (cached: boolean): Promise<Handler> {
+  // Apollo caches only answers whose cache policy has a positive maxAge: every field gets one by default
+  // (ApolloServerPluginCacheControl's defaultMaxAge). A hit carries an `age` header.
+  const plugins = cached
+    ? [ApolloServerPluginCacheControl({ defaultMaxAge: CACHE_TTL_SEC }), responseCachePlugin()]
+    : []
+  const apollo = new ApolloServer({ typeDefs, resolvers, plugins })
   await apollo.start()
   // What Apollo's own startStandaloneServer does, as its integration guide documents
   // (executeHTTPGraphQLRequest), so that the benchmark's readiness route can sit beside it.
@@ -51,14 +65,29 @@ async function apolloHandler (): Promise<Handler> {
   }
 }
 
-function yogaHandler (): Handler {
-  const yoga = createYoga({ schema: createSchema({ typeDefs, resolvers }), graphiql: false, logging: false })
+function yogaHandler (cached: boolean): Handler {
+  const plugins = cached
+    ? [
+        useResponseCache({
+          session: () => null, // one cache for every caller
+          ttl: CACHE_TTL_SEC * 1000,
+          // A hit answers extensions.responseCache.hit = true.
+          includeExtensionMetadata: true,
+          // Its in-memory LRU keeps 1000 answers by default: fewer than the users the benchmark rotates
+          // over, which would make every read a miss. 100000 holds them (as the service's 64 MiB would).
+          cache: createInMemoryCache({ max: 100_000 })
+        })
+      ]
+    : []
+  const yoga = createYoga({ schema: createSchema({ typeDefs, resolvers }), graphiql: false, logging: false, plugins })
   return (request, response) => yoga(request, response)
 }
 
-const peer = process.env.PEER
-if (peer !== 'apollo' && peer !== 'yoga') throw new Error('PEER must be apollo or yoga')
-const handle = peer === 'apollo' ? await apolloHandler() : yogaHandler()
+const PEERS = ['apollo', 'yoga', 'apollo-cached', 'yoga-cached']
+const peer = process.env.PEER ?? ''
+if (!PEERS.includes(peer)) throw new Error(`PEER must be one of ${PEERS.join(', ')}`)
+const cached = peer.endsWith('-cached')
+const handle = peer.startsWith('apollo') ? await apolloHandler(cached) : yogaHandler(cached)
 
 const server = createServer((request, response) => {
   if (request.url === '/health/ready') return void response.end('{"status":"ready"}')

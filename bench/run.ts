@@ -18,11 +18,14 @@ import { seed } from '../app/store/sample-data.ts'
 import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
 import {
+  cacheMarkdownTable,
+  cacheTextTable,
   checkThresholds,
   type GuardedFloors,
   fanoutMarkdownTable,
   fanoutTextTable,
   markdownTable,
+  median,
   previousReport,
   svgChart,
   textTable,
@@ -153,6 +156,10 @@ const baseEnv: Record<string, string> = {
   // a saturated benchmark must not trip it (no finite threshold is out of reach: an interval without a delay
   // sample counts as an infinite delay).
   PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0',
+  // The response cache is on by default, and the rows rotate over the seeded users: once each user has been
+  // read, every later read would be a hit. The rows measure executing a request, so it is off here; the
+  // cached rows (cached-persisted-get, cached-mixed) turn it on, and are compared with these.
+  RESPONSE_CACHE: 'off',
   ...(options.logLevel ? { LOG_LEVEL: options.logLevel } : {})
 }
 const pgSchema = `bench_${process.pid}_${Date.now()}`
@@ -244,14 +251,19 @@ async function send (url: string, request: RequestSpec): Promise<Sample> {
   return {
     status: response.status,
     contentType: response.headers.get('content-type') ?? '',
+    headers: Object.fromEntries(response.headers),
     body: await response.text()
   }
 }
 
-/** Sends `count` requests of the scenario one by one and checks each response in full. */
+/**
+ * Sends `count` requests of the scenario one by one and checks each response in full. A cached row's
+ * request is sent twice and the second answer checked: the first may be the miss that fills its entry.
+ */
 async function verifySamples (url: string, scenario: HttpScenario, count: number): Promise<string | null> {
   for (let i = 0; i < count; i++) {
     const request = scenario.next()
+    if (scenario.cacheOutcome) await send(url, request)
     const problem = scenario.verify(request, await send(url, request))
     if (problem) return `${request.method} ${request.path.slice(0, 80)}: ${problem}`
   }
@@ -276,6 +288,9 @@ interface Round {
    * generator was.
    */
   clientCpuMicros: number
+  /** A cached row's answers that came from its cache, and cached reads that did not (zero for other rows). */
+  cacheHits: number
+  cacheMisses: number
 }
 
 function round (server: ServerProcess, scenario: HttpScenario, durationSec: number): Promise<Round> {
@@ -285,6 +300,9 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
   return new Promise((resolve, reject) => {
     const first = scenario.next()
     let firstBad: string | null = null
+    let cacheHits = 0
+    let cacheMisses = 0
+    const cacheOutcome = scenario.cacheOutcome
     autocannon(
       {
         url,
@@ -295,8 +313,11 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
           {
             ...first,
             setupRequest: (request) => ({ ...request, ...scenario.next() }),
-            onResponse: (status, body) => {
+            onResponse: (status, body, _context, headers) => {
               if (status >= 300 && firstBad === null) firstBad = `HTTP ${status} ${body.slice(0, 200)}`
+              const outcome = cacheOutcome?.(headers, body)
+              if (outcome === 'hit') cacheHits++
+              else if (outcome === 'miss') cacheMisses++
             }
           }
         ],
@@ -322,7 +343,9 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
           non2xx: result.non2xx,
           errors: result.errors + result.timeouts,
           mismatches: result.mismatches,
-          firstBad
+          firstBad,
+          cacheHits,
+          cacheMisses
         })
       }
     )
@@ -330,6 +353,8 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
 }
 
 const WARMUP_MAX_SEC = 30
+/** A cached row under this share of hits over its measured rounds fails (see runGroup). */
+const MIN_CACHE_HIT_RATIO = 0.5
 
 /** Rounds of --warmup seconds until the row has served --warmup-requests requests; counted as one round. */
 async function warmUp (server: ServerProcess, scenario: HttpScenario): Promise<Round> {
@@ -376,12 +401,6 @@ function startProcess (scenario: {
     logDir: work,
     nodeArgs: profileArgs
   })
-}
-
-const median = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(sorted.length / 2)
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
 }
 
 /**
@@ -501,6 +520,9 @@ async function runGroup (group: Group): Promise<Result[]> {
       }
       const guarded = members.find((g) => g.scenario.name === m.scenario.guarded)
       const clientCpu = m.rounds.reduce((n, r) => n + r.clientCpuMicros, 0)
+      const cacheHits = m.rounds.reduce((n, r) => n + r.cacheHits, 0)
+      const cacheReads = cacheHits + m.rounds.reduce((n, r) => n + r.cacheMisses, 0)
+      const cacheHitRatio = m.scenario.cacheOutcome && cacheReads > 0 ? cacheHits / cacheReads : null
       Object.assign(m.result, {
         connections: options.connections,
         durationSec: seconds,
@@ -535,6 +557,7 @@ async function runGroup (group: Group): Promise<Result[]> {
         serverSystemShare: m.rounds.every((r) => r.systemMicros !== null && r.cpuMicros)
           ? m.rounds.reduce((n, r) => n + r.systemMicros!, 0) / m.rounds.reduce((n, r) => n + r.cpuMicros!, 0)
           : null,
+        ...(m.scenario.cacheOutcome ? { cacheHitRatio } : {}),
         rounds: m.rounds.map(rpsOf),
         roundBusy: m.rounds.map((r) => ({
           server: r.cpuMicros === null ? null : r.cpuMicros / 1e6 / r.seconds,
@@ -547,6 +570,11 @@ async function runGroup (group: Group): Promise<Result[]> {
       if (sum('mismatches') > 0) failures.push(`${sum('mismatches')} responses with errors or without data`)
       if (requests === 0) failures.push('no response at all')
       if (after) failures.push(`wrong response after the load: ${after}`)
+      // A cached row whose reads mostly executed measured execution, not its cache (an entry bound below the
+      // users rotated over, a cache that never matches). Not in a smoke: its one short round has no warm-up.
+      if (!smoke && cacheHitRatio !== null && cacheHitRatio < MIN_CACHE_HIT_RATIO) {
+        failures.push(`only ${(cacheHitRatio * 100).toFixed(1)}% of its reads were cache hits (at least ${MIN_CACHE_HIT_RATIO * 100}% expected)`)
+      }
       const firstBad = all.find((r) => r.firstBad)?.firstBad
       if (firstBad) failures.push(`first: ${firstBad}`)
       if (failures.length > 0) {
@@ -667,7 +695,8 @@ async function main (): Promise<number> {
   }
 
   const [limit, restList, restUser, restMessages, restCreate] = baselineScenarios(data, 'sqlite')
-  const [usersList, usersPage, userById, persistedGet, messagesAuthors, createUser] = serviceScenarios(data, 'sqlite')
+  const [usersList, usersPage, userById, persistedGet, cachedPersistedGet, cachedMixed, messagesAuthors, createUser] =
+    serviceScenarios(data, 'sqlite')
   const peers = peerScenarios(data)
   const [guardedList, guardedUserGet, guardedUser] = guardedScenarios(data)
   const groups: (Group | 'subscription-fanout')[] = [
@@ -685,7 +714,15 @@ async function main (): Promise<number> {
       limit: limit!,
       rest: restUser!,
       guarded: [guardedUserGet!, guardedUser!],
-      scenarios: [userById!, persistedGet!, soapScenario(data, soapUnavailable), ...peers.user]
+      scenarios: [
+        userById!,
+        persistedGet!,
+        cachedPersistedGet!,
+        cachedMixed!,
+        soapScenario(data, soapUnavailable),
+        ...peers.user,
+        ...peers.cached
+      ]
     },
     {
       label: 'messages',
@@ -802,6 +839,7 @@ async function main (): Promise<number> {
         : `Every server ran on CPU ${serverCpu} and the load generator on the others (taskset), so rounds compare like with like.`,
       'CPU µs/req: user + system CPU time of the server process over its measured rounds, per request (what a request costs; other load on the machine moves it far less than req/s).',
       "Guarded rows (bench/guarded-server.ts): the rest routes' work behind the service's own plugins (JWT, request and cost budgets, metrics, access log, request id, load shedding, CORS) and one chargeCost at the price the service charged the same request; × guarded compares a scenario with the guarded row of its transport shape. CPU × rest / CPU × guarded: the other row's server CPU µs/req over this row's, median over rounds.",
+      'Response cache: off (RESPONSE_CACHE=off) in every service row but the cached ones (cached-persisted-get, cached-mixed), which measure its hits; the peers\' cached rows use their own caches. Hit ratio: the cached reads answered from the cache over the measured rounds, counted by this runner from each answer (the service\'s and Apollo\'s `age` header, Yoga\'s extensions.responseCache.hit).',
       'server busy / client busy: CPU seconds per second of the server process and of this runner (autocannon) over the measured rounds; a row whose client is near 1 while its server is not was paced by the load generator.',
       "Fan-out: deliveries/s and p99 delivery latency of each fan-out row over those of its ws-broadcast row (a bare `ws` process writing prebuilt bytes the size of that row's `next` messages to the same graphql-ws clients), measured right after it in the same run; RSS/subscriber: the server's VmRSS once every subscriber is active minus before they connected, over the subscribers. Targets shown, not checked.",
       `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg()
@@ -816,6 +854,8 @@ async function main (): Promise<number> {
   log('')
   const fanout = fanoutTextTable(report)
   if (fanout) log(`${fanout}\n`)
+  const cache = cacheTextTable(report)
+  if (cache) log(`${cache}\n`)
   for (const note of report.notes) log(`note: ${note}`)
 
   if (!smoke || args['results-dir']) {
@@ -829,7 +869,7 @@ async function main (): Promise<number> {
       copyFileSync(join(resultsDir, `${stamp}.svg`), join(resultsDir, 'latest.svg'))
       writeFileSync(
         join(resultsDir, 'latest.md'),
-        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${markdownTable(report)}\n${fanoutMarkdownTable(report) ? `\n${fanoutMarkdownTable(report)}\n` : ''}`
+        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${[markdownTable(report), fanoutMarkdownTable(report), cacheMarkdownTable(report)].filter(Boolean).join('\n\n')}\n`
       )
     }
     log(

@@ -41,7 +41,12 @@ export interface Sample {
   status: number
   contentType: string
   body: string
+  /** Response headers (lowercase names), where the caller kept them: the cached rows' checks read `age`. */
+  headers?: Record<string, string>
 }
+
+/** Whether an answer came from a response cache (null: the request was not a cached read, e.g. a write). */
+export type CacheOutcome = 'hit' | 'miss' | null
 
 export interface HttpScenario {
   name: string
@@ -71,6 +76,13 @@ export interface HttpScenario {
    * anonymous POST).
    */
   guarded?: string
+  /**
+   * A row that reads through a response cache: tells a hit from a miss by the answer's headers (names as
+   * the server sent them) or body. The runner counts both over the measured rounds (the row's hit ratio),
+   * and sends each sampled request twice, checking the second answer (the first may be the miss that
+   * fills the entry), so `verify` can demand a hit.
+   */
+  cacheOutcome?(headers: Record<string, string>, body: string): CacheOutcome
 }
 
 export const USERS_LIST_QUERY = '{ users { id name createdAt } }'
@@ -81,6 +93,8 @@ export const USERS_PAGE_QUERY =
   'query UsersPage($after: String) { usersConnection(first: 50, after: $after) { edges { node { id name createdAt } } pageInfo { hasNextPage endCursor } } }'
 export const CREATE_USER_MUTATION =
   'mutation CreateUser($input: CreateUserInput!) { createUser(input: $input) { id name email createdAt } }'
+export const RENAME_USER_MUTATION =
+  'mutation RenameUser($id: ID!, $input: UpdateUserInput!) { updateUser(id: $id, input: $input) { id name } }'
 
 // A new object per request: autocannon writes Content-Length into the headers it is given.
 const jsonHeaders = (): Record<string, string> => ({ 'content-type': 'application/json' })
@@ -179,6 +193,38 @@ function gqlPost (query: string, variables: Record<string, unknown> | undefined,
   }
 }
 
+/** persisted-get's request: the persisted UserById query by GET for `user`, with that user's token. */
+function persistedUserGet (data: BenchData, user: { id: string; token: string }): RequestSpec {
+  const query = new URLSearchParams({
+    queryId: data.persistedUserQueryId ?? 'sha256:unavailable',
+    variables: JSON.stringify({ id: user.id })
+  })
+  // apollo-require-preflight, as Apollo's clients send it (not required: see routes/graphql/http-exchange.ts).
+  return {
+    method: 'GET',
+    path: `/graphql?${query}`,
+    headers: { authorization: `Bearer ${user.token}`, 'apollo-require-preflight': 'true' }
+  }
+}
+
+function verifyPersistedUser (request: RequestSpec, response: Sample): string | null {
+  const body = parse(response)
+  if (typeof body === 'string') return body
+  const id = requestedUserId(request)
+  return body.data.user?.id === id && typeof body.data.user.name === 'string'
+    ? null
+    : `asked for user ${id}, got ${JSON.stringify(body.data.user)}`
+}
+
+/** The `age` header, whatever case the server wrote it in. */
+const ageOf = (headers: Record<string, string>): string | undefined => headers.age ?? headers.Age
+
+/** The service answers a hit of its response cache with `Age` (whole seconds); an executed answer has none. */
+function serviceHit (response: Sample): string | null {
+  const age = response.headers?.age
+  return age !== undefined && /^\d+$/.test(age) ? null : `not a cache hit (Age: ${age ?? 'absent'})`
+}
+
 /** Unique name and e-mail for each created user of this run (one counter for every round: they share the store). */
 let createdUsers = 0
 function newUserInput (data: BenchData) {
@@ -270,6 +316,14 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
 
   const user = rotate(data.users)
   const persistedUser = rotate(data.users)
+  const cachedUser = rotate(data.users)
+  const mixedReader = rotate(data.users)
+  const mixedWriter = rotate(data.users)
+  let mixedRequests = 0
+  const persistedUnavailable = () =>
+    data.persistedUserQueryId
+      ? null
+      : (data.persistedUnavailable ?? 'transport not available yet (no persisted user(id) operation in the registry)')
   const room = rotate(data.rooms)
   const cursor = rotate(data.pageCursors ?? [''])
   return [
@@ -318,33 +372,55 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
       description:
         'GET /graphql?queryId=…&variables={"id":…} (the persisted UserById query) with a USER token, as a mobile app sends it',
       guarded: 'guarded-user-get',
+      next: () => persistedUserGet(data, persistedUser()),
+      verify: verifyPersistedUser,
+      quickCheck: jsonOk,
+      unavailable: persistedUnavailable
+    },
+    {
+      name: 'cached-persisted-get',
+      target: 'service',
+      store,
+      shape: 'user',
+      description:
+        "persisted-get's requests (the same rotation over the seeded users, the same checks) with RESPONSE_CACHE=on: after the warm-up, hits of the shared response cache (each sampled answer must carry Age)",
+      guarded: 'guarded-user-get',
+      env: { RESPONSE_CACHE: 'on' },
+      next: () => persistedUserGet(data, cachedUser()),
+      verify: (request, response) => verifyPersistedUser(request, response) ?? serviceHit(response),
+      quickCheck: jsonOk,
+      cacheOutcome: (headers) => (ageOf(headers) === undefined ? 'miss' : 'hit'),
+      unavailable: persistedUnavailable
+    },
+    {
+      name: 'cached-mixed',
+      target: 'service',
+      store,
+      shape: 'user',
+      description:
+        "95% persisted-get's reads, 5% writes (every 20th request: POST updateUser(id, { name }) of one of the same users, with that user's own USER token), RESPONSE_CACHE=on: each write invalidates that user's answer",
+      guarded: 'guarded-user-get',
+      env: { RESPONSE_CACHE: 'on' },
       next: () => {
-        const { id, token } = persistedUser()
-        const query = new URLSearchParams({
-          queryId: data.persistedUserQueryId ?? 'sha256:unavailable',
-          variables: JSON.stringify({ id })
-        })
-        // apollo-require-preflight, as Apollo's clients send it (not required: see routes/graphql/http-exchange.ts).
-        return {
-          method: 'GET',
-          path: `/graphql?${query}`,
-          headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' }
-        }
+        if (++mixedRequests % 20 !== 0) return persistedUserGet(data, mixedReader())
+        const { id, token } = mixedWriter()
+        return gqlPost(RENAME_USER_MUTATION, { id, input: { name: `Bench Renamed ${data.runId} ${mixedRequests}` } }, token)
       },
       verify: (request, response) => {
+        if (request.method === 'GET') return verifyPersistedUser(request, response) ?? serviceHit(response)
         const body = parse(response)
         if (typeof body === 'string') return body
-        const id = requestedUserId(request)
-        return body.data.user?.id === id && typeof body.data.user.name === 'string'
+        const { id, input } = JSON.parse(request.body!).variables
+        const updated = body.data.updateUser
+        return updated?.id === id && updated.name === input.name
           ? null
-          : `asked for user ${id}, got ${JSON.stringify(body.data.user)}`
+          : `renamed user ${id} to ${input.name}, got ${JSON.stringify(updated)}`
       },
       quickCheck: jsonOk,
-      unavailable: () =>
-        data.persistedUserQueryId
-          ? null
-          : (data.persistedUnavailable ??
-            'transport not available yet (no persisted user(id) operation in the registry)')
+      // The writes' answers are not cached reads.
+      cacheOutcome: (headers, body) =>
+        body.startsWith('{"data":{"updateUser"') ? null : ageOf(headers) === undefined ? 'miss' : 'hit',
+      unavailable: persistedUnavailable
     },
     {
       name: 'messages-authors',
@@ -372,27 +448,45 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
 /**
  * What users would pick instead: Apollo Server 5 and graphql-yoga 5 (bench/peer-server.ts) answering
  * the same two requests as users-list and user-by-id from the same store, in the same groups, so their
- * ratios to `rest` (and so to the service) come from the same run.
+ * ratios to `rest` (and so to the service) come from the same run; and the user-by-id read again by GET
+ * to each peer with its own response cache on (`cached`), beside cached-persisted-get.
  */
-export function peerScenarios (data: BenchData): { list: HttpScenario[]; user: HttpScenario[] } {
+export function peerScenarios (data: BenchData): Record<'list' | 'user' | 'cached', HttpScenario[]> {
   const peers = [
     ['apollo', 'Apollo Server 5'],
     ['yoga', 'graphql-yoga 5']
   ] as const
   const user = rotate(data.users)
-  const row = (peer: string, shape: 'list' | 'user', description: string, next: () => RequestSpec): HttpScenario => ({
-    name: `${peer}-${shape === 'list' ? 'users-list' : 'user-by-id'}`,
-    target: 'service',
+  const cachedUser = rotate(data.users)
+  const common = {
+    target: 'service' as const,
     script: 'bench/peer-server.ts',
+    store: 'sqlite' as const,
+    quickCheck: jsonOk
+  }
+  const row = (peer: string, shape: 'list' | 'user', description: string, next: () => RequestSpec): HttpScenario => ({
+    ...common,
+    name: `${peer}-${shape === 'list' ? 'users-list' : 'user-by-id'}`,
     env: { PEER: peer },
-    store: 'sqlite',
     shape,
     description,
     guarded: shape === 'list' ? 'guarded-list' : 'guarded-user',
     next,
-    verify: checked(shape),
-    quickCheck: jsonOk
+    verify: checked(shape)
   })
+  // How each peer tells that an answer came from its cache: Apollo's plugin sets `age` on a hit; Yoga's,
+  // with includeExtensionMetadata, answers extensions.responseCache.hit.
+  type PeerCache = { how: string; outcome: (headers: Record<string, string>, body: string) => CacheOutcome }
+  const caches: Record<(typeof peers)[number][0], PeerCache> = {
+    apollo: {
+      how: 'responseCachePlugin() with ApolloServerPluginCacheControl({ defaultMaxAge: 60 }); a hit carries `age`',
+      outcome: (headers) => (ageOf(headers) === undefined ? 'miss' : 'hit')
+    },
+    yoga: {
+      how: 'useResponseCache({ session: () => null, ttl: 60 s, includeExtensionMetadata }) in memory; a hit answers extensions.responseCache.hit',
+      outcome: (_headers, body) => (body.includes('"responseCache":{"hit":true') ? 'hit' : 'miss')
+    }
+  }
   return {
     list: peers.map(([peer, title]) =>
       row(peer, 'list', `${title}, stock setup: POST ${USERS_LIST_QUERY}`, () => gqlPost(USERS_LIST_QUERY, undefined))
@@ -402,7 +496,29 @@ export function peerScenarios (data: BenchData): { list: HttpScenario[]; user: H
         const { id, token } = user()
         return gqlPost(USER_BY_ID_QUERY, { id }, token)
       })
-    )
+    ),
+    cached: peers.map(([peer, title]): HttpScenario => ({
+      ...common,
+      name: `${peer}-cached-user-get`,
+      env: { PEER: `${peer}-cached` },
+      shape: 'user',
+      description: `${title} with its own response cache (${caches[peer].how}), shared by every caller: GET /graphql?query=user(id: $id) { id name email }&variables=…, rotating over the seeded users as cached-persisted-get does`,
+      guarded: 'guarded-user-get',
+      next: () => {
+        const { id, token } = cachedUser()
+        const query = new URLSearchParams({ query: USER_BY_ID_QUERY, variables: JSON.stringify({ id }) })
+        // apollo-require-preflight: Apollo's CSRF prevention refuses a GET without it (Yoga ignores it).
+        return {
+          method: 'GET',
+          path: `/graphql?${query}`,
+          headers: { authorization: `Bearer ${token}`, 'apollo-require-preflight': 'true' }
+        }
+      },
+      verify: (request, response) =>
+        checked('user')(request, response) ??
+        (caches[peer].outcome(response.headers ?? {}, response.body) === 'hit' ? null : `not served from ${title}'s cache`),
+      cacheOutcome: caches[peer].outcome
+    }))
   }
 }
 
