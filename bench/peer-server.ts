@@ -9,8 +9,9 @@
 // measured against a peer doing less work.
 //
 // `PEER=apollo-cached|yoga-cached`: the same peer with its own response cache, set up as its
-// documentation shows, in memory and shared by every caller, its entries living 60 s like the service's
-// (RESPONSE_CACHE_TTL_MS's default), and telling a hit apart so the benchmark can check it served one.
+// documentation shows, in memory and shared by every caller, its entries living as long as the
+// service's (the same setting, RESPONSE_CACHE_TTL_MS), and telling a hit apart so the benchmark can check
+// it served one.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { ApolloServer, HeaderMap } from '@apollo/server'
 import { ApolloServerPluginCacheControl } from '@apollo/server/plugin/cacheControl'
@@ -36,7 +37,7 @@ const resolvers = {
 
 type Handler = (request: IncomingMessage, response: ServerResponse) => void | Promise<void>
 
-const CACHE_TTL_SEC = 60
+const CACHE_TTL_SEC = Math.round(config.responseCache.ttlMs / 1000)
 
 async function apolloHandler (cached: boolean): Promise<Handler> {
   // Apollo caches only answers whose cache policy has a positive maxAge: every field gets one by default

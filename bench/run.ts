@@ -159,7 +159,7 @@ const baseEnv: Record<string, string> = {
   // The response cache is on by default, and the rows rotate over the seeded users: once each user has been
   // read, every later read would be a hit. The rows measure executing a request, so it is off here; the
   // cached rows (cached-persisted-get, cached-mixed) turn it on, and are compared with these.
-  RESPONSE_CACHE: 'off',
+  RESPONSE_CACHE: 'false',
   ...(options.logLevel ? { LOG_LEVEL: options.logLevel } : {})
 }
 const pgSchema = `bench_${process.pid}_${Date.now()}`
@@ -241,7 +241,7 @@ async function dropPostgresSchema (): Promise<void> {
   }
 }
 
-async function send (url: string, request: RequestSpec): Promise<Sample> {
+async function send (url: string, request: RequestSpec): Promise<Required<Sample>> {
   const response = await fetch(url + request.path, {
     method: request.method,
     headers: request.headers,
@@ -264,7 +264,12 @@ async function verifySamples (url: string, scenario: HttpScenario, count: number
   for (let i = 0; i < count; i++) {
     const request = scenario.next()
     if (scenario.cacheOutcome) await send(url, request)
-    const problem = scenario.verify(request, await send(url, request))
+    const response = await send(url, request)
+    // Every other row measures executing its request (RESPONSE_CACHE=false in baseEnv): a hit would not.
+    if (!scenario.cacheOutcome && response.headers.age !== undefined) {
+      return `${request.method} ${request.path.slice(0, 80)}: answered from a cache (Age: ${response.headers.age}), but this row measures execution`
+    }
+    const problem = scenario.verify(request, response)
     if (problem) return `${request.method} ${request.path.slice(0, 80)}: ${problem}`
   }
   return null
@@ -449,33 +454,31 @@ async function runGroup (group: Group): Promise<Result[]> {
   try {
     baseline = await startProcess({ name: `baseline-${group.label}`, target: 'baseline', store: group.store })
     servers.push(baseline)
-    for (const scenario of [group.limit, group.rest, ...group.guarded, ...group.scenarios]) {
-      const result = baseResult(scenario)
-      const unavailable = scenario.unavailable?.()
-      if (unavailable) {
-        results.push({ ...result, status: 'skipped', reason: unavailable })
-        continue
-      }
-      let server = baseline
-      try {
-        if (scenario.target === 'service') {
-          server = await startProcess(scenario)
-          servers.push(server)
+    // The group's servers start at once (nothing is measured before every one answers: a smoke spends most
+    // of its time starting processes), then each row's sampled answers are checked; members keep the order.
+    const rows = [group.limit, group.rest, ...group.guarded, ...group.scenarios]
+    const prepared = await Promise.all(
+      rows.map(async (scenario): Promise<Member | Result> => {
+        const result = baseResult(scenario)
+        const unavailable = scenario.unavailable?.()
+        if (unavailable) return { ...result, status: 'skipped', reason: unavailable }
+        try {
+          let server = baseline!
+          if (scenario.target === 'service') {
+            server = await startProcess(scenario)
+            servers.push(server)
+          }
+          const problem = await verifySamples(server.url, scenario, 3)
+          if (problem) return { ...result, status: 'failed', reason: `wrong response before the load: ${problem}` }
+          return { scenario, server, rounds: [], warmup: null, result }
+        } catch (err) {
+          return { ...result, status: 'failed', reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }
         }
-        const problem = await verifySamples(server.url, scenario, 3)
-        if (problem) {
-          results.push({ ...result, status: 'failed', reason: `wrong response before the load: ${problem}` })
-          continue
-        }
-      } catch (err) {
-        results.push({
-          ...result,
-          status: 'failed',
-          reason: (err as Error).message.split('\n').slice(0, 3).join(' | ')
-        })
-        continue
-      }
-      members.push({ scenario, server, rounds: [], warmup: null, result })
+      })
+    )
+    for (const row of prepared) {
+      if ('scenario' in row) members.push(row)
+      else results.push(row)
     }
     if (options.warmupSec > 0) {
       log(
@@ -839,7 +842,7 @@ async function main (): Promise<number> {
         : `Every server ran on CPU ${serverCpu} and the load generator on the others (taskset), so rounds compare like with like.`,
       'CPU µs/req: user + system CPU time of the server process over its measured rounds, per request (what a request costs; other load on the machine moves it far less than req/s).',
       "Guarded rows (bench/guarded-server.ts): the rest routes' work behind the service's own plugins (JWT, request and cost budgets, metrics, access log, request id, load shedding, CORS) and one chargeCost at the price the service charged the same request; × guarded compares a scenario with the guarded row of its transport shape. CPU × rest / CPU × guarded: the other row's server CPU µs/req over this row's, median over rounds.",
-      'Response cache: off (RESPONSE_CACHE=off) in every service row but the cached ones (cached-persisted-get, cached-mixed), which measure its hits; the peers\' cached rows use their own caches. Hit ratio: the cached reads answered from the cache over the measured rounds, counted by this runner from each answer (the service\'s and Apollo\'s `age` header, Yoga\'s extensions.responseCache.hit).',
+      'Response cache: off (RESPONSE_CACHE=false) in every service row but the cached ones (cached-persisted-get, cached-mixed), which measure its hits; the peers\' cached rows use their own caches. Hit ratio: the cached reads answered from the cache over the measured rounds, counted by this runner from each answer (the service\'s and Apollo\'s `age` header, Yoga\'s extensions.responseCache.hit).',
       'server busy / client busy: CPU seconds per second of the server process and of this runner (autocannon) over the measured rounds; a row whose client is near 1 while its server is not was paced by the load generator.',
       "Fan-out: deliveries/s and p99 delivery latency of each fan-out row over those of its ws-broadcast row (a bare `ws` process writing prebuilt bytes the size of that row's `next` messages to the same graphql-ws clients), measured right after it in the same run; RSS/subscriber: the server's VmRSS once every subscriber is active minus before they connected, over the subscribers. Targets shown, not checked.",
       `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg()

@@ -389,7 +389,10 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
     'apollo-users-list',
     'yoga-users-list',
     'apollo-user-by-id',
-    'yoga-user-by-id'
+    'yoga-user-by-id',
+    // Each sampled answer of these was checked to come from the peer's own cache.
+    'apollo-cached-user-get',
+    'yoga-cached-user-get'
   ]) {
     const r = byName.get(name)
     t.equal(r?.status, 'ok', `${name} ran and answered correctly${r?.reason ? `: ${r.reason}` : ''}`)
@@ -399,6 +402,9 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
   // Scenarios whose transport lands separately either run cleanly or say why they are skipped.
   for (const name of [
     'persisted-get',
+    // Each sampled answer checked to be a hit of the service's response cache (Age).
+    'cached-persisted-get',
+    'cached-mixed',
     'soap-get-user',
     'ws-broadcast',
     'subscription-fanout',
@@ -418,6 +424,14 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
     t.type(r.rssPerSubscriberBytes, 'number', `${name}: server RSS per subscriber`)
   }
   t.match(output, /fan-out row\s+subscribers\s+deliveries\/s/, 'the fan-out table is printed')
+  for (const name of ['cached-persisted-get', 'apollo-cached-user-get', 'yoga-cached-user-get']) {
+    t.type(byName.get(name)!.cacheHitRatio, 'number', `${name}: its hit ratio over the measured round`)
+  }
+  t.match(
+    output,
+    /cached-persisted-get ÷ persisted-get\s+\d+\.\d+\s+\d+\.\d+\s+≥ 2: /,
+    "the response cache's table: the issue's ratios with their targets"
+  )
   t.ok(byName.get('users-list')!.ratioToRest! > 0, 'ratios are computed from the same run')
   for (const [name, guarded] of [
     ['users-list', 'guarded-list'],
