@@ -48,7 +48,8 @@ test('each operation of a batch is answered from the cache on its own, with its 
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify([{ query: USER_2 }, { query: '{ user(id: "3") { id name } }' }])
   })
-  const [cached, executed] = await response.json() as { data: { user: { name: string } }, extensions: { cost: { remaining: number } } }[]
+  type Answer = { data: { user: { name: string } }, extensions: { cost: { remaining: number } } }
+  const [cached, executed] = await response.json() as Answer[]
   t.equal(cached!.data.user.name, 'Ada Lovelace')
   t.equal(executed!.data.user.name, 'Alan Turing')
   t.ok(cached!.extensions.cost.remaining > executed!.extensions.cost.remaining, 'each with the cost units left after it')
