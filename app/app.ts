@@ -7,7 +7,7 @@ import type { Config } from './config.ts'
 import { accessLog, logDestination, serverLogging, type LoggingOptions } from './logging.ts'
 import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts'
 import { connectionCaps, guardListener } from './descriptors.ts'
-import { createResponseCache, invalidationOf } from './cache/create.ts'
+import { createResponseCache } from './cache/create.ts'
 import { responseCacheMetrics } from './cache/metrics.ts'
 import type { DomainDeps, Invalidation } from './domain/context.ts'
 import { cursorKey } from './domain/pages.ts'
@@ -177,7 +177,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     events: app.events,
     caps: config.limits,
     cursorKey: cursorKey(config.cursorSecret),
-    invalidation: options.invalidation ?? (responseCache ? invalidationOf(responseCache) : undefined)
+    invalidation: options.invalidation ?? responseCache ?? undefined
   }
   // The GraphQL room, in a scope of its own (its hooks run on its routes only). Its instruments: with
   // tracing on, every operation of every transport is a span; its answers and open subscriptions are
