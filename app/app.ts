@@ -7,6 +7,9 @@ import type { Config } from './config.ts'
 import { accessLog, logDestination, serverLogging, type LoggingOptions } from './logging.ts'
 import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts'
 import { connectionCaps, guardListener } from './descriptors.ts'
+import { createResponseCache } from './cache/create.ts'
+import { responseCacheMetrics } from './cache/metrics.ts'
+import type { ResponseCache } from './cache/response-cache.ts'
 import type { DomainDeps, Invalidation } from './domain/context.ts'
 import { cursorKey } from './domain/pages.ts'
 import { AppError, type ErrorCode } from './errors.ts'
@@ -42,8 +45,28 @@ export interface BuildOptions extends LoggingOptions {
   store?: Store
   /** Epoch-milliseconds clock for WS-Security freshness (tests replaying captured SOAP requests inject one). */
   clock?: () => number
-  /** Told of every write's changed read tags, whatever the transport (the response cache's invalidation). */
+  /** Told of every write's changed read tags, whatever the transport, instead of the response cache (tests). */
   invalidation?: Invalidation
+}
+
+/**
+ * The response cache as the domain's invalidation port: a write whose invalidation fails (Redis down) is
+ * stored but not acknowledged. Its caller gets SERVICE_UNAVAILABLE rather than a success that a cached
+ * answer elsewhere could still contradict; the answers that read what it changed expire within the TTL.
+ */
+function invalidationOf (cache: ResponseCache): Invalidation {
+  return {
+    async invalidate (tags) {
+      try {
+        await cache.invalidate(tags)
+      } catch {
+        throw new AppError(
+          'SERVICE_UNAVAILABLE',
+          'The change was stored, but the response cache could not be told of it: answers may show the old value until they expire. Retry, or read again later'
+        )
+      }
+    }
+  }
 }
 
 /**
@@ -164,19 +187,25 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   })
 
   await registerProtections(app, config, options.store)
+  // The shared cache of query answers (in Redis when the service has it, else in process), invalidated
+  // by every write through the domain, whatever carries it.
+  const responseCache = createResponseCache(config.responseCache, app.redis, (err) =>
+    app.log.warn({ err }, 'response cache unavailable: the request was executed uncached'))
+  if (responseCache) responseCacheMetrics(app.metricsRegistry, responseCache)
   // The domain's dependencies, built once here and handed to both transports (GraphQL and SOAP).
   const domain: DomainDeps = {
     store: app.store,
     events: app.events,
     caps: config.limits,
     cursorKey: cursorKey(config.cursorSecret),
-    invalidation: options.invalidation
+    invalidation: options.invalidation ?? (responseCache ? invalidationOf(responseCache) : undefined)
   }
   // The GraphQL room, in a scope of its own (its hooks run on its routes only). Its instruments: with
   // tracing on, every operation of every transport is a span; its answers and open subscriptions are
   // counted by the GraphQL metrics, registered here on the app's metrics registry.
   const room = createGraphQLRoom({
     domain,
+    responseCache,
     instrumentation: {
       phases: app.tracing?.pipeline,
       answered: graphqlMetrics(app.metricsRegistry, () => room.inspection.subscriptionStats())

@@ -11,6 +11,7 @@ import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { trustProxyRanges } from './peers.ts'
 import { defaultMaxConnections, openFilesLimit } from './descriptors.ts'
+import { DEFAULT_MAX_BYTES, DEFAULT_TTL_MS, type ResponseCacheSettings } from './cache/create.ts'
 
 export type Profile = 'production' | 'development'
 
@@ -132,6 +133,8 @@ export interface Config {
   cacheMaxEntries: number
   /** Estimated bytes of those ETags' entries (their keys hold the URL). */
   cacheMaxBytes: number
+  /** The shared response cache of query answers (app/cache/): on or off, its TTL and its in-process byte bound. */
+  responseCache: ResponseCacheSettings
 
   /**
    * The secret page cursors' signing key is derived from:
@@ -287,6 +290,9 @@ const schema = {
     CACHE_MAX_AGE_SEC: { type: 'integer', minimum: 0, default: 60 },
     CACHE_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
     CACHE_MAX_BYTES: { type: 'integer', minimum: 0, default: 16777216 },
+    RESPONSE_CACHE: { type: 'boolean' },
+    RESPONSE_CACHE_TTL_MS: { type: 'integer', minimum: 1000, maximum: 86400000, default: DEFAULT_TTL_MS },
+    RESPONSE_CACHE_MAX_BYTES: { type: 'integer', minimum: 0, default: DEFAULT_MAX_BYTES },
     SOAP_PUBLIC_URL: { type: 'string' },
     SOAP_NAMESPACE_BASE: { type: 'string', default: DEFAULT_SOAP_NAMESPACE_BASE },
     SOAP_MAX_ELEMENTS: { type: 'integer', minimum: 10, default: 1000 },
@@ -516,6 +522,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     else if (ranges.some(([, prefix]) => prefix === 0)) problems.push(`TRUST_PROXY entry "${entry}" trusts every address: list the load balancers' addresses or subnets (a prefix of 1 or more)`)
   }
   const tracing = tracingConfig(e, problems)
+  const responseCache = responseCacheConfig(e, problems)
   const soapSigning = soapSigningConfig(e, problems)
   if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
   const port = e.PORT
@@ -610,6 +617,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     cacheMaxAgeSec: e.CACHE_MAX_AGE_SEC,
     cacheMaxEntries: e.CACHE_MAX_ENTRIES,
     cacheMaxBytes: e.CACHE_MAX_BYTES,
+    responseCache,
     cursorSecret: cursorSecret ?? partnerSecretKey,
     soap: {
       publicUrl,
@@ -713,5 +721,23 @@ function tracingConfig (e: Env, problems: string[]): TracingConfig | null {
     serviceName: e.OTEL_SERVICE_NAME,
     sampler: e.OTEL_TRACES_SAMPLER,
     samplerRatio: e.OTEL_TRACES_SAMPLER_ARG
+  }
+}
+
+/**
+ * The response cache's settings. Answers are kept in Redis when REDIS_URL is set (shared by every
+ * instance), else in this process. Instances that share PostgreSQL without Redis would each keep answers
+ * that another instance's writes never invalidate, so there the cache is off unless asked for, and asking
+ * for it is refused: with no shared store, "no read returns what an acknowledged write replaced" cannot hold.
+ */
+function responseCacheConfig (e: Env, problems: string[]): ResponseCacheSettings {
+  const sharedDatabaseWithoutRedis = optional(e.DATABASE_URL) !== null && optional(e.REDIS_URL) === null
+  if (e.RESPONSE_CACHE === true && sharedDatabaseWithoutRedis) {
+    problems.push('RESPONSE_CACHE needs REDIS_URL when DATABASE_URL is set: instances sharing PostgreSQL must share their cache (or set RESPONSE_CACHE=false)')
+  }
+  return {
+    enabled: e.RESPONSE_CACHE ?? !sharedDatabaseWithoutRedis,
+    ttlMs: e.RESPONSE_CACHE_TTL_MS,
+    maxBytes: e.RESPONSE_CACHE_MAX_BYTES
   }
 }

@@ -45,6 +45,8 @@ const ATTR_RPC_SYSTEM = 'rpc.system'
 const ATTR_RPC_SERVICE = 'rpc.service'
 /** Ours, outside the conventions' namespaces: the operation's computed cost, in cost units. */
 export const ATTR_OPERATION_COST = 'gqs.operation.cost'
+/** Ours: the response cache's word on a query, `hit` (served from it, not executed) or `miss`. */
+export const ATTR_RESPONSE_CACHE = 'gqs.response_cache'
 
 const DB_SYSTEM = { sqlite: 'sqlite', postgres: 'postgresql' } as const
 
@@ -217,8 +219,19 @@ export function startTracing (config: TracingConfig): Tracing {
         spans.set(admission, span)
         return admission
       },
-      execute: (admission, root) => run(admission, () => inner.execute(admission, root)),
-      subscribe: (admission) => run(admission, () => inner.subscribe(admission))
+      execute: (admission, root, reads) => run(admission, () => inner.execute(admission, root, reads)),
+      subscribe: (admission) => run(admission, () => inner.subscribe(admission)),
+      cached (admission, outcome) {
+        inner.cached(admission, outcome)
+        const span = spans.get(admission)
+        if (!span) return
+        span.setAttribute(ATTR_RESPONSE_CACHE, outcome)
+        // A hit is the operation's end: nothing executes after it.
+        if (outcome === 'hit') {
+          spans.delete(admission)
+          span.end()
+        }
+      }
     }
   }
 

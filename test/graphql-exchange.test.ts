@@ -1,8 +1,12 @@
 // The HTTP exchange (routes/graphql/http-exchange.ts) driven with plain objects: no Fastify, no
 // listening server. A fake pipeline stands for the admission pipeline, so what is checked is the
-// exchange's own rules: the status table, batches, GET parsing, cost stripping, ETag and 304, refusals.
+// exchange's own rules: the status table, batches, GET parsing, cost stripping, ETag and 304, refusals,
+// and the response cache's place in them (what is cached, Age, the request's own cost on a hit).
 // The listening-server tests (graphql-http.test.ts, test/persisted/) check the same rules end to end.
 import { test } from 'tap'
+import { buildSchema, parse } from 'graphql'
+import { MemoryCacheStore } from '../app/cache/memory-store.ts'
+import { ResponseCache } from '../app/cache/response-cache.ts'
 import { loadConfig } from '../app/config.ts'
 import { AppError } from '../app/errors.ts'
 import {
@@ -17,43 +21,73 @@ import type { Admission, Pipeline } from '../routes/graphql/pipeline.ts'
 
 type FakePipeline = HttpExchangeOptions['pipeline']
 
+/** The fake pipeline's schema: `secret` is guarded by a field rule, so its answers are per caller. */
+const schema = buildSchema(`
+  directive @auth(requires: [String!]!) on FIELD_DEFINITION
+  type Query { hello: String, secret: String @auth(requires: ["SELF"]), __fail: String }
+  type Mutation { touch: String }
+`)
+
 /**
- * A pipeline that admits any operation at cost 4 and answers `{ hello: <variables.who> }`; a query
- * naming `limited` is refused as the request budget refuses (RATE_LIMITED, retry in 7 s).
+ * A pipeline that admits any operation at cost 4 (`remaining` going down by 4 a request) and answers
+ * `{ hello: <variables.who> }`; a query naming `limited` is refused as the request budget refuses
+ * (RATE_LIMITED, retry in 7 s), one naming `failing` answers with an error.
  */
 function fakePipeline () {
-  const seen = { admitted: [] as Parameters<Pipeline['admit']>[0][], executed: 0 }
+  const seen = { admitted: [] as Parameters<Pipeline['admit']>[0][], executed: 0, cached: [] as string[] }
+  let remaining = 1000
   const pipeline: FakePipeline = {
     async admit (request) {
       seen.admitted.push(request)
-      if (String(request.params.query ?? '').includes('limited')) {
+      const query = String(request.params.query ?? '')
+      if (query.includes('limited')) {
         throw new AppError('RATE_LIMITED', 'Too many requests', { retryAfter: 7 })
       }
+      const document = parse(query.startsWith('mutation') || query.startsWith('{') || query.startsWith('query') ? query : '{ hello }')
       const admission = {
         caller: request.caller,
-        operation: { name: request.params.operationName ?? null, type: 'query' },
-        cost: { requested: 4, budget: 1000, remaining: 996 },
+        operation: {
+          name: request.params.operationName ?? null,
+          key: query,
+          type: query.startsWith('mutation') ? 'mutation' : 'query',
+          document,
+          introspects: query.includes('__schema')
+        },
+        cost: { requested: 4, budget: 1000, remaining: remaining -= 4 },
         variables: request.params.variables ?? {}
       }
       return admission as unknown as Admission
     },
     async execute (admission) {
       seen.executed++
+      if (admission.operation.document.loc?.source.body.includes('failing')) {
+        return { data: { hello: null }, errors: [new AppError('INTERNAL_SERVER_ERROR', 'failed')] } as never
+      }
       return { data: { hello: (admission.variables.who as string | undefined) ?? 'world' } }
     },
+    cached (_admission, outcome) { seen.cached.push(outcome) },
     async operationType () { return 'query' }
   }
   return { pipeline, seen }
 }
 
-function exchangeOver (env: Record<string, string> = {}) {
+function exchangeOver (env: Record<string, string> = {}, responseCache: ResponseCache | null = null) {
   const { pipeline, seen } = fakePipeline()
   const exchange = createHttpExchange({
     config: loadConfig({ MAX_BATCH_SIZE: '3', CACHE_MAX_AGE_SEC: '60', ...env }),
     pipeline,
-    errorOptions: { production: true, logInternal: () => {} }
+    errorOptions: { production: true, logInternal: () => {} },
+    responseCache,
+    schema: () => schema
   })
   return { exchange, seen }
+}
+
+/** A response cache in process, on a clock the test moves. */
+function cacheOnClock () {
+  const clock = { now: 1_000_000 }
+  const now = () => clock.now
+  return { clock, cache: new ResponseCache(new MemoryCacheStore({ ttlMs: 60_000, now }), { ttlMs: 60_000, now }) }
 }
 
 const post = (body: unknown, headers: Record<string, string> = {}): HttpExchangeInput => ({
@@ -77,7 +111,7 @@ test('a POST is answered 200 with its data and cost, in the media type asked for
   t.equal(out.status, 200)
   t.equal(out.contentType, 'application/json; charset=utf-8')
   t.same(out.json, { data: { hello: 'ada' }, extensions: { cost: { requested: 4, budget: 1000, remaining: 996 } } })
-  t.same(out.operation, { name: null, type: 'query' }, 'the admitted operation, for the instruments')
+  t.match(out.operation, { name: null, type: 'query' }, 'the admitted operation, for the instruments')
   t.equal(seen.admitted[0]?.transport, 'POST')
   t.equal(seen.admitted[0]?.ip, '192.0.2.1')
 
@@ -166,4 +200,66 @@ test('a POST preferring an event stream is handed back for sse.ts, not answered'
   const result = await exchange(post({ query: 'subscription { s }' }, { accept: 'text/event-stream' }))
   t.same(result, { eventStream: { query: 'subscription { s }' } })
   t.equal(seen.admitted.length, 0, 'nothing admitted here: the stream admits it')
+})
+
+test('with the response cache: a repeated query is a hit (Age, not executed) carrying its own request\'s cost', async (t) => {
+  const { cache, clock } = cacheOnClock()
+  const { exchange, seen } = exchangeOver({}, cache)
+  const first = answered(await exchange(post({ query: '{ hello }', variables: { who: 'ada', n: 1 } })))
+  t.equal(first.headers.age, undefined, 'an executed answer has no Age')
+  t.same(first.json.extensions.cost.remaining, 996)
+  clock.now += 3500
+  // The same variables written in another key order are the same key.
+  const second = answered(await exchange(post({ query: '{ hello }', variables: { n: 1, who: 'ada' } })))
+  t.equal(second.headers.age, '3', 'a hit says how old it is, in whole seconds')
+  t.same(second.json, { data: { hello: 'ada' }, extensions: { cost: { requested: 4, budget: 1000, remaining: 992 } } },
+    'the cached data with this request\'s cost, never the first request\'s remaining')
+  t.equal(seen.executed, 1)
+  t.same(seen.cached, ['miss', 'hit'], 'the instruments are told')
+  t.equal(seen.admitted.length, 2, 'a hit is admitted (its request and its price paid) like an execution')
+
+  const other = answered(await exchange(post({ query: '{ hello }', variables: { who: 'bob' } })))
+  t.equal(other.headers.age, undefined, 'other variables, another entry')
+  t.equal(seen.executed, 2)
+})
+
+test('with the response cache: mutations, introspection and answers with errors are never cached', async (t) => {
+  const { cache } = cacheOnClock()
+  const { exchange, seen } = exchangeOver({}, cache)
+  for (const query of ['mutation { touch }', '{ __schema { queryType { name } } }', '{ hello failing: hello }']) {
+    for (let i = 0; i < 2; i++) t.equal(answered(await exchange(post({ query }))).headers.age, undefined, query)
+  }
+  t.equal(seen.executed, 6, 'each executed every time')
+  t.equal(cache.stats().stored, 0)
+})
+
+test('with the response cache: an answer with guarded fields is per caller; one without is shared', async (t) => {
+  const { cache } = cacheOnClock()
+  const { exchange, seen } = exchangeOver({}, cache)
+  const as = (id: string | null, query: string) => ({ ...post({ query }), caller: id ? { id, role: 'USER' as const } : null })
+  answered(await exchange(as('1', '{ hello secret }')))
+  t.equal(answered(await exchange(as('2', '{ hello secret }'))).headers.age, undefined, 'another user: executed')
+  t.equal(answered(await exchange(as(null, '{ hello secret }'))).headers.age, undefined, 'anonymous: executed')
+  t.equal(answered(await exchange(as('1', '{ hello secret }'))).headers.age, '0', 'the same user: a hit')
+  t.equal(seen.executed, 3)
+  answered(await exchange(as('1', '{ hello }')))
+  t.equal(answered(await exchange(as(null, '{ hello }'))).headers.age, '0', 'no guarded field: shared by every caller')
+  t.equal(seen.executed, 4)
+})
+
+test('with the response cache: a persisted GET\'s If-None-Match is answered 304 from the entry, after admission', async (t) => {
+  const { cache } = cacheOnClock()
+  const { exchange, seen } = exchangeOver({}, cache)
+  const get = (headers: Record<string, string> = {}): HttpExchangeInput => ({
+    method: 'GET', url: '/graphql?id=x', headers, query: { query: '{ hello }' }, caller: null, ip: '192.0.2.1'
+  })
+  const first = answered(await exchange(get()))
+  t.equal(first.status, 200)
+  const etag = first.headers.etag!
+  const again = answered(await exchange(get({ 'if-none-match': etag })))
+  t.equal(again.status, 304)
+  t.equal(again.headers.etag, etag, 'the same ETag as the executed answer')
+  t.equal(again.headers.age, '0')
+  t.equal(seen.executed, 1, 'not executed')
+  t.equal(seen.admitted.length, 2, 'but admitted: a 304 is paid for like any request')
 })

@@ -1,9 +1,11 @@
 // The composition root's one call: the response cache the settings ask for, on Redis when the service
 // has it (shared by the instances), else in process.
-import type { Redis } from 'ioredis'
+import type { SharedRedis } from '../../plugins/redis.ts'
 import { DEFAULT_MAX_BYTES, MemoryCacheStore } from './memory-store.ts'
 import { RedisCacheStore } from './redis-store.ts'
 import { DEFAULT_TTL_MS, ResponseCache } from './response-cache.ts'
+
+export { DEFAULT_MAX_BYTES, DEFAULT_TTL_MS }
 
 /** The response cache's settings (RESPONSE_CACHE, RESPONSE_CACHE_TTL_MS, RESPONSE_CACHE_MAX_BYTES). */
 export interface ResponseCacheSettings {
@@ -21,20 +23,19 @@ export const DEFAULT_RESPONSE_CACHE_SETTINGS: ResponseCacheSettings = {
   maxBytes: DEFAULT_MAX_BYTES
 }
 
-/** The service's Redis and its key naming (plugins/redis.ts), or null in the embedded default. */
-export interface SharedRedis {
-  redis: Redis
-  redisKey: (name: string) => string
-}
-
-/** The cache, or null when turned off. `onError`: a store failure the cache absorbed (log it as a warning). */
+/**
+ * The cache, or null when turned off. `redis`: the service's Redis (plugins/redis.ts; its client is null in
+ * the embedded default). `onError`: a store failure the cache absorbed (log it as a warning).
+ */
 export function createResponseCache (
   settings: ResponseCacheSettings,
-  shared: SharedRedis | null,
+  redis: SharedRedis,
   onError?: (err: unknown) => void
 ): ResponseCache | null {
   if (!settings.enabled) return null
   const { ttlMs, maxBytes } = settings
-  const store = shared ? new RedisCacheStore({ ...shared, ttlMs }) : new MemoryCacheStore({ ttlMs, maxBytes })
+  const store = redis.client
+    ? new RedisCacheStore({ redis: redis.client, redisKey: redis.key, ttlMs })
+    : new MemoryCacheStore({ ttlMs, maxBytes })
   return new ResponseCache(store, { ttlMs, onError })
 }

@@ -124,8 +124,8 @@ export function withExtensions (body: string, extensions: Record<string, unknown
   return `${body.slice(0, body.lastIndexOf('}'))},"extensions":${JSON.stringify(extensions)}}`
 }
 
-/** The HTTP `Age` of an entry, in whole seconds (RFC 9111). */
-export function ageOf (entry: CachedAnswer, now = Date.now()): number {
+/** The HTTP `Age` of an entry at `now`, in whole seconds (RFC 9111). */
+export function ageOf (entry: CachedAnswer, now: number): number {
   return Math.max(0, Math.floor((now - entry.createdAt) / 1000))
 }
 
@@ -191,6 +191,11 @@ export class ResponseCache {
     if (tags.length === 0) return
     this.#stats.invalidations++
     await this.#store.invalidate(tags)
+  }
+
+  /** The HTTP `Age` of an entry now, on the cache's clock. */
+  ageOf (entry: CachedAnswer): number {
+    return ageOf(entry, this.#now())
   }
 
   stats (): CacheStats {

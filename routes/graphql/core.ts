@@ -102,7 +102,7 @@ export function createRoomCore (ports: GraphQLPorts, schema: () => GraphQLSchema
     return { compiled: manifest.operations.length, ms: Math.round((performance.now() - started) * 10) / 10 }
   }
 
-  const exchange = createHttpExchange({ config, pipeline, errorOptions })
+  const exchange = createHttpExchange({ config, pipeline, errorOptions, responseCache: ports.responseCache, schema })
   const streaming = createStreaming({ ports, schema, pipeline, errorOptions })
   return { ports, schema, pipeline, errorOptions, exchange, streaming, warmUp }
 }

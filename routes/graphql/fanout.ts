@@ -6,10 +6,11 @@
 // the event is paid for: each subscriber's price (its operation's cost) is spent from the budget of
 // whoever holds it, with one spend per distinct payer per event; a subscriber whose payer can no longer
 // pay is ended with RATE_LIMITED instead of receiving the event.
-import { TypeInfo, visit, visitWithTypeInfo, type GraphQLSchema } from 'graphql'
+import type { GraphQLSchema } from 'graphql'
 import type { MQEmitter, Message } from 'mqemitter'
 import { Bystander } from '../../app/domain/authorization.ts'
 import type { Caller } from '../../app/domain/context.ts'
+import { scopeOf } from './answer-scope.ts'
 import type { Payer } from './event-pricing.ts'
 import type { Admission } from './pipeline.ts'
 import type { OperationPlan } from './plan.ts'
@@ -33,40 +34,6 @@ export interface SubscriptionSink {
   next (json: string): void
   /** The subscription is over: completed by its source, or ended with these errors (already formatted). */
   end (errors?: unknown[]): void
-}
-
-/** Whether an operation's document selects a field guarded by @auth (decided once per plan). */
-const guardedByPlan = new WeakMap<OperationPlan, boolean>()
-
-/**
- * The scope an event's answer may be shared in. Field rules (@auth: `email` SELF/ADMIN, `adminNotes`
- * ADMIN) depend on the caller, so a plan that selects a guarded field shares only between callers who
- * may see the same: `anonymous`, `ADMIN` (any administrator sees everything), or `authenticated` (every
- * other caller, USER or SERVICE: it sees a guarded field only where SELF makes it the owner, so all but
- * the owners share one answer; see Bystander). A plan that selects no guarded field gives every caller
- * the same answer: one `public` scope, executed as an anonymous caller. The document is read whole (all
- * its operations and fragments): a guarded field anywhere in it makes the plan per-caller, which errs on
- * the safe side.
- */
-export function scopeOf (
-  operation: OperationPlan,
-  caller: Caller | null,
-  schema: GraphQLSchema
-): 'public' | 'anonymous' | 'ADMIN' | 'authenticated' {
-  let guarded = guardedByPlan.get(operation)
-  if (guarded === undefined) {
-    guarded = false
-    const typeInfo = new TypeInfo(schema)
-    visit(operation.document, visitWithTypeInfo(typeInfo, {
-      Field () {
-        if (typeInfo.getFieldDef()?.astNode?.directives?.some((d) => d.name.value === 'auth')) guarded = true
-      }
-    }))
-    guardedByPlan.set(operation, guarded)
-  }
-  if (!guarded) return 'public'
-  if (!caller) return 'anonymous'
-  return caller.role === 'ADMIN' ? 'ADMIN' : 'authenticated'
 }
 
 export interface FanoutOptions {

@@ -5,10 +5,16 @@
 // as an event stream, the operation handed back to the door for sse.ts.
 // Exchange → the admission pipeline (pipeline.ts: document, plan, checks, cost, execution under the
 // deadline) → the interface's response shape: the status table, batches, GET parsing, cost stripping
-// and the ETag/304 of persisted GETs (http-cache.ts) all live here. The door (index.ts) identifies
-// the caller first (its route hooks: the request budget counts the caller) and translates the result
-// into its reply.
+// and the ETag/304 of persisted GETs (http-cache.ts) all live here. A query, once admitted (its
+// caller identified, its request and its price paid), is answered from the shared response cache
+// (app/cache/response-cache.ts) when it holds the answer, else executed once and kept there. The door
+// (index.ts) identifies the caller first (its route hooks: the request budget counts the caller) and
+// translates the result into its reply.
+import { createHash } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
+import { printSchema, type GraphQLSchema } from 'graphql'
+import { cacheKey, withExtensions, type ResponseCache } from '../../app/cache/response-cache.ts'
+import type { ReadSet } from '../../app/domain/read-tags.ts'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError } from '../../app/errors.ts'
 import {
@@ -28,10 +34,11 @@ import {
   setRefusalHeaders,
   wantsGraphQLResponse
 } from '../../app/media-types.ts'
+import { cacheScopeOf } from './answer-scope.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import { createHttpCache } from './http-cache.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
-import type { Pipeline } from './pipeline.ts'
+import type { Admission, Pipeline } from './pipeline.ts'
 
 /** One HTTP request to /graphql, as the exchange reads it. */
 export interface HttpExchangeInput {
@@ -78,15 +85,33 @@ export type HttpExchangeResult = HttpAnswer | EventStreamExchange
 
 export interface HttpExchangeOptions {
   config: Pick<Config, 'limits' | 'persistedOnly' | 'cacheMaxAgeSec' | 'cacheMaxEntries' | 'cacheMaxBytes'>
-  pipeline: Pick<Pipeline, 'admit' | 'execute' | 'operationType'>
+  pipeline: Pick<Pipeline, 'admit' | 'execute' | 'operationType' | 'cached'>
   /** How errors are shaped for callers (no internals in production), and where internal ones are logged. */
   errorOptions: FormatOptions
+  /** The shared cache of query answers (RESPONSE_CACHE); null when it is off. */
+  responseCache: ResponseCache | null
+  /** The executable schema: who may share an answer depends on its field rules (answer-scope.ts). */
+  schema: () => GraphQLSchema
 }
 
 /** An answer as sent: the execution's outcome plus our extensions (cost). */
 interface GraphQLResponseBody extends GraphQLAnswer {
   extensions?: Record<string, unknown>
 }
+
+/**
+ * One operation's answer. `cached`: the answer's JSON as the response cache holds it (without
+ * `extensions`, which are this request's own and spliced in when sent), and its HTTP `Age` when this
+ * request was answered from the cache rather than executed (null). On such a hit `body` holds only the
+ * extensions: its data is in the JSON, and the instruments read only its errors (it has none).
+ */
+interface Answered {
+  body: GraphQLResponseBody
+  cached?: { json: string; age: number | null }
+}
+
+/** A cached answer is a query's that reads the service's data: never a mutation's, nor introspection's. */
+const cacheable = (admission: Admission) => admission.operation.type === 'query' && !admission.operation.introspects
 
 const JSON_TYPE = /^application\/json\s*(;|$)/i
 
@@ -165,22 +190,30 @@ function newAnswer (accept: string | undefined): HttpAnswer {
 /**
  * The HTTP exchange over the room's pipeline: one function per request, `exchange(input)`.
  */
-export function createHttpExchange ({ config, pipeline, errorOptions }: HttpExchangeOptions) {
+export function createHttpExchange ({ config, pipeline, errorOptions, responseCache, schema }: HttpExchangeOptions) {
   // The answer is serialised here, once, and held to the answer cap in UTF-8 bytes: an answer over
   // the cap is replaced by an error before any byte of it is written.
   const maxAnswer = config.limits.maxResponseBytes
+  // With the response cache on, its shared entries answer If-None-Match (on any instance, after the
+  // request is paid for); the per-instance memory of ETags is only for a service running without it.
   const httpCache = createHttpCache({
     maxAgeSec: config.cacheMaxAgeSec,
-    maxEntries: config.cacheMaxEntries,
+    maxEntries: responseCache ? 0 : config.cacheMaxEntries,
     maxBytes: config.cacheMaxBytes
   })
 
-  /** Sets the answer's body to `answer` serialised; false when it was over the cap and replaced by its error. */
-  function serialize (out: HttpAnswer, answer: GraphQLResponseBody | GraphQLResponseBody[]): boolean {
-    const json = JSON.stringify(answer)
+  /** One answer's JSON as sent: the cache's text with this request's extensions, or the answer serialised. */
+  const jsonOf = ({ body, cached }: Answered) =>
+    cached ? withExtensions(cached.json, body.extensions) : JSON.stringify(body)
+
+  /** Sets the answer's body to `answered` serialised; false when it was over the cap and replaced by its error. */
+  function serialize (out: HttpAnswer, answered: Answered): boolean {
+    const json = jsonOf(answered)
     if (withinAnswerCap(json, maxAnswer)) {
-      out.answer = answer
+      out.answer = answered.body
       out.body = json
+      // RFC 9111: an answer from a cache says how old it is; an executed one has no Age.
+      if (answered.cached?.age != null) out.headers.age = String(answered.cached.age)
       return true
     }
     tooLarge(out)
@@ -199,13 +232,14 @@ export function createHttpExchange ({ config, pipeline, errorOptions }: HttpExch
   }
 
   /** An answer with its status and refusal headers. */
-  function send (out: HttpAnswer, accept: string | undefined, body: GraphQLResponseBody): HttpAnswer {
+  function send (out: HttpAnswer, accept: string | undefined, answered: Answered): HttpAnswer {
+    const { body } = answered
     out.status = statusFor(accept, body)
     const first = body.errors?.[0]
     if (out.status !== 200 && first) {
       setRefusalHeaders(headerSink(out.headers), first.extensions.code, first.extensions.retryAfter)
     }
-    serialize(out, body)
+    serialize(out, answered)
     return out
   }
 
@@ -232,7 +266,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions }: HttpExch
     out: HttpAnswer,
     params: GraphQLRequestParams,
     paidByRequest = true
-  ): Promise<GraphQLResponseBody> {
+  ): Promise<Answered> {
     try {
       const admission = await pipeline.admit({
         params,
@@ -242,13 +276,52 @@ export function createHttpExchange ({ config, pipeline, errorOptions }: HttpExch
         paidByRequest
       })
       out.operation ??= admission.operation
+      if (responseCache && cacheable(admission)) return await answerThroughCache(responseCache, admission)
       const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
       body.extensions = { cost: admission.cost }
-      return body
+      return { body }
     } catch (err) {
-      return { errors: formatThrown(err, errorOptions) }
+      return { body: { errors: formatThrown(err, errorOptions) } }
     }
   }
+
+  /**
+   * An admitted query through the response cache: its entry when one is valid (a hit: nothing executes),
+   * else executed once for every concurrent request of the same key, recording what it reads, and kept
+   * unless it has errors or is over the answer cap. The key: the operation (on this schema), its coerced
+   * variables, and who may share its answer (answer-scope.ts).
+   */
+  async function answerThroughCache (cache: ResponseCache, admission: Admission): Promise<Answered> {
+    const extensions = { cost: admission.cost }
+    const scope = cacheScopeOf(admission.operation, admission.caller, schema())
+    const key = cacheKey(`${schemaVersion()}:${admission.operation.key}`, admission.variables, scope)
+    const hit = await cache.lookup(key)
+    if (hit) {
+      pipeline.cached(admission, 'hit')
+      return { body: { extensions }, cached: { json: hit.body, age: cache.ageOf(hit) } }
+    }
+    let executed: GraphQLResponseBody | undefined
+    const filled = await cache.fill(key, async () => {
+      pipeline.cached(admission, 'miss')
+      const reads: ReadSet = new Set()
+      executed = formatResult(await pipeline.execute(admission, undefined, reads), errorOptions)
+      const json = JSON.stringify(executed)
+      return { body: json, tags: reads, store: executed.errors === undefined && withinAnswerCap(json, maxAnswer) }
+    })
+    // Waited for a concurrent request's execution of the same key: answered from it, as a hit.
+    if (!filled.executed) pipeline.cached(admission, 'hit')
+    const body = executed ?? {}
+    body.extensions = extensions
+    if (!filled.storable) return { body }
+    return { body, cached: { json: filled.entry.body, age: filled.executed ? null : cache.ageOf(filled.entry) } }
+  }
+
+  /**
+   * The schema's identity in cache keys: instances on another version of the schema (a rolling deploy)
+   * sharing Redis keep their own entries, while invalidations, by read tag, reach all of them.
+   */
+  let schemaHash: string | undefined
+  const schemaVersion = () => (schemaHash ??= createHash('sha256').update(printSchema(schema())).digest('base64url').slice(0, 16))
 
   /**
    * A batch (graphql-request's batchRequests, Apollo's BatchHttpLink), off unless MAX_BATCH_SIZE is
@@ -280,17 +353,17 @@ export function createHttpExchange ({ config, pipeline, errorOptions }: HttpExch
     const parts: string[] = []
     let bytes = 2 // [ and ]
     for (const [i, params] of batch.entries()) {
-      const body = (params !== null && typeof params === 'object' && !Array.isArray(params))
+      const answered: Answered = (params !== null && typeof params === 'object' && !Array.isArray(params))
         ? await answer(input, out, params as GraphQLRequestParams, i === 0)
-        : { errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), errorOptions) }
-      const json = JSON.stringify(body)
+        : { body: { errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), errorOptions) } }
+      const json = jsonOf(answered)
       // One answer over the cap stops the batch at once; otherwise its bytes count toward the cap.
       bytes += (i > 0 ? 1 : 0) + (withinAnswerCap(json, maxAnswer) ? Buffer.byteLength(json) : maxAnswer + 1)
       if (bytes > maxAnswer) {
         tooLarge(out)
         return out
       }
-      answers.push(body)
+      answers.push(answered.body)
       parts.push(json)
     }
     out.answer = answers
@@ -328,23 +401,24 @@ export function createHttpExchange ({ config, pipeline, errorOptions }: HttpExch
   // another origin cannot send without a preflight that CORS_ORIGINS answers. So a GET a page can
   // forge is an anonymous read whose answer that page cannot see: no cross-site request forgery.
   async function get (input: HttpExchangeInput, out: HttpAnswer): Promise<HttpAnswer> {
-    if (httpCache.answeredNotModified(input, out.headers)) return notModified(out)
+    if (!responseCache && httpCache.answeredNotModified(input, out.headers)) return notModified(out)
     const query = input.query as Record<string, unknown>
     const accept = input.headers.accept
-    const body = await answer(input, out, {
+    const answered = await answer(input, out, {
       ...query,
       variables: parseJsonParam(query.variables, 'variables'),
       extensions: parseJsonParam(query.extensions, 'extensions')
     })
+    const { body } = answered
     if (body.errors !== undefined || statusFor(accept, body) !== 200) {
       httpCache.uncacheable(out.headers)
-      return send(out, accept, body)
+      return send(out, accept, answered)
     }
     // A cacheable answer carries no rate-limit window state: a cached copy is replayed later (to
     // other callers when public), and unchanged data then gives the same bytes, hence the same ETag.
     const cost = body.extensions?.cost as CostReport | undefined
     if (cost) body.extensions = { cost: { requested: cost.requested, budget: cost.budget } }
-    if (!serialize(out, body)) {
+    if (!serialize(out, answered)) {
       httpCache.uncacheable(out.headers)
       return out
     }

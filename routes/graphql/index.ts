@@ -29,6 +29,7 @@ import type {
 import type { WebSocket } from 'ws'
 import type { AppError } from '../../app/errors.ts'
 import { errorAnswer } from '../../app/fastify-errors.ts'
+import type { ResponseCache } from '../../app/cache/response-cache.ts'
 import type { DomainDeps } from '../../app/domain/context.ts'
 import { memoryApqStore, redisApqStore } from './apq-store.ts'
 import { createRoomCore, type RoomCore, type WarmUpReport } from './core.ts'
@@ -52,6 +53,8 @@ export interface GraphQLRoomOptions {
   domain: DomainDeps
   /** The instruments the core calls at named phases (tracing), chosen by the composition root. */
   instrumentation?: Instrumentation
+  /** The shared cache of query answers (null or absent: off), built by the composition root. */
+  responseCache?: ResponseCache | null
 }
 
 /**
@@ -161,7 +164,8 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
     userChangesTopic: app.events.userChangesTopic,
     config,
     log: app.log,
-    instrumentation: options.instrumentation ?? {}
+    instrumentation: options.instrumentation ?? {},
+    responseCache: options.responseCache ?? null
   }
 
   // The schema. `subscription` on: only then does Mercurius's defineResolvers take the Subscription

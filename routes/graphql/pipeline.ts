@@ -28,6 +28,7 @@ import { AppError, Messages } from '../../app/errors.ts'
 import { LruMap } from '../../app/lru-map.ts'
 import { assertWithinCaps } from '../../app/domain/input.ts'
 import { createDomainContext, withinDeadline, type Caller, type DomainDeps } from '../../app/domain/context.ts'
+import type { ReadSet } from '../../app/domain/read-tags.ts'
 import type { Config } from '../../app/config.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
@@ -131,7 +132,9 @@ export interface Pipeline {
    * execution deadline, with a fresh domain context (fresh loaders): its result, or "Query timeout"
    * when the deadline passes first (the domain then refuses any further write of that operation).
    */
-  execute (admission: Admission, root?: unknown): Promise<ExecutionResult>
+  execute (admission: Admission, root?: unknown, reads?: ReadSet): Promise<ExecutionResult>
+  /** Tells the instruments the response cache's word on an admitted query (OperationPhases.cached). */
+  cached (admission: Admission, outcome: 'hit' | 'miss'): void
   /**
    * Starts an admitted subscription's source: the stream of its events (each then answered by
    * `execute(admission, event)`), or one result when it failed to start.
@@ -354,17 +357,17 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     return { caller, operation, compiled, variables, cost }
   }
 
-  const contextOf = (admission: Admission, deadline: number): GraphQLContext => ({
-    domain: createDomainContext(options.domain, admission.caller, deadline),
+  const contextOf = (admission: Admission, deadline: number, reads: ReadSet | null = null): GraphQLContext => ({
+    domain: createDomainContext(options.domain, admission.caller, deadline, reads),
     operationName: admission.operation.name,
     cost: admission.cost
   })
 
   const phases: OperationPhases<OperationRequest, Admission> = {
     admit,
-    execute (admission, root) {
+    execute (admission, root, reads) {
       const deadline = Date.now() + limits.timeoutMs
-      const result = admission.compiled.query(root, contextOf(admission, deadline), admission.variables)
+      const result = admission.compiled.query(root, contextOf(admission, deadline, reads), admission.variables)
       // Synchronous results (no resolver waited) are complete; only a pending one races the deadline.
       return result instanceof Promise ? withinDeadline(result, limits.timeoutMs, TIMED_OUT) : Promise.resolve(result)
     },
@@ -381,9 +384,10 @@ export function createPipeline (options: PipelineOptions): Pipeline {
         contextValue: contextOf(admission, Infinity)
       })
     },
+    cached () {}
   }
   // The instruments wrap the phases once, here; every transport then runs the wrapped ones.
-  const { admit: admitted, execute, subscribe } = options.instrumentation?.phases?.(phases) ?? phases
+  const { admit: admitted, execute, subscribe, cached } = options.instrumentation?.phases?.(phases) ?? phases
   return {
     plan: plans.plan,
     pin: plans.pin,
@@ -397,6 +401,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     },
     execute,
     subscribe,
+    cached,
     chargeEvent: (subscribers) => chargeEvent(options.spendCostUnits, subscribers),
     get cacheStats () { return plans.stats }
   }

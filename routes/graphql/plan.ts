@@ -14,6 +14,7 @@
 // Every fragment is analysed once and its result reused wherever it is spread, so the work is linear
 // in the document even when fragments spread each other many times over (a chain of fragments that
 // each spread the next twice prices 2^n fields in n steps; such a document is then refused on its cost).
+import { createHash } from 'node:crypto'
 import {
   GraphQLError,
   Kind,
@@ -55,6 +56,11 @@ export interface PlanLimits extends InputCaps {
 
 export interface OperationPlan {
   name: string | null
+  /**
+   * The operation's identity on every instance: its document text's SHA-256 and its name (the response
+   * cache's key names the operation by it).
+   */
+  key: string
   type: OperationTypeNode
   /** The document the operation runs in (shared by the operations of one text). */
   document: DocumentNode
@@ -185,6 +191,7 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
   const fieldCounts = new Map<string, FieldCount>()
   const operations: OperationPlan[] = []
   const depthErrors: GraphQLError[] = []
+  const textHash = createHash('sha256').update(source).digest('base64url')
   for (const definition of document.definitions) {
     if (definition.kind !== Kind.OPERATION_DEFINITION) continue
     const root = rootType(schema, definition.operation)
@@ -209,6 +216,7 @@ export function makePlan (schema: GraphQLSchema, source: string, limits: PlanLim
     }
     operations.push({
       name: definition.name?.value ?? null,
+      key: definition.name ? `${textHash}:${definition.name.value}` : textHash,
       type: definition.operation,
       document,
       variableDefinitions: definition.variableDefinitions ?? [],

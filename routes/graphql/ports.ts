@@ -4,6 +4,7 @@
 // Fastify decorator. The core defines these interfaces, and this file imports none of the core's
 // modules: the ports serve the core, never the reverse.
 import type { MQEmitter } from 'mqemitter'
+import type { ResponseCache } from '../../app/cache/response-cache.ts'
 import type { Config } from '../../app/config.ts'
 import type { Caller, DomainDeps } from '../../app/domain/context.ts'
 import type { CostReport, CostUnitsLeft } from '../../app/limits/cost-report.ts'
@@ -56,6 +57,11 @@ export interface GraphQLPorts {
   log: RoomLogger
   /** Where the core reports its work at named phases (tracing); nothing when no instrument is on. */
   instrumentation: Instrumentation
+  /**
+   * The shared cache of query answers (app/cache/), built by the composition root, which also makes
+   * every domain write invalidate it; null when RESPONSE_CACHE is off.
+   */
+  responseCache: ResponseCache | null
 }
 
 /**

@@ -14,6 +14,8 @@ import { openSqliteStore } from '../../app/store/sqlite.ts'
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const prefix = `test-response-cache-create-${randomUUID()}:`
 const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, commandTimeout: 2000 })
+/** The embedded default: no Redis, the cache in process. */
+const local = { client: null, key: (name: string) => name }
 t0.teardown(async () => {
   const keys = await redis.keys(`${prefix}*`)
   if (keys.length > 0) await redis.del(...keys)
@@ -21,12 +23,12 @@ t0.teardown(async () => {
 })
 
 test('off, in process (bounded in bytes), or on Redis (shared)', async (t) => {
-  t.equal(createResponseCache({ ...DEFAULT_RESPONSE_CACHE_SETTINGS, enabled: false }, null), null)
-  const small = createResponseCache({ ...DEFAULT_RESPONSE_CACHE_SETTINGS, maxBytes: 2000 }, null)!
+  t.equal(createResponseCache({ ...DEFAULT_RESPONSE_CACHE_SETTINGS, enabled: false }, local), null)
+  const small = createResponseCache({ ...DEFAULT_RESPONSE_CACHE_SETTINGS, maxBytes: 2000 }, local)!
   await small.fill('big', async () => ({ body: JSON.stringify('x'.repeat(5000)), tags: [], store: true }))
   t.equal(await small.lookup('big'), null, 'the byte bound applies')
   t.equal(small.stats().bytes, 0)
-  const shared = { redis, redisKey: (name: string) => prefix + name }
+  const shared = { client: redis, key: (name: string) => prefix + name }
   const one = createResponseCache(DEFAULT_RESPONSE_CACHE_SETTINGS, shared)!
   const two = createResponseCache(DEFAULT_RESPONSE_CACHE_SETTINGS, shared)!
   await one.fill('k', async () => ({ body: '{"data":1}', tags: ['users'], store: true }))
@@ -37,7 +39,7 @@ test('off, in process (bounded in bytes), or on Redis (shared)', async (t) => {
 test('answers computed through the domain are dropped by the domain writes that change them', async (t) => {
   const store = openSqliteStore(':memory:')
   t.teardown(() => store.close())
-  const cache = createResponseCache(DEFAULT_RESPONSE_CACHE_SETTINGS, null)!
+  const cache = createResponseCache(DEFAULT_RESPONSE_CACHE_SETTINGS, local)!
   const deps: DomainDeps = {
     store,
     events: { publish: async () => {} },
