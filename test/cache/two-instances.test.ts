@@ -61,6 +61,8 @@ test('the response cache shared by two instances', async (t) => {
     t.ok(requested > 0)
     t.same(remaining, [remaining[0]!, remaining[0]! - requested, remaining[0]! - 2 * requested],
       'each hit spends the operation\'s cost and reports what is left after it')
+    const requestsLeft = [first, again, other].map((r) => Number(r.headers['x-ratelimit-remaining']))
+    t.same(requestsLeft, [requestsLeft[0]!, requestsLeft[0]! - 1, requestsLeft[0]! - 2], 'and counts in the request budget')
 
     const get = await persistedGet(a.url, 'UserById', { id })
     const getOther = await persistedGet(b.url, 'UserById', { id })
@@ -128,9 +130,13 @@ test('the response cache shared by two instances', async (t) => {
 
     await cachedOnBoth(t, USER_NAME, { id })
     await cachedOnBoth(t, USER_NAMES)
+    const before = await Promise.all([cacheCounters(a), cacheCounters(b)])
     const updated = await gql(a.url, 'mutation ($id: ID!) { updateUser(id: $id, input: { name: "Renamed On A" }) { id } }',
       { id }, { token: admin })
     t.equal(updated.body.data.updateUser.id, id)
+    const after = await Promise.all([cacheCounters(a), cacheCounters(b)])
+    t.same([counted(before[0], after[0]).invalidations, counted(before[1], after[1]).invalidations], [1, 0],
+      'one invalidation, counted by the instance that wrote')
     await seenOnBoth(t, 'updateUser: the user', USER_NAME, { id }, (d) => d.user.name === 'Renamed On A')
     await seenOnBoth(t, 'updateUser: the list', USER_NAMES, {}, (d) => names(d).get(id) === 'Renamed On A', [a, b])
 
