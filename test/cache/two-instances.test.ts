@@ -96,6 +96,24 @@ test('the response cache shared by two instances', async (t) => {
     t.not(served.json().data.user.name, 'Renamed Behind The Back', 'the entry is what instance a computed')
   })
 
+  await t.test('mutations, introspection and answers with errors are never served from the cache', async (t) => {
+    const id = await newUser(a.url, 'uncached')
+    const uncached: [string, Record<string, unknown>, string | undefined][] = [
+      ['mutation ($id: ID!) { updateUser(id: $id, input: { name: "Same Name" }) { id name } }', { id }, admin],
+      ['{ __schema { queryType { name } } }', {}, admin],
+      ['{ __type(name: "User") { fields { name } } }', {}, undefined],
+      ['query ($id: ID!) { user(id: $id) { id email } }', { id }, undefined],
+      ['query ($id: ID!) { user(id: $id) { id adminNotes } }', { id }, token(id)],
+      ['{ users(limit: 100000) { id } }', {}, admin]
+    ]
+    for (const [query, variables, bearer] of uncached) {
+      for (const instance of [a, b, a]) {
+        const response = await gql(instance.url, query, variables, { token: bearer })
+        t.equal(ageOf(response), undefined, `${query} on ${instance.name}`)
+      }
+    }
+  })
+
   /** Reads `query` on `first` then on `second`: both see `expected`. */
   const seenOnBoth = async (
     t: Test,
@@ -139,6 +157,25 @@ test('the response cache shared by two instances', async (t) => {
       'one invalidation, counted by the instance that wrote')
     await seenOnBoth(t, 'updateUser: the user', USER_NAME, { id }, (d) => d.user.name === 'Renamed On A')
     await seenOnBoth(t, 'updateUser: the list', USER_NAMES, {}, (d) => names(d).get(id) === 'Renamed On A', [a, b])
+
+    // A client holding the ETag of the old answer gets the new one (200), not a 304, on either instance.
+    const etags = new Map<string, string>()
+    for (const operation of ['UserById', 'Users']) {
+      const variables = operation === 'Users' ? { limit: 100 } : { id }
+      await persistedGet(a.url, operation, variables)
+      const cached = await persistedGet(b.url, operation, variables)
+      t.match(ageOf(cached), /^\d+$/, `${operation} cached`)
+      etags.set(operation, cached.headers.etag as string)
+    }
+    await gql(a.url, 'mutation ($id: ID!) { updateUser(id: $id, input: { name: "Renamed Again" }) { id } }', { id }, { token: admin })
+    for (const instance of [b, a]) {
+      const one = await persistedGet(instance.url, 'UserById', { id }, { 'if-none-match': etags.get('UserById')! })
+      t.equal(one.status, 200, `UserById with the old ETag on ${instance.name}`)
+      if (one.status === 200) t.equal(one.json().data.user.name, 'Renamed Again')
+      const all = await persistedGet(instance.url, 'Users', { limit: 100 }, { 'if-none-match': etags.get('Users')! })
+      t.equal(all.status, 200, `Users with the old ETag on ${instance.name}`)
+      if (all.status === 200) t.equal(names(all.json().data).get(id), 'Renamed Again')
+    }
 
     await cachedOnBoth(t, USER_NAME, { id })
     await cachedOnBoth(t, USER_NAMES)
@@ -221,6 +258,7 @@ test('the response cache shared by two instances', async (t) => {
             } else {
               t.notOk(text.includes(email), `${label} does not`)
               t.equal(response.body.data?.user?.email ?? null, null, label)
+              t.equal(ageOf(response), undefined, `${label}: an answer with errors is never a hit`)
             }
           }
           const get = await persistedGet(instance.url, 'UserEmail', { id: owner },
