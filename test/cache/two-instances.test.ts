@@ -5,6 +5,7 @@
 // token is refused however cached its answer is.
 import { test, type Test } from 'tap'
 import { randomBytes } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { createSigner } from 'fast-jwt'
 import soap from 'soap'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
@@ -26,6 +27,8 @@ const USER_EMAIL = 'query UserEmail($id: ID!) { user(id: $id) { id email } }'
 const USER_EMAILS = 'query UserEmails { users(limit: 100) { id email } }'
 const ROOM = 'query Room($roomId: String!) { messages(roomId: $roomId, limit: 50) { id content author { id name } } }'
 
+/** Cost units per rate-limit window: a caller's first request leaves this less its cost. */
+const COST_WINDOW = Number(CACHE_TEST_ENV.RATE_LIMIT_COST)
 /** A SOAP partner of the test's own, bound to the administrator (user 1): it may delete users too. */
 const ROOT_PARTNER = { login: 'root-partner', password: 'r00t-partner-s3cret' }
 
@@ -42,6 +45,7 @@ test('the response cache shared by two instances', async (t) => {
   await t.test('a repeated read is a hit on the same instance and on the other; the first executes', async (t) => {
     const id = await newUser(a.url, 'repeat')
     const before = await Promise.all([cacheCounters(a), cacheCounters(b)])
+    const started = Date.now()
     const first = await gql(a.url, USER_NAME, { id }, { token: admin })
     const again = await gql(a.url, USER_NAME, { id }, { token: admin })
     const other = await gql(b.url, USER_NAME, { id }, { token: admin })
@@ -63,6 +67,14 @@ test('the response cache shared by two instances', async (t) => {
       'each hit spends the operation\'s cost and reports what is left after it')
     const requestsLeft = [first, again, other].map((r) => Number(r.headers['x-ratelimit-remaining']))
     t.same(requestsLeft, [requestsLeft[0]!, requestsLeft[0]! - 1, requestsLeft[0]! - 2], 'and counts in the request budget')
+    // Another caller (a fresh window of its own) is served the same shared entry, with its own cost report.
+    const stranger = await gql(b.url, USER_NAME, { id }, { token: token(`stranger-${randomBytes(3).toString('hex')}`) })
+    t.match(ageOf(stranger), /^\d+$/, 'the answer selects no guarded field: one entry for every caller')
+    t.same(stranger.body.extensions.cost.remaining, COST_WINDOW - requested, 'the stranger\'s own window, not the administrator\'s')
+    // Age counts whole seconds from when the answer was computed.
+    await sleep(1100)
+    const later = Number(ageOf(await gql(b.url, USER_NAME, { id }, { token: admin })))
+    t.ok(later >= 1 && later <= Math.floor((Date.now() - started) / 1000), `Age ${later} s, a second later`)
 
     const get = await persistedGet(a.url, 'UserById', { id })
     const getOther = await persistedGet(b.url, 'UserById', { id })
