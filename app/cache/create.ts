@@ -1,6 +1,8 @@
 // The composition root's one call: the response cache the settings ask for, on Redis when the service
 // has it (shared by the instances), else in process.
 import type { SharedRedis } from '../../plugins/redis.ts'
+import type { Invalidation } from '../domain/context.ts'
+import { AppError } from '../errors.ts'
 import { DEFAULT_MAX_BYTES, MemoryCacheStore } from './memory-store.ts'
 import { RedisCacheStore } from './redis-store.ts'
 import { DEFAULT_TTL_MS, ResponseCache } from './response-cache.ts'
@@ -38,4 +40,24 @@ export function createResponseCache (
     ? new RedisCacheStore({ redis: redis.client, redisKey: redis.key, ttlMs })
     : new MemoryCacheStore({ ttlMs, maxBytes })
   return new ResponseCache(store, { ttlMs, onError })
+}
+
+/**
+ * The response cache as the domain's invalidation port: a write whose invalidation fails (Redis down) is
+ * stored but not acknowledged. Its caller gets SERVICE_UNAVAILABLE rather than a success that a cached
+ * answer elsewhere could still contradict; the answers that read what it changed expire within the TTL.
+ */
+export function invalidationOf (cache: ResponseCache): Invalidation {
+  return {
+    async invalidate (tags) {
+      try {
+        await cache.invalidate(tags)
+      } catch {
+        throw new AppError(
+          'SERVICE_UNAVAILABLE',
+          'The change was made, but the response cache could not be told of it: reads may show the old value until their cached answers expire. Do not repeat the change'
+        )
+      }
+    }
+  }
 }
