@@ -16,7 +16,7 @@ export function responseCacheMetrics (registry: Registry, cache: ResponseCache):
     () => { const s = cache.stats(); return s.hits + s.coalesced })
   counter('graphql_response_cache_misses_total', 'Cacheable queries executed because the response cache held no valid answer',
     () => { const s = cache.stats(); return s.misses - s.coalesced })
-  counter('graphql_response_cache_invalidations_total', 'Writes that invalidated response cache entries (one per write, on the instance that made it)',
+  counter('graphql_response_cache_invalidations_total', 'Invalidations sent to the response cache by writes on this instance (two per write: before storing, and before answering)',
     () => cache.stats().invalidations)
   counter('graphql_response_cache_errors_total', 'Response cache store failures absorbed (the request was executed uncached)',
     () => cache.stats().errors)
