@@ -9,7 +9,6 @@ import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts
 import { connectionCaps, guardListener } from './descriptors.ts'
 import { createResponseCache } from './cache/create.ts'
 import { responseCacheMetrics } from './cache/metrics.ts'
-import type { ResponseCache } from './cache/response-cache.ts'
 import type { DomainDeps, Invalidation } from './domain/context.ts'
 import { cursorKey } from './domain/pages.ts'
 import { AppError, type ErrorCode } from './errors.ts'
@@ -47,26 +46,6 @@ export interface BuildOptions extends LoggingOptions {
   clock?: () => number
   /** Told of every write's changed read tags, whatever the transport, instead of the response cache (tests). */
   invalidation?: Invalidation
-}
-
-/**
- * The response cache as the domain's invalidation port: a write whose invalidation fails (Redis down) is
- * stored but not acknowledged. Its caller gets SERVICE_UNAVAILABLE rather than a success that a cached
- * answer elsewhere could still contradict; the answers that read what it changed expire within the TTL.
- */
-function invalidationOf (cache: ResponseCache): Invalidation {
-  return {
-    async invalidate (tags) {
-      try {
-        await cache.invalidate(tags)
-      } catch {
-        throw new AppError(
-          'SERVICE_UNAVAILABLE',
-          'The change was stored, but the response cache could not be told of it: answers may show the old value until they expire. Retry, or read again later'
-        )
-      }
-    }
-  }
 }
 
 /**
@@ -198,7 +177,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     events: app.events,
     caps: config.limits,
     cursorKey: cursorKey(config.cursorSecret),
-    invalidation: options.invalidation ?? (responseCache ? invalidationOf(responseCache) : undefined)
+    invalidation: options.invalidation ?? responseCache ?? undefined
   }
   // The GraphQL room, in a scope of its own (its hooks run on its routes only). Its instruments: with
   // tracing on, every operation of every transport is a span; its answers and open subscriptions are

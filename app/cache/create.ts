@@ -1,6 +1,6 @@
 // The composition root's one call: the response cache the settings ask for, on Redis when the service
 // has it (shared by the instances), else in process.
-import type { SharedRedis } from '../../plugins/redis.ts'
+import type { Redis } from 'ioredis'
 import { DEFAULT_MAX_BYTES, MemoryCacheStore } from './memory-store.ts'
 import { RedisCacheStore } from './redis-store.ts'
 import { DEFAULT_TTL_MS, ResponseCache } from './response-cache.ts'
@@ -23,13 +23,16 @@ export const DEFAULT_RESPONSE_CACHE_SETTINGS: ResponseCacheSettings = {
   maxBytes: DEFAULT_MAX_BYTES
 }
 
-/**
- * The cache, or null when turned off. `redis`: the service's Redis (plugins/redis.ts; its client is null in
- * the embedded default). `onError`: a store failure the cache absorbed (log it as a warning).
- */
+/** The service's Redis as plugins/redis.ts decorates it: its client (null in the embedded default), its key naming. */
+export interface CacheRedis {
+  client: Redis | null
+  key (name: string): string
+}
+
+/** The cache, or null when turned off. `onError`: a store failure the cache absorbed (log it as a warning). */
 export function createResponseCache (
   settings: ResponseCacheSettings,
-  redis: SharedRedis,
+  redis: CacheRedis,
   onError?: (err: unknown) => void
 ): ResponseCache | null {
   if (!settings.enabled) return null

@@ -16,17 +16,17 @@ export function responseCacheMetrics (registry: Registry, cache: ResponseCache):
     () => { const s = cache.stats(); return s.hits + s.coalesced })
   counter('graphql_response_cache_misses_total', 'Cacheable queries executed because the response cache held no valid answer',
     () => { const s = cache.stats(); return s.misses - s.coalesced })
-  counter('graphql_response_cache_invalidations_total', 'Writes that invalidated response cache entries (one per write, on the instance that made it)',
+  counter('graphql_response_cache_invalidations_total', 'Invalidations sent to the response cache by writes on this instance (two per write: before storing, and before answering)',
     () => cache.stats().invalidations)
   counter('graphql_response_cache_errors_total', 'Response cache store failures absorbed (the request was executed uncached)',
     () => cache.stats().errors)
+  // Only for the in-process store: with Redis the answers are held there (see Redis's memory), and a
+  // gauge left unset would read 0, as if the cache held nothing.
+  if (cache.stats().bytes === null) return
   new Gauge({
     name: 'graphql_response_cache_bytes',
-    help: 'Estimated bytes of answers the response cache holds in this process (absent with Redis: see Redis memory)',
+    help: 'Estimated bytes of answers the response cache holds in this process',
     registers: [registry],
-    collect () {
-      const bytes = cache.stats().bytes
-      if (bytes !== null) this.set(bytes)
-    }
+    collect () { this.set(cache.stats().bytes ?? 0) }
   })
 }

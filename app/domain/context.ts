@@ -25,10 +25,10 @@ export interface Events {
 }
 
 /**
- * Told of every write, with the read tags (read-tags.ts) it changed, before the write is acknowledged:
- * the response cache drops the answers that read them, on every instance. A failure rejects, and the
- * write's caller gets an error (the write itself is stored): a write is never acknowledged while an
- * old answer may still be served.
+ * Told of every write, with the read tags (read-tags.ts) it changes: before it is made (`changing`) and
+ * before it is acknowledged (`changed`). The response cache drops the answers that read them, on every
+ * instance. A failure rejects, and the write's caller gets SERVICE_UNAVAILABLE: a write is never
+ * acknowledged while an old answer may still be served.
  */
 export interface Invalidation {
   invalidate (tags: readonly string[]): Promise<void>
@@ -66,9 +66,34 @@ export function assertBeforeDeadline (ctx: DomainContext): void {
   if (Date.now() > ctx.deadline) throw new AppError('TIMEOUT', Messages.queryTimeout)
 }
 
-/** Writes call this after storing and before answering: what the write changed is dropped from every cache. */
+/**
+ * Writes call this before storing: when the caches cannot be told (Redis unreachable), the write is
+ * refused with nothing changed, and the caller may simply retry. Told now as well as after, so a change
+ * is made only when the caches were reachable a moment before (the one case left is a Redis lost in
+ * between: `changed`).
+ */
+export async function changing (ctx: DomainContext, tags: readonly string[]): Promise<void> {
+  try {
+    if (ctx.invalidation) await ctx.invalidation.invalidate(tags)
+  } catch {
+    throw new AppError('SERVICE_UNAVAILABLE', 'Nothing was changed: the response cache is unavailable; retry shortly')
+  }
+}
+
+/**
+ * Writes call this after storing and before answering: what the write changed is dropped from every
+ * cache. If that fails, the change is made but not acknowledged, and the caller is told so (its cached
+ * answers may show the old value until they expire).
+ */
 export async function changed (ctx: DomainContext, tags: readonly string[]): Promise<void> {
-  if (ctx.invalidation) await ctx.invalidation.invalidate(tags)
+  try {
+    if (ctx.invalidation) await ctx.invalidation.invalidate(tags)
+  } catch {
+    throw new AppError(
+      'SERVICE_UNAVAILABLE',
+      'The change was made, but the response cache could not be told of it: reads may show the old value until their cached answers expire. Do not repeat the change'
+    )
+  }
 }
 
 /** A race still waiting on its work: `expire` settles it with its timeout value. */

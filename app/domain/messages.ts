@@ -2,7 +2,7 @@
 import { AppError } from '../errors.ts'
 import type { MessageRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
-import { assertBeforeDeadline, changed, type DomainContext } from './context.ts'
+import { assertBeforeDeadline, changed, changing, type DomainContext } from './context.ts'
 import { assertPageSize, normalizeContent, normalizeRoomId } from './input.ts'
 import { readPage, type Connection, type PageArgs } from './pages.ts'
 import { readTags } from './read-tags.ts'
@@ -39,6 +39,7 @@ export async function postMessage (ctx: DomainContext, roomId: string, content: 
   const author = actions.postMessage(ctx.caller)
   const message = { roomId: normalizeRoomId(roomId), content: normalizeContent(content, ctx.caps), authorId: author.id }
   assertBeforeDeadline(ctx)
+  await changing(ctx, [readTags.room(message.roomId)])
   let created: MessageRow
   try {
     created = await ctx.store.createMessage(message)

@@ -2,7 +2,7 @@
 import { badInput, notFound } from '../errors.ts'
 import { ROLES, type Role, type UserPatch, type UserRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
-import { assertBeforeDeadline, changed, type DomainContext } from './context.ts'
+import { assertBeforeDeadline, changed, changing, type DomainContext } from './context.ts'
 import { readTags } from './read-tags.ts'
 import { readPage, type Connection } from './pages.ts'
 import { assertPageSize, assertText, assertWithinCaps, normalizeEmail, normalizeName } from './input.ts'
@@ -58,6 +58,7 @@ export async function createUser (ctx: DomainContext, input: CreateUserInput): P
   actions.createUser(ctx.caller)
   const user = { name: normalizeName(input.name), email: normalizeEmail(input.email) }
   assertBeforeDeadline(ctx)
+  await changing(ctx, [readTags.users])
   const created = await ctx.store.createUser(user)
   await changed(ctx, [readTags.users, readTags.user(created.id)])
   ctx.loaders.userById.prime(created.id, created)
@@ -75,6 +76,7 @@ export async function updateUser (ctx: DomainContext, id: string, input: UpdateU
     patch.adminNotes = input.adminNotes === null ? null : assertText(input.adminNotes, 'adminNotes')
   }
   assertBeforeDeadline(ctx)
+  await changing(ctx, [readTags.user(id), readTags.users])
   const updated = await ctx.store.updateUser(id, patch)
   if (!updated) throw notFound(`User ${id}`)
   await changed(ctx, [readTags.user(id), readTags.users])
@@ -87,6 +89,7 @@ export async function updateUser (ctx: DomainContext, id: string, input: UpdateU
 export async function deleteUser (ctx: DomainContext, id: string): Promise<boolean> {
   actions.deleteUser(ctx.caller)
   assertBeforeDeadline(ctx)
+  await changing(ctx, [readTags.user(id), readTags.users])
   const deleted = await ctx.store.deleteUser(id)
   ctx.loaders.forgetUser(id)
   // The user's messages went with them (the store cascades): the rooms' answers recorded their authors.

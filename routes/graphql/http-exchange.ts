@@ -7,23 +7,18 @@
 // deadline) → the interface's response shape: the status table, batches, GET parsing, cost stripping
 // and the ETag/304 of persisted GETs (http-cache.ts) all live here. A query, once admitted (its
 // caller identified, its request and its price paid), is answered from the shared response cache
-// (app/cache/response-cache.ts) when it holds the answer, else executed once and kept there. The door
+// (cached-answers.ts, over app/cache/) when it holds the answer, else executed once and kept there. The door
 // (index.ts) identifies the caller first (its route hooks: the request budget counts the caller) and
 // translates the result into its reply.
-import { createHash } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
-import { printSchema, type GraphQLSchema } from 'graphql'
-import { cacheKey, withExtensions, type ResponseCache } from '../../app/cache/response-cache.ts'
-import type { ReadSet } from '../../app/domain/read-tags.ts'
+import { withExtensions } from '../../app/cache/response-cache.ts'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError } from '../../app/errors.ts'
 import {
   formatError,
-  formatResult,
   formatThrown,
   statusOf,
   type FormatOptions,
-  type GraphQLAnswer
 } from '../../app/error-format.ts'
 import type { Config } from '../../app/config.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
@@ -34,11 +29,11 @@ import {
   setRefusalHeaders,
   wantsGraphQLResponse
 } from '../../app/media-types.ts'
-import { cacheScopeOf } from './answer-scope.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import { createHttpCache } from './http-cache.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
-import type { Admission, Pipeline } from './pipeline.ts'
+import type { Pipeline } from './pipeline.ts'
+import { createCachedAnswers, type Answered, type CachedAnswersOptions, type GraphQLResponseBody } from './cached-answers.ts'
 
 /** One HTTP request to /graphql, as the exchange reads it. */
 export interface HttpExchangeInput {
@@ -89,29 +84,10 @@ export interface HttpExchangeOptions {
   /** How errors are shaped for callers (no internals in production), and where internal ones are logged. */
   errorOptions: FormatOptions
   /** The shared cache of query answers (RESPONSE_CACHE); null when it is off. */
-  responseCache: ResponseCache | null
+  responseCache: CachedAnswersOptions['responseCache']
   /** The executable schema: who may share an answer depends on its field rules (answer-scope.ts). */
-  schema: () => GraphQLSchema
+  schema: CachedAnswersOptions['schema']
 }
-
-/** An answer as sent: the execution's outcome plus our extensions (cost). */
-interface GraphQLResponseBody extends GraphQLAnswer {
-  extensions?: Record<string, unknown>
-}
-
-/**
- * One operation's answer. `cached`: the answer's JSON as the response cache holds it (without
- * `extensions`, which are this request's own and spliced in when sent), and its HTTP `Age` when this
- * request was answered from the cache rather than executed (null). On such a hit `body` holds only the
- * extensions: its data is in the JSON, and the instruments read only its errors (it has none).
- */
-interface Answered {
-  body: GraphQLResponseBody
-  cached?: { json: string; age: number | null }
-}
-
-/** A cached answer is a query's that reads the service's data: never a mutation's, nor introspection's. */
-const cacheable = (admission: Admission) => admission.operation.type === 'query' && !admission.operation.introspects
 
 const JSON_TYPE = /^application\/json\s*(;|$)/i
 
@@ -194,6 +170,10 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
   // The answer is serialised here, once, and held to the answer cap in UTF-8 bytes: an answer over
   // the cap is replaced by an error before any byte of it is written.
   const maxAnswer = config.limits.maxResponseBytes
+  // An admitted operation's answer: from the response cache, or executed (cached-answers.ts).
+  const answerAdmitted = createCachedAnswers({
+    pipeline, errorOptions, responseCache, schema, maxAnswerBytes: maxAnswer
+  })
   // With the response cache on, its shared entries answer If-None-Match (on any instance, after the
   // request is paid for); the per-instance memory of ETags is only for a service running without it.
   const httpCache = createHttpCache({
@@ -276,52 +256,11 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
         paidByRequest
       })
       out.operation ??= admission.operation
-      if (responseCache && cacheable(admission)) return await answerThroughCache(responseCache, admission)
-      const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
-      body.extensions = { cost: admission.cost }
-      return { body }
+      return await answerAdmitted(admission)
     } catch (err) {
       return { body: { errors: formatThrown(err, errorOptions) } }
     }
   }
-
-  /**
-   * An admitted query through the response cache: its entry when one is valid (a hit: nothing executes),
-   * else executed once for every concurrent request of the same key, recording what it reads, and kept
-   * unless it has errors or is over the answer cap. The key: the operation (on this schema), its coerced
-   * variables, and who may share its answer (answer-scope.ts).
-   */
-  async function answerThroughCache (cache: ResponseCache, admission: Admission): Promise<Answered> {
-    const extensions = { cost: admission.cost }
-    const scope = cacheScopeOf(admission.operation, admission.caller, schema())
-    const key = cacheKey(`${schemaVersion()}:${admission.operation.key}`, admission.variables, scope)
-    const hit = await cache.lookup(key)
-    if (hit) {
-      pipeline.cached(admission, 'hit')
-      return { body: { extensions }, cached: { json: hit.body, age: cache.ageOf(hit) } }
-    }
-    let executed: GraphQLResponseBody | undefined
-    const filled = await cache.fill(key, async () => {
-      pipeline.cached(admission, 'miss')
-      const reads: ReadSet = new Set()
-      executed = formatResult(await pipeline.execute(admission, undefined, reads), errorOptions)
-      const json = JSON.stringify(executed)
-      return { body: json, tags: reads, store: executed.errors === undefined && withinAnswerCap(json, maxAnswer) }
-    })
-    // Waited for a concurrent request's execution of the same key: answered from it, as a hit.
-    if (!filled.executed) pipeline.cached(admission, 'hit')
-    const body = executed ?? {}
-    body.extensions = extensions
-    if (!filled.storable) return { body }
-    return { body, cached: { json: filled.entry.body, age: filled.executed ? null : cache.ageOf(filled.entry) } }
-  }
-
-  /**
-   * The schema's identity in cache keys: instances on another version of the schema (a rolling deploy)
-   * sharing Redis keep their own entries, while invalidations, by read tag, reach all of them.
-   */
-  let schemaHash: string | undefined
-  const schemaVersion = () => (schemaHash ??= createHash('sha256').update(printSchema(schema())).digest('base64url').slice(0, 16))
 
   /**
    * A batch (graphql-request's batchRequests, Apollo's BatchHttpLink), off unless MAX_BATCH_SIZE is

@@ -1,5 +1,6 @@
-// Every write tells the invalidation port exactly the read tags it changed, after storing and before it
-// answers, whatever carries it: the domain calls (unit), a GraphQL mutation and SOAP CreateUser,
+// Every write tells the invalidation port exactly the read tags it changes, before storing (so a cache
+// that cannot be told refuses the write with nothing changed) and after storing, before it answers,
+// whatever carries it: the domain calls (unit), a GraphQL mutation and SOAP CreateUser,
 // UpdateUser and DeleteUser through real clients on a listening server.
 import { test } from 'tap'
 import soap from 'soap'
@@ -66,19 +67,30 @@ test('each domain write invalidates exactly its tags, once stored and before it 
   t.equal(await deleteUser(ctx(), ann.id), true)
   t.same(calls.at(-1), { tags: [readTags.user(ann.id), readTags.users].sort(), settled: true, seen: 'gone' }, 'deleteUser')
 
-  const before = calls.length
-  t.equal(await deleteUser(ctx(), ann.id), false)
-  await t.rejects(updateUser(ctx(), 'nobody', { name: 'x' }), { code: 'NOT_FOUND' })
+  let before = calls.length
   await t.rejects(createUser(ctx(null), { name: 'x', email: 'x@example.com' }), { code: 'UNAUTHENTICATED' })
   await t.rejects(createUser(ctx(), { name: 'x', email: 'not an address' }), { code: 'BAD_USER_INPUT' })
-  t.equal(calls.length, before, 'a write that changed nothing invalidates nothing')
+  t.equal(calls.length, before, 'a write refused before the store is reached invalidates nothing')
+  before = calls.length
+  t.equal(await deleteUser(ctx(), ann.id), false)
+  await t.rejects(updateUser(ctx(), 'nobody', { name: 'x' }), { code: 'NOT_FOUND' })
+  t.equal(calls.length, before + 2, 'a write of a missing row: told before only (the store alone knows it is missing)')
 })
 
-test('a failed invalidation fails the write: it is never acknowledged while an old answer may be served', async (t) => {
+test('a failed invalidation fails the write: refused with nothing changed, or, lost after storing, never acknowledged', async (t) => {
   const store = openSqliteStore(':memory:')
   t.teardown(() => store.close())
-  const deps = domain(store, { invalidate: async () => { throw new Error('Redis is down') } })
-  await t.rejects(createUser(createDomainContext(deps, admin), { name: 'Ann', email: 'ann@example.com' }), /Redis is down/)
+  const down = domain(store, { invalidate: async () => { throw new Error('Redis is down') } })
+  await t.rejects(createUser(createDomainContext(down, admin), { name: 'Ann', email: 'ann@example.com' }), {
+    code: 'SERVICE_UNAVAILABLE', message: 'Nothing was changed: the response cache is unavailable; retry shortly'
+  })
+  t.same(await store.listUsers(10), [], 'nothing changed')
+  let calls = 0
+  const lost = domain(store, { invalidate: async () => { if (++calls > 1) throw new Error('Redis is down') } })
+  await t.rejects(createUser(createDomainContext(lost, admin), { name: 'Ann', email: 'ann@example.com' }), {
+    code: 'SERVICE_UNAVAILABLE', message: /^The change was made, but the response cache could not be told of it/
+  })
+  t.equal((await store.listUsers(10)).length, 1, 'stored, but the caller was not told it succeeded')
 })
 
 test('GraphQL mutations and SOAP writes invalidate their tags before their answer is sent', async (t) => {
@@ -108,5 +120,5 @@ test('GraphQL mutations and SOAP writes invalidate their tags before their answe
   t.same(last(), { tags: [readTags.user(sam), readTags.users].sort(), settled: true, seen: null }, 'SOAP UpdateUser')
   await call.DeleteUserAsync!({ id: sam })
   t.same(last(), { tags: [readTags.user(sam), readTags.users].sort(), settled: true, seen: null }, 'SOAP DeleteUser')
-  t.equal(calls.length, 6, 'one invalidation per write, none for reads')
+  t.equal(calls.length, 12, 'two invalidations per write (before and after storing), none for reads')
 })

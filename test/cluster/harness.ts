@@ -475,23 +475,27 @@ ${instances.map((_, index) => server(pinnedPorts[index]!, `graphql_pinned_${inde
 
 // ---------------------------------------------------------------- A whole cluster
 
-export interface Cluster {
+export interface Instances {
   db: Database
   instances: Instance[]
-  lb: LoadBalancer
   redisUrl: string
   redisPrefix: string
   applicationName: string
 }
 
+export interface Cluster extends Instances {
+  lb: LoadBalancer
+}
+
 /**
  * Two (or `size`) instances on a fresh PostgreSQL schema and Redis (the machine's under a fresh prefix,
- * or `redisUrl`), behind nginx. `env` adds settings for every instance.
+ * or `redisUrl`), without a load balancer: for tests that address each instance directly.
+ * `env` adds settings for every instance.
  */
-export async function startCluster (
+export async function startInstances (
   t: TestLike,
   options: { size?: number; env?: Record<string, string>; redisUrl?: string } = {}
-): Promise<Cluster> {
+): Promise<Instances> {
   const db = await createDatabase(t)
   const redisUrl = options.redisUrl ?? REDIS_URL
   if (!options.redisUrl) await requireRedis(redisUrl)
@@ -522,8 +526,17 @@ export async function startCluster (
   const instances = await Promise.all(
     Array.from({ length: options.size ?? 2 }, (_, i) => startInstance(t, `app-${names[i]}`, env))
   )
-  const lb = await startLoadBalancer(t, instances)
-  return { db, instances, lb, redisUrl, redisPrefix, applicationName }
+  return { db, instances, redisUrl, redisPrefix, applicationName }
+}
+
+/** startInstances, behind nginx. */
+export async function startCluster (
+  t: TestLike,
+  options: { size?: number; env?: Record<string, string>; redisUrl?: string } = {}
+): Promise<Cluster> {
+  const started = await startInstances(t, options)
+  const lb = await startLoadBalancer(t, started.instances)
+  return { ...started, lb }
 }
 
 async function requireRedis (url: string): Promise<void> {
@@ -596,20 +609,27 @@ export async function startTcpLink (t: TestLike, targetPort: number): Promise<Tc
   return { port, cut, restore: listen }
 }
 
-/** A SOAP 1.1 request to v1 of UserService, signed in as PARTNER with a fresh PasswordDigest UsernameToken. */
-export function soapEnvelope (operation: string, body: string): string {
+/**
+ * A SOAP 1.1 request to v1 of UserService, signed in as `account` (PARTNER unless given) with a fresh
+ * PasswordDigest UsernameToken.
+ */
+export function soapEnvelope (
+  operation: string,
+  body: string,
+  account: { login: string; password: string } = PARTNER
+): string {
   const nonce = randomBytes(16)
   const created = new Date().toISOString()
   const digest = createHash('sha1')
     .update(nonce)
     .update(created, 'utf8')
-    .update(PARTNER.password, 'utf8')
+    .update(account.password, 'utf8')
     .digest('base64')
   const wsse = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
   const wsu = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
   const profile = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0'
   return '<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/">' +
-    `<soap:Header><wsse:Security xmlns:wsse="${wsse}" xmlns:wsu="${wsu}"><wsse:UsernameToken><wsse:Username>${PARTNER.login}</wsse:Username>` +
+    `<soap:Header><wsse:Security xmlns:wsse="${wsse}" xmlns:wsu="${wsu}"><wsse:UsernameToken><wsse:Username>${account.login}</wsse:Username>` +
     `<wsse:Password Type="${profile}#PasswordDigest">${digest}</wsse:Password>` +
     `<wsse:Nonce EncodingType="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary">${nonce.toString('base64')}</wsse:Nonce>` +
     `<wsu:Created>${created}</wsu:Created></wsse:UsernameToken></wsse:Security></soap:Header>` +

@@ -34,6 +34,26 @@ async function scrape (url: string) {
   return { response, samples: parseMetrics(await response.text()) }
 }
 
+test('the response cache\'s hits, misses, invalidations and bytes held', async (t) => {
+  const { url, token } = await listenTestApp(t)
+  const admin = { authorization: `Bearer ${token('1', 'ADMIN')}` }
+  const read = () => gql(url, '{ user(id: "2") { name } }')
+  t.equal((await read()).headers.get('age'), null, 'executed')
+  t.equal((await read()).headers.get('age'), '0', 'a hit')
+  const renamed = await gql(url, 'mutation { updateUser(id: "2", input: { name: "Ada King" }) { name } }', undefined, admin)
+  t.equal(renamed.body.data.updateUser.name, 'Ada King')
+  const after = await read()
+  t.equal(after.headers.get('age'), null, 'the write dropped it: executed again')
+  t.equal(after.body.data.user.name, 'Ada King')
+
+  const { samples } = await scrape(url)
+  t.equal(samples.get('graphql_response_cache_hits_total'), 1)
+  t.equal(samples.get('graphql_response_cache_misses_total'), 2)
+  t.equal(samples.get('graphql_response_cache_invalidations_total'), 2, 'the write told the cache before and after storing')
+  t.equal(samples.get('graphql_response_cache_errors_total'), 0)
+  t.ok(samples.get('graphql_response_cache_bytes')! > 0, 'the in-process cache holds the answer it kept')
+})
+
 test('GET /metrics exposes requests, latency, GraphQL operations by name and outcome, errors and rate-limit rejections', async (t) => {
   const { url, token } = await listenTestApp(t, { RATE_LIMIT_REQUESTS: '4' })
   const admin = { authorization: `Bearer ${token('1', 'ADMIN')}` }

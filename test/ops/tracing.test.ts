@@ -140,6 +140,32 @@ test('a GraphQL request with a traceparent: server span under it, operation span
   })
 })
 
+test('the response cache\'s word is on the operation span: a miss executes (store spans under it), a hit ends there', async (t) => {
+  const receiver = await otlpReceiver(t)
+  const { app, url } = await listenTestApp(t, {
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json'
+  })
+  const operationOf = async (traceId: string) => {
+    const server = await exported(app, () => receiver.spans.find((s) => s.kind === SERVER && s.traceId === traceId))
+    return exported(app, () => receiver.spans.find((s) => s.parentSpanId === server.spanId))
+  }
+  const traceOf = (headers: Headers) => /^00-([0-9a-f]{32})-/.exec(headers.get('traceparent') ?? '')![1]!
+  const first = await gql(url, 'query Cached { users(limit: 2) { id name } }')
+  t.equal(first.headers.get('age'), null)
+  const miss = await operationOf(traceOf(first.headers))
+  t.equal(miss.attributes['gqs.response_cache'], 'miss')
+  t.ok(receiver.spans.some((s) => s.parentSpanId === miss.spanId && s.kind === CLIENT), 'executed: store spans under it')
+
+  const second = await gql(url, 'query Cached { users(limit: 2) { id name } }')
+  t.equal(second.headers.get('age'), '0')
+  const hit = await operationOf(traceOf(second.headers))
+  t.equal(hit.name, 'query Cached')
+  t.equal(hit.attributes['gqs.response_cache'], 'hit')
+  t.equal(hit.attributes['gqs.operation.cost'], second.body.extensions.cost.requested, 'charged as if executed')
+  t.notOk(receiver.spans.some((s) => s.parentSpanId === hit.spanId), 'nothing executed under a hit')
+})
+
 test('a refused operation is a failed span with its code; without a traceparent the request starts a trace', async (t) => {
   const receiver = await otlpReceiver(t)
   const { app, url } = await listenTestApp(t, {

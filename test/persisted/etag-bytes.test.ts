@@ -27,7 +27,9 @@ for (const { padding, remembered } of [{ padding: 8000, remembered: false }, { p
         PERSISTED_MANIFEST: MANIFEST_FILE,
         ...NO_SHEDDING,
         CACHE_MAX_BYTES: String(256 * 1024),
-        RATE_LIMIT_REQUESTS: '10000'
+        RATE_LIMIT_REQUESTS: '10000',
+        // The per-instance ETag memory is what answers without the response cache.
+        RESPONSE_CACHE: 'false'
       },
       { store }
     )

@@ -1,0 +1,93 @@
+// Answers to admitted operations over HTTP, through the shared response cache (app/cache/) when it is on
+// and the operation is a query that reads the service's data. The HTTP exchange (http-exchange.ts) asks
+// here once an operation is admitted (its caller identified, its request and its price paid), so a hit
+// costs a client exactly what an execution does.
+import { createHash } from 'node:crypto'
+import { printSchema, type GraphQLSchema } from 'graphql'
+import { cacheKey, type ResponseCache } from '../../app/cache/response-cache.ts'
+import type { ReadSet } from '../../app/domain/read-tags.ts'
+import { formatResult, type FormatOptions, type GraphQLAnswer } from '../../app/error-format.ts'
+import { cacheScopeOf } from './answer-scope.ts'
+import { withinAnswerCap } from './answer-size.ts'
+import type { Admission, Pipeline } from './pipeline.ts'
+
+/** An answer as sent: the execution's outcome plus our extensions (cost). */
+export interface GraphQLResponseBody extends GraphQLAnswer {
+  extensions?: Record<string, unknown>
+}
+
+/**
+ * One operation's answer. `cached`: the answer's JSON as the response cache holds it (without
+ * `extensions`, which are this request's own and spliced in when sent), and its HTTP `Age` when this
+ * request was answered from the cache rather than executed (null). On such a hit `body` holds only the
+ * extensions: its data is in the JSON, and the instruments read only its errors (it has none).
+ */
+export interface Answered {
+  body: GraphQLResponseBody
+  cached?: { json: string; age: number | null }
+}
+
+export interface CachedAnswersOptions {
+  pipeline: Pick<Pipeline, 'execute' | 'cached'>
+  errorOptions: FormatOptions
+  /** The shared cache of query answers (RESPONSE_CACHE); null when it is off. */
+  responseCache: ResponseCache | null
+  /** The executable schema: who may share an answer depends on its field rules (answer-scope.ts). */
+  schema: () => GraphQLSchema
+  /** The answer cap in UTF-8 bytes: an answer over it is not kept (the exchange replaces it by its error). */
+  maxAnswerBytes: number
+}
+
+/** A cached answer is a query's that reads the service's data: never a mutation's, nor introspection's. */
+const cacheable = (admission: Admission) => admission.operation.type === 'query' && !admission.operation.introspects
+
+/** `answerAdmitted(admission)`: the admitted operation's answer, from the cache or executed. */
+export function createCachedAnswers (options: CachedAnswersOptions) {
+  const { pipeline, errorOptions, responseCache, schema, maxAnswerBytes } = options
+
+  /**
+   * The schema's identity in cache keys: instances on another version of the schema (a rolling deploy)
+   * sharing Redis keep their own entries, while invalidations, by read tag, reach all of them.
+   */
+  let schemaHash: string | undefined
+  const schemaVersion = () =>
+    (schemaHash ??= createHash('sha256').update(printSchema(schema())).digest('base64url').slice(0, 16))
+
+  /**
+   * An admitted query through the response cache: its entry when one is valid (a hit: nothing executes),
+   * else executed once for every concurrent request of the same key, recording what it reads, and kept
+   * unless it has errors or is over the answer cap. The key: the operation (on this schema), its coerced
+   * variables, and who may share its answer (answer-scope.ts).
+   */
+  async function throughCache (cache: ResponseCache, admission: Admission): Promise<Answered> {
+    const extensions = { cost: admission.cost }
+    const scope = cacheScopeOf(admission.operation, admission.caller, schema())
+    const key = cacheKey(`${schemaVersion()}:${admission.operation.key}`, admission.variables, scope)
+    const hit = await cache.lookup(key)
+    if (hit) {
+      pipeline.cached(admission, 'hit')
+      return { body: { extensions }, cached: { json: hit.body, age: cache.ageOf(hit) } }
+    }
+    let executed: GraphQLResponseBody | undefined
+    const filled = await cache.fill(key, async () => {
+      pipeline.cached(admission, 'miss')
+      const reads: ReadSet = new Set()
+      executed = formatResult(await pipeline.execute(admission, undefined, reads), errorOptions)
+      const json = JSON.stringify(executed)
+      return { body: json, tags: reads, store: executed.errors === undefined && withinAnswerCap(json, maxAnswerBytes) }
+    })
+    // Waited for a concurrent request's execution of the same key: answered from it, as a hit.
+    if (!filled.executed) pipeline.cached(admission, 'hit')
+    const body = executed ?? {}
+    body.extensions = extensions
+    if (!filled.storable) return { body }
+    return { body, cached: { json: filled.entry.body, age: filled.executed ? null : cache.ageOf(filled.entry) } }
+  }
+
+  return async function answerAdmitted (admission: Admission): Promise<Answered> {
+    if (responseCache && cacheable(admission)) return throughCache(responseCache, admission)
+    const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
+    body.extensions = { cost: admission.cost }
+    return { body }
+  }
+}
