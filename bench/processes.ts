@@ -126,8 +126,7 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
   const logPath = join(options.logDir, `${options.name.replace(/[^a-z0-9-]+/gi, '_')}-${port}.log`)
   const logFd = openSync(logPath, 'w')
   const command = [process.execPath, ...(options.nodeArgs ?? []), options.script]
-  const pinned = serverCpu === null ? command : ['taskset', '-c', String(serverCpu), ...command]
-  const child: ChildProcess = spawn(pinned[0]!, pinned.slice(1), {
+  const child: ChildProcess = spawn(command[0]!, command.slice(1), {
     cwd: REPO_ROOT,
     // Only what we pass: nothing from the shell running the benchmark leaks into a measured process.
     env: {
@@ -178,7 +177,12 @@ async function startOnce (options: StartOptions): Promise<ServerProcess> {
     try {
       const response = await fetch(readyUrl, { signal: AbortSignal.timeout(1000) })
       await response.arrayBuffer()
-      if (response.ok) return server
+      if (response.ok) {
+        // Pinned once ready, every thread (-a): starting up (loading and compiling modules) may use any CPU,
+        // so the servers of a group, started at once, are ready sooner; nothing is measured before this.
+        if (serverCpu !== null) execFileSync('taskset', ['-a', '-cp', String(serverCpu), String(child.pid)], { stdio: 'ignore' })
+        return server
+      }
     } catch {
       // not listening yet
     }
