@@ -598,7 +598,8 @@ async function runGroup (group: Group): Promise<Result[]> {
       results.push(m.result)
     }
   } finally {
-    for (const server of servers) await server.stop()
+    // At once, as they were started: each stop is a graceful close that waits for the process to exit.
+    await Promise.all(servers.map((server) => server.stop()))
   }
   const order = [group.limit, group.rest, ...group.guarded, ...group.scenarios].map((s) => s.name)
   return results.sort((a, b) => order.indexOf(a.name) - order.indexOf(b.name))
