@@ -36,7 +36,7 @@ const ENTRY_OVERHEAD = 512
 const charBytes = (text: string) => (/[^\u0000-\u00ff]/.test(text) ? 2 : 1) * text.length // eslint-disable-line no-control-regex
 
 export function entryBytes (key: string, entry: CachedAnswer): number {
-  let bytes = ENTRY_OVERHEAD + key.length + entry.etag.length + charBytes(entry.body)
+  let bytes = ENTRY_OVERHEAD + key.length + charBytes(entry.body)
   for (const tag of entry.tags) bytes += 24 + charBytes(tag)
   return bytes
 }

@@ -3,7 +3,7 @@
 // - `<prefix>rc:seq`: the write sequence. Each invalidation takes the next value, at least Redis's
 //   clock in microseconds, so the sequence never goes back even if the key is lost;
 // - `<prefix>rc:mark:<tag>`: the sequence of the tag's last invalidation;
-// - `<prefix>rc:entry:<SHA-256 of the key>`: an entry, `[since, createdAt, etag, ...tags]` as JSON, a
+// - `<prefix>rc:entry:<SHA-256 of the key>`: an entry, `[since, createdAt, ...tags]` as JSON, a
 //   newline, the body.
 // Every key expires: entries `ttlMs` after their computation began at most, marks and the sequence
 // `ttlMs` (plus a margin) after their last write, by which time every entry that began before it has
@@ -30,7 +30,7 @@ local value = redis.call('GET', KEYS[1])
 if not value then return false end
 local head = cjson.decode(string.sub(value, 1, string.find(value, '\\n', 1, true) - 1))
 local since = head[1]
-local i = 4
+local i = 3
 while i <= #head do
   local marks = {}
   for j = i, math.min(i + 199, #head) do marks[#marks + 1] = ARGV[1] .. head[j] end
@@ -117,12 +117,12 @@ export class RedisCacheStore implements CacheStore {
     const value = await this.#redis.responseCacheGet(this.#entryKey(key), this.#markPrefix)
     if (value === null) return null
     const newline = value.indexOf('\n')
-    const [, createdAt, etag, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, string, ...string[]]
-    return { body: value.slice(newline + 1), etag, createdAt, tags }
+    const [, createdAt, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, ...string[]]
+    return { body: value.slice(newline + 1), createdAt, tags }
   }
 
   async set (key: string, entry: CachedAnswer, since: number, ttlMs: number): Promise<boolean> {
-    const head = JSON.stringify([since, entry.createdAt, entry.etag, ...entry.tags])
+    const head = JSON.stringify([since, entry.createdAt, ...entry.tags])
     const stored = await this.#redis.responseCacheSet(
       this.#entryKey(key),
       this.#markPrefix,

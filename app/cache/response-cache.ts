@@ -2,9 +2,10 @@
 // charges the request first, then asks `lookup`, and on a miss `fill`s the entry with the execution.
 //
 // An entry is one answer as sent, less its per-request part (`extensions`: the caller splices its own in
-// at send time with `withExtensions`), with its ETag, the time its computation started (`Age`) and the
-// read tags (app/domain/read-tags.ts) of everything it read. A write drops, through `invalidate`, every
-// entry that read one of the tags it changed.
+// at send time with `withExtensions`), with the time its computation started (`Age`) and the read tags
+// (app/domain/read-tags.ts) of everything it read. It keeps no ETag: the bytes a request receives
+// include its own extensions, so the carrier derives the validator from what it sends. A write drops,
+// through `invalidate`, every entry that read one of the tags it changed.
 //
 // Staleness is closed by sequence numbers instead of messages between instances. The store keeps a
 // write sequence, and per tag the sequence of its last invalidation (a "mark"). A fill notes the sequence
@@ -14,14 +15,11 @@
 // returns, no lookup on any instance sharing the store returns what the write changed: there is no
 // window. (Marks are kept as long as an entry can live: entries expire `ttlMs` after their computation
 // started, so an older mark can no longer concern any entry.)
-import { createHash } from 'node:crypto'
 
 /** An answer kept by the cache. */
 export interface CachedAnswer {
   /** The answer's JSON as sent, without `extensions` (see withExtensions). */
   body: string
-  /** A strong ETag of `body` (quoted). A carrier that varies the representation (media type) derives its own. */
-  etag: string
   /** When its computation started (epoch ms): the HTTP `Age` is now less this. */
   createdAt: number
   /** What it read (read tags). */
@@ -129,8 +127,6 @@ export function ageOf (entry: CachedAnswer, now: number): number {
   return Math.max(0, Math.floor((now - entry.createdAt) / 1000))
 }
 
-const etagOf = (body: string) => `"${createHash('sha256').update(body).digest('base64url').slice(0, 27)}"`
-
 interface Flight {
   entry: CachedAnswer
   storable: boolean
@@ -214,7 +210,6 @@ export class ResponseCache {
     const computed = await compute()
     const entry: CachedAnswer = {
       body: computed.body,
-      etag: computed.store ? etagOf(computed.body) : '',
       createdAt,
       tags: [...computed.tags]
     }

@@ -189,9 +189,11 @@ test(`${TOTAL} mutations through the load balancer while an instance restarts gr
   t.equal(figures.found, figures.acknowledged, 'each acknowledged write found once, with the id the client was given')
   t.equal(figures.duplicated, 0, 'no write applied twice')
   t.ok(figures.acknowledged >= TOTAL * 0.99, `nearly everything acknowledged (${figures.acknowledged}/${TOTAL})`)
-  // Whatever failed was answered clearly: a status and a code from the catalogue, never a hang.
+  // Whatever failed was answered clearly, never a hang: a code from the catalogue, with its HTTP status
+  // or, for an error met while executing (SERVICE_UNAVAILABLE when the response cache could not be told
+  // of a write in time: Redis answered after COMMAND_TIMEOUT_MS on a starved machine), in a 200 answer.
   for (const o of failed) {
-    if (!(o.status >= 400 && typeof o.code === 'string' && /^[A-Z_]+$/.test(o.code))) {
+    if (!((o.status >= 400 || o.status === 200) && typeof o.code === 'string' && /^[A-Z_]+$/.test(o.code))) {
       t.fail(`an unclear failure: ${JSON.stringify(o)}`)
       break
     }
