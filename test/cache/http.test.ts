@@ -39,6 +39,15 @@ test('a SOAP write (UpdateUser by node-soap) is seen by the next GraphQL read', 
   t.equal(read.headers.get('age'), null)
 })
 
+test('variables written in another order, or with a declared default left out, are the same entry', async (t) => {
+  const { url } = await listenTestApp(t)
+  const query = 'query ($id: ID!, $withName: Boolean! = true) { user(id: $id) { id name @include(if: $withName) } }'
+  t.equal((await gql(url, query, { id: '2', withName: true })).headers.get('age'), null, 'executed')
+  t.equal((await gql(url, query, { withName: true, id: '2' })).headers.get('age'), '0', 'another key order: a hit')
+  t.equal((await gql(url, query, { id: '2' })).headers.get('age'), '0', 'the default, coerced: a hit')
+  t.equal((await gql(url, query, { id: '3', withName: true })).headers.get('age'), null, 'other values: executed')
+})
+
 test('each operation of a batch is answered from the cache on its own, with its own cost', async (t) => {
   const { url } = await listenTestApp(t, { MAX_BATCH_SIZE: '3' })
   await gql(url, USER_2)

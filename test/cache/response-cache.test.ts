@@ -26,9 +26,9 @@ function gated (computed: () => Computed) {
   }
 }
 
-test('the key is the plan, the canonical variables and the scope', async (t) => {
-  t.equal(cacheKey('p1', { a: 1, b: { c: [1, 2], d: 'x' } }, 'public'), cacheKey('p1', { b: { d: 'x', c: [1, 2] }, a: 1 }, 'public'),
-    'key order does not matter')
+test('the key is the plan, the coerced variables and the scope', async (t) => {
+  // (The pipeline coerces variables in their definitions' order: the order a client writes them in does
+  // not reach the key, as test/cache/http.test.ts shows through a listening server.)
   t.equal(cacheKey('p1', { a: 1, z: undefined }, 'public'), cacheKey('p1', { a: 1 }, 'public'), 'an undefined field is absent')
   const keys = new Set([
     cacheKey('p1', { a: 1 }, 'public'),
@@ -42,10 +42,9 @@ test('the key is the plan, the canonical variables and the scope', async (t) => 
   ])
   t.equal(keys.size, 8, 'plans, values, list orders and scopes are told apart')
   t.not(cacheKey('a\n', {}, 'b'), cacheKey('a', {}, '\nb'), 'parts cannot run into each other')
-  t.equal(cacheKey('p', {}, 's'), cacheKey('p', null, 's'), 'null variables are no variables')
 })
 
-test('a hit gives the body, ETag, age and tags; the caller splices its own extensions', async (t) => {
+test('a hit gives the body, age and tags; the caller splices its own extensions', async (t) => {
   let now = 1_000_000
   const { cache } = memoryCache({ now: () => now })
   const key = cacheKey('p', {}, 'public')
