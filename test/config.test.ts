@@ -8,6 +8,16 @@ import { spawnService } from './helpers/server-process.ts'
 
 const SECRET = 'a-production-secret-of-at-least-32-characters'
 
+/** The problems loadConfig reports for `env` (none when it loads). */
+function problems (env: Record<string, string>): string[] {
+  try {
+    loadConfig(env)
+    return []
+  } catch (err) {
+    return (err as ConfigError).problems
+  }
+}
+
 test('development profile: open for building, fixed development secret, embedded store', async (t) => {
   const config = loadConfig({})
   t.equal(config.profile, 'development')
@@ -142,14 +152,6 @@ test('a logged error that quotes a URL setting shows it without credentials', as
 })
 
 test('a malformed DATABASE_URL or REDIS_URL names its setting at start, with the other problems, without its value', async (t) => {
-  const problems = (env: Record<string, string>) => {
-    try {
-      loadConfig(env)
-      return []
-    } catch (err) {
-      return (err as ConfigError).problems
-    }
-  }
   for (const value of ['database', 'postgres//user:s3cret@db/app', 'postgres://user:s3cret@data base/app', 'mysql://user@db/app', 'localhost:5432/app']) {
     const found = problems({ DATABASE_URL: value })
     t.match(found, [/^DATABASE_URL .*postgres:\/\/user:password@host:5432\/database/], `DATABASE_URL=${value}`)
@@ -173,14 +175,6 @@ test('a malformed DATABASE_URL or REDIS_URL names its setting at start, with the
 })
 
 test('each invalid variable is one line in Ajv\'s words, and the other checks still run on the valid ones', async (t) => {
-  const problems = (env: Record<string, string>) => {
-    try {
-      loadConfig(env)
-      return []
-    } catch (err) {
-      return (err as ConfigError).problems
-    }
-  }
   t.same(problems({
     PORT: 'x',
     BODY_LIMIT_BYTES: '10',

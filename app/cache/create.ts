@@ -17,12 +17,6 @@ export interface ResponseCacheSettings {
   maxBytes: number
 }
 
-export const DEFAULT_RESPONSE_CACHE_SETTINGS: ResponseCacheSettings = {
-  enabled: true,
-  ttlMs: DEFAULT_TTL_MS,
-  maxBytes: DEFAULT_MAX_BYTES
-}
-
 /** The service's Redis as plugins/redis.ts decorates it: its client (null in the embedded default), its key naming. */
 export interface CacheRedis {
   client: Redis | null

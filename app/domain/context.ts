@@ -72,12 +72,8 @@ export function assertBeforeDeadline (ctx: DomainContext): void {
  * is made only when the caches were reachable a moment before (the one case left is a Redis lost in
  * between: `changed`).
  */
-export async function changing (ctx: DomainContext, tags: readonly string[]): Promise<void> {
-  try {
-    if (ctx.invalidation) await ctx.invalidation.invalidate(tags)
-  } catch {
-    throw new AppError('SERVICE_UNAVAILABLE', 'Nothing was changed: the response cache is unavailable; retry shortly')
-  }
+export function changing (ctx: DomainContext, tags: readonly string[]): Promise<void> {
+  return tellCaches(ctx, tags, 'Nothing was changed: the response cache is unavailable; retry shortly')
 }
 
 /**
@@ -85,14 +81,21 @@ export async function changing (ctx: DomainContext, tags: readonly string[]): Pr
  * cache. If that fails, the change is made but not acknowledged, and the caller is told so (its cached
  * answers may show the old value until they expire).
  */
-export async function changed (ctx: DomainContext, tags: readonly string[]): Promise<void> {
+export function changed (ctx: DomainContext, tags: readonly string[]): Promise<void> {
+  return tellCaches(
+    ctx,
+    tags,
+    'The change was made, but the response cache could not be told of it: reads may show the old value until their cached answers expire. Do not repeat the change'
+  )
+}
+
+/** Tells the invalidation port of `tags`; a failure is SERVICE_UNAVAILABLE in `failure`'s words. */
+async function tellCaches (ctx: DomainContext, tags: readonly string[], failure: string): Promise<void> {
+  if (!ctx.invalidation) return
   try {
-    if (ctx.invalidation) await ctx.invalidation.invalidate(tags)
+    await ctx.invalidation.invalidate(tags)
   } catch {
-    throw new AppError(
-      'SERVICE_UNAVAILABLE',
-      'The change was made, but the response cache could not be told of it: reads may show the old value until their cached answers expire. Do not repeat the change'
-    )
+    throw new AppError('SERVICE_UNAVAILABLE', failure)
   }
 }
 

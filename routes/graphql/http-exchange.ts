@@ -176,9 +176,10 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
   })
   // With the response cache on, its shared entries answer If-None-Match (on any instance, after the
   // request is paid for); the per-instance memory of ETags is only for a service running without it.
+  const rememberEtags = responseCache === null
   const httpCache = createHttpCache({
     maxAgeSec: config.cacheMaxAgeSec,
-    maxEntries: responseCache ? 0 : config.cacheMaxEntries,
+    maxEntries: rememberEtags ? config.cacheMaxEntries : 0,
     maxBytes: config.cacheMaxBytes
   })
 
@@ -340,7 +341,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
   // another origin cannot send without a preflight that CORS_ORIGINS answers. So a GET a page can
   // forge is an anonymous read whose answer that page cannot see: no cross-site request forgery.
   async function get (input: HttpExchangeInput, out: HttpAnswer): Promise<HttpAnswer> {
-    if (!responseCache && httpCache.answeredNotModified(input, out.headers)) return notModified(out)
+    if (rememberEtags && httpCache.answeredNotModified(input, out.headers)) return notModified(out)
     const query = input.query as Record<string, unknown>
     const accept = input.headers.accept
     const answered = await answer(input, out, {

@@ -3,19 +3,22 @@
 import t0, { test } from 'tap'
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { DEFAULT_RESPONSE_CACHE_SETTINGS, createResponseCache } from '../../app/cache/create.ts'
+import { createResponseCache } from '../../app/cache/create.ts'
 import { type ResponseCache } from '../../app/cache/response-cache.ts'
 import { createDomainContext, type DomainDeps } from '../../app/domain/context.ts'
 import { listMessages, postMessage } from '../../app/domain/messages.ts'
 import type { ReadSet } from '../../app/domain/read-tags.ts'
 import { createUser, deleteUser, getUser, listUsers, updateUser } from '../../app/domain/users.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
+import { testConfig } from '../helpers/app.ts'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const prefix = `test-response-cache-create-${randomUUID()}:`
 const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, commandTimeout: 2000 })
 /** The embedded default: no Redis, the cache in process. */
 const local = { client: null, key: (name: string) => name }
+/** The settings as the service reads them by default. */
+const DEFAULTS = testConfig().responseCache
 t0.teardown(async () => {
   const keys = await redis.keys(`${prefix}*`)
   if (keys.length > 0) await redis.del(...keys)
@@ -23,14 +26,14 @@ t0.teardown(async () => {
 })
 
 test('off, in process (bounded in bytes), or on Redis (shared)', async (t) => {
-  t.equal(createResponseCache({ ...DEFAULT_RESPONSE_CACHE_SETTINGS, enabled: false }, local), null)
-  const small = createResponseCache({ ...DEFAULT_RESPONSE_CACHE_SETTINGS, maxBytes: 2000 }, local)!
+  t.equal(createResponseCache({ ...DEFAULTS, enabled: false }, local), null)
+  const small = createResponseCache({ ...DEFAULTS, maxBytes: 2000 }, local)!
   await small.fill('big', async () => ({ body: JSON.stringify('x'.repeat(5000)), tags: [], store: true }))
   t.equal(await small.lookup('big'), null, 'the byte bound applies')
   t.equal(small.stats().bytes, 0)
   const shared = { client: redis, key: (name: string) => prefix + name }
-  const one = createResponseCache(DEFAULT_RESPONSE_CACHE_SETTINGS, shared)!
-  const two = createResponseCache(DEFAULT_RESPONSE_CACHE_SETTINGS, shared)!
+  const one = createResponseCache(DEFAULTS, shared)!
+  const two = createResponseCache(DEFAULTS, shared)!
   await one.fill('k', async () => ({ body: '{"data":1}', tags: ['users'], store: true }))
   t.equal((await two.lookup('k'))?.body, '{"data":1}')
   t.equal(two.stats().bytes, null)
@@ -39,7 +42,7 @@ test('off, in process (bounded in bytes), or on Redis (shared)', async (t) => {
 test('answers computed through the domain are dropped by the domain writes that change them', async (t) => {
   const store = openSqliteStore(':memory:')
   t.teardown(() => store.close())
-  const cache = createResponseCache(DEFAULT_RESPONSE_CACHE_SETTINGS, local)!
+  const cache = createResponseCache(DEFAULTS, local)!
   const deps: DomainDeps = {
     store,
     events: { publish: async () => {} },

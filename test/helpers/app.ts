@@ -1,5 +1,6 @@
 // Builds the app for a test: its own in-memory store (or a PostgreSQL schema of its own), port 0,
 // closed when the test ends. Tests run in parallel, so nothing here is shared between files.
+import { Writable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../../app/app.ts'
 import { loadConfig, type Config } from '../../app/config.ts'
@@ -29,6 +30,18 @@ export function testConfig (env: Record<string, string> = {}): Config {
     PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0',
     ...env
   })
+}
+
+/** A logger destination that keeps the lines written to it (pass `stream` as buildApp's `logger: { stream }`). */
+export function capturedLog (): { lines: string[]; stream: Writable } {
+  const lines: string[] = []
+  const stream = new Writable({
+    write (chunk, _enc, cb) {
+      lines.push(...String(chunk).split('\n').filter(Boolean))
+      cb()
+    }
+  })
+  return { lines, stream }
 }
 
 export interface TestApp {

@@ -10,20 +10,23 @@ import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY, type TestLike } from '../help
 
 const TRIES = 6
 
+/** The development service on an ephemeral port, logging at info, with its store in `dir`. */
+const serviceEnv = (dir: string) => ({
+  PORT: '0',
+  HOST: '127.0.0.1',
+  LOG_LEVEL: 'info',
+  SQLITE_PATH: `${dir}/service.db`,
+  JWT_SECRET: TEST_JWT_SECRET,
+  PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY
+})
+
 /** `npm start` in a process group of its own, as a terminal runs it; SIGINT to the group, as Ctrl+C sends it. */
 async function startThenCtrlC (t: TestLike, dir: string): Promise<{ exit: number | string | null; output: string }> {
   const child = spawn('npm', ['start'], {
     cwd: REPO,
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: processEnv({
-      PORT: '0',
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'info',
-      SQLITE_PATH: `${dir}/service.db`,
-      JWT_SECRET: TEST_JWT_SECRET,
-      PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY
-    })
+    env: processEnv(serviceEnv(dir))
   })
   t.teardown(() => { try { process.kill(-child.pid!, 'SIGKILL') } catch { /* already gone */ } })
   let output = ''
@@ -56,14 +59,7 @@ test(`Ctrl+C on npm start (SIGINT to npm and the service together) shuts down gr
 
 test('copies of one stop signal arriving while the service shuts down (npm forwarding, a terminal) never cut it short', async (t) => {
   const dir = t.testdir()
-  const service = await startService(t, {
-    PORT: '0',
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'info',
-    SQLITE_PATH: `${dir}/service.db`,
-    JWT_SECRET: TEST_JWT_SECRET,
-    PARTNER_SECRET_KEY: TEST_PARTNER_SECRET_KEY
-  })
+  const service = await startService(t, serviceEnv(dir))
   // The first SIGINT starts the shutdown; copies follow every millisecond until the process is gone,
   // so one lands whatever the shutdown is doing at that moment (Node restoring the default action between
   // two listeners, as close-with-grace did, was such a moment).

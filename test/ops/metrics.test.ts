@@ -1,12 +1,11 @@
 // Prometheus metrics (on the API port in development, on METRICS_PORT
 // when set) and request ids, through a listening server.
 import { test } from 'tap'
-import { Writable } from 'node:stream'
 import { buildApp } from '../../app/app.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { mintToken } from '../../cli/mint-token.ts'
-import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
+import { capturedLog, gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { collect, eventually, sseClient, wsClient } from '../subscriptions/clients.ts'
 import { freePort } from '../helpers/server-process.ts'
 
@@ -152,13 +151,7 @@ test('operation names are bounded: a client cannot grow the label set without li
 })
 
 test('every response carries a request id; the load balancer\'s x-request-id is kept; log lines carry it', async (t) => {
-  const lines: string[] = []
-  const stream = new Writable({
-    write (chunk, _enc, cb) {
-      lines.push(...String(chunk).split('\n').filter(Boolean))
-      cb()
-    }
-  })
+  const { lines, stream } = capturedLog()
   const config = testConfig({ LOG_LEVEL: 'info', TRUST_PROXY: '127.0.0.1' })
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)

@@ -5,12 +5,11 @@
 import { test } from 'tap'
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { Writable } from 'node:stream'
 import pg from 'pg'
 import { openPostgresStore } from '../../app/store/postgres.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { buildApp } from '../../app/app.ts'
-import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
+import { capturedLog, gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { freshSchema, postgresRelay, TEST_DATABASE_URL } from '../helpers/postgres.ts'
 import { REPO } from '../helpers/server-process.ts'
 
@@ -103,13 +102,7 @@ test('a PostgreSQL database that refuses connections (55000): SERVICE_UNAVAILABL
   const store = await openPostgresStore({ url: databaseUrl.href, poolSize: 2, applicationName })
   t.teardown(() => store.close())
   await loadDemoData(store)
-  const lines: string[] = []
-  const stream = new Writable({
-    write (chunk, _enc, cb) {
-      lines.push(...String(chunk).split('\n').filter(Boolean))
-      cb()
-    }
-  })
+  const { lines, stream } = capturedLog()
   const app = await buildApp(testConfig({ LOG_LEVEL: 'info', ...NO_RESPONSE_CACHE }), { store, logger: { stream } })
   t.teardown(() => app.close())
   const url = await app.listen({ host: '127.0.0.1', port: 0 })

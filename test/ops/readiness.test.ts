@@ -2,10 +2,9 @@
 // of store and Redis pings: calls share one check, and a finished check answers for READINESS_CACHE_MS.
 // Nor a flood of log lines: the probes have no access line (metrics count them).
 import { test } from 'tap'
-import { Writable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { buildApp } from '../../app/app.ts'
-import { listenTestApp, testConfig } from '../helpers/app.ts'
+import { capturedLog, listenTestApp, testConfig } from '../helpers/app.ts'
 import { countingStore } from '../helpers/counting-store.ts'
 
 test('200 concurrent and 200 rapid calls to /health/ready make one store check and one of every other dependency', async (t) => {
@@ -51,13 +50,7 @@ test('after READINESS_CACHE_MS the next call checks again, and sees a failure', 
 test('a flood of health probes costs the cheapest path: one store check, no access line, still counted in metrics', async (t) => {
   const { store, calls } = countingStore()
   t.teardown(() => store.close())
-  const lines: string[] = []
-  const stream = new Writable({
-    write (chunk, _enc, cb) {
-      lines.push(...String(chunk).split('\n').filter(Boolean))
-      cb()
-    }
-  })
+  const { lines, stream } = capturedLog()
   // Production's logging (info: the access log's hand-made path); metrics on the API port as in development.
   const config = testConfig({ LOG_LEVEL: 'info', READINESS_CACHE_MS: '60000', MAX_CONNECTIONS_PER_IP: '0' })
   const app = await buildApp(config, { store, logger: { stream } })

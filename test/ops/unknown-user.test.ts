@@ -2,14 +2,13 @@
 // made as that user is refused as the credential's fault, in the interface's shape, on both stores,
 // with nothing stored and nothing logged as a server error.
 import { test } from 'tap'
-import { Writable } from 'node:stream'
 import { buildApp } from '../../app/app.ts'
 import { openPostgresStore } from '../../app/store/postgres.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import type { Store } from '../../app/store/types.ts'
 import { mintToken } from '../../cli/mint-token.ts'
-import { gql, testConfig, type TestLike } from '../helpers/app.ts'
+import { capturedLog, gql, testConfig, type TestLike } from '../helpers/app.ts'
 import { freshSchema, TEST_DATABASE_URL } from '../helpers/postgres.ts'
 
 const POST = 'mutation { postMessage(roomId: "gone", content: "hello") { id } }'
@@ -23,13 +22,7 @@ for (const [kind, open] of Object.entries(stores)) {
   test(`${kind}: postMessage with a token whose user is deleted or never known is UNAUTHENTICATED, no stack logged`, async (t) => {
     const store = await open(t)
     await loadDemoData(store)
-    const lines: string[] = []
-    const stream = new Writable({
-      write (chunk, _enc, cb) {
-        lines.push(...String(chunk).split('\n').filter(Boolean))
-        cb()
-      }
-    })
+    const { lines, stream } = capturedLog()
     const config = testConfig({ NODE_ENV: 'production', PERSISTED_ONLY: 'false', LOG_LEVEL: 'info' })
     const app = await buildApp(config, { store, logger: { stream } })
     t.teardown(async () => { await app.close(); await store.close() })
