@@ -4,7 +4,7 @@
 // costs a client exactly what an execution does.
 import { createHash } from 'node:crypto'
 import { printSchema, type GraphQLSchema } from 'graphql'
-import { cacheKey, type ResponseCache } from '../../app/cache/response-cache.ts'
+import { cacheKey, type CachedAnswer, type ResponseCache } from '../../app/cache/response-cache.ts'
 import type { ReadSet } from '../../app/domain/read-tags.ts'
 import { formatResult, type FormatOptions, type GraphQLAnswer } from '../../app/error-format.ts'
 import { cacheScopeOf } from './answer-scope.ts'
@@ -17,14 +17,14 @@ export interface GraphQLResponseBody extends GraphQLAnswer {
 }
 
 /**
- * One operation's answer. `cached`: the answer's JSON as the response cache holds it (without
- * `extensions`, which are this request's own and spliced in when sent), and its HTTP `Age` when this
- * request was answered from the cache rather than executed (null). On such a hit `body` holds only the
- * extensions: its data is in the JSON, and the instruments read only its errors (it has none).
+ * One operation's answer. `cached`: the response cache's entry holding it (its `body` is the answer's
+ * JSON without `extensions`, which are this request's own and spliced in when sent), and its HTTP `Age`
+ * when this request was answered from the cache rather than executed (null). On such a hit `body` holds
+ * only the extensions: its data is in the entry, and the instruments read only its errors (it has none).
  */
 export interface Answered {
   body: GraphQLResponseBody
-  cached?: { json: string; age: number | null }
+  cached?: { entry: CachedAnswer; age: number | null }
 }
 
 export interface CachedAnswersOptions {
@@ -66,7 +66,7 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
     const hit = await cache.lookup(key)
     if (hit) {
       pipeline.cached(admission, 'hit')
-      return { body: { extensions }, cached: { json: hit.body, age: cache.ageOf(hit) } }
+      return { body: { extensions }, cached: { entry: hit, age: cache.ageOf(hit) } }
     }
     let executed: GraphQLResponseBody | undefined
     const filled = await cache.fill(key, async () => {
@@ -81,7 +81,7 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
     const body = executed ?? {}
     body.extensions = extensions
     if (!filled.storable) return { body }
-    return { body, cached: { json: filled.entry.body, age: filled.executed ? null : cache.ageOf(filled.entry) } }
+    return { body, cached: { entry: filled.entry, age: filled.executed ? null : cache.ageOf(filled.entry) } }
   }
 
   return async function answerAdmitted (admission: Admission): Promise<Answered> {

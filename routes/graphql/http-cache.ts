@@ -63,8 +63,9 @@ export interface HttpCache {
   /**
    * A successful answer's JSON, as sent: sets its ETag and caching headers and remembers the ETag;
    * returns true when the client's If-None-Match names it (the exchange then answers 304 without a body).
+   * `etag`: the answer's ETag when the caller already knows it (etagOf the same bytes).
    */
-  cacheable (request: CacheRequest, headers: CacheHeaders, json: string, contentType: string): boolean
+  cacheable (request: CacheRequest, headers: CacheHeaders, json: string, contentType: string, etag?: string): boolean
   /** Any other answer (errors, refusals): never stored. */
   uncacheable (headers: CacheHeaders): void
 }
@@ -103,9 +104,14 @@ export function textHash (...texts: string[]): string {
   return (h1 >>> 0).toString(16).padStart(8, '0') + (h2 >>> 0).toString(16).padStart(8, '0')
 }
 
+/** The strong ETag of an answer sent as `json` with the media type `contentType`. */
+export const etagOf = (contentType: string, json: string) => `"${textHash(contentType, json)}"`
+
 export function createHttpCache (options: HttpCacheOptions): HttpCache {
   const { maxAgeSec } = options
-  const remembered = new LruMap<string, Remembered>(maxAgeSec > 0 ? options.maxEntries : 0, options.maxBytes)
+  // Nothing to remember without a max-age, or with no room (the response cache answers If-None-Match instead).
+  const remembering = maxAgeSec > 0 && options.maxEntries > 0
+  const remembered = new LruMap<string, Remembered>(remembering ? options.maxEntries : 0, options.maxBytes)
   const cacheControl = {
     public: maxAgeSec > 0 ? `public, max-age=${maxAgeSec}` : 'public, no-cache',
     private: maxAgeSec > 0 ? `private, max-age=${maxAgeSec}` : 'private, no-cache'
@@ -125,17 +131,16 @@ export function createHttpCache (options: HttpCacheOptions): HttpCache {
   return {
     answeredNotModified (request, headers) {
       const ifNoneMatch = request.headers['if-none-match']
-      if (!ifNoneMatch) return false
+      if (!ifNoneMatch || !remembering) return false
       const known = remembered.get(keyOf(request))
       if (!known || known.expires <= Date.now() || !ifNoneMatchHits(ifNoneMatch, known.etag)) return false
       setCacheHeaders(request, headers, known.etag)
       return true
     },
 
-    cacheable (request, headers, json, contentType) {
-      const etag = `"${textHash(contentType, json)}"`
+    cacheable (request, headers, json, contentType, etag = etagOf(contentType, json)) {
       setCacheHeaders(request, headers, etag)
-      if (maxAgeSec > 0) {
+      if (remembering) {
         const key = keyOf(request)
         const expires = Date.now() + maxAgeSec * 1000
         // The same bytes again (the usual case): the entry is extended in place, without reordering the map.

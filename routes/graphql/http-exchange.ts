@@ -11,7 +11,7 @@
 // (index.ts) identifies the caller first (its route hooks: the request budget counts the caller) and
 // translates the result into its reply.
 import type { IncomingHttpHeaders } from 'node:http'
-import { withExtensions } from '../../app/cache/response-cache.ts'
+import { withExtensions, type CachedAnswer } from '../../app/cache/response-cache.ts'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError } from '../../app/errors.ts'
 import {
@@ -30,7 +30,7 @@ import {
   wantsGraphQLResponse
 } from '../../app/media-types.ts'
 import { withinAnswerCap } from './answer-size.ts'
-import { createHttpCache } from './http-cache.ts'
+import { createHttpCache, etagOf } from './http-cache.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
 import type { Pipeline } from './pipeline.ts'
 import { createCachedAnswers, type Answered, type CachedAnswersOptions, type GraphQLResponseBody } from './cached-answers.ts'
@@ -185,7 +185,23 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
 
   /** One answer's JSON as sent: the cache's text with this request's extensions, or the answer serialised. */
   const jsonOf = ({ body, cached }: Answered) =>
-    cached ? withExtensions(cached.json, body.extensions) : JSON.stringify(body)
+    cached ? withExtensions(cached.entry.body, body.extensions) : JSON.stringify(body)
+
+  /**
+   * The ETags of cached answers as GETs send them, by entry. A GET's extensions are its operation's price
+   * and its caller's budget only, so every GET of one kind (media type, price, budget) answered from an
+   * entry sends the same bytes: their hash is taken once per entry and kind, not on every hit. Weak: a
+   * memo goes with its entry (a few dozen bytes beside it, within the in-process store's estimate).
+   */
+  const cachedEtags = new WeakMap<CachedAnswer, { kind: string; etag: string }>()
+  function etagOfCached (entry: CachedAnswer, cost: CostReport, contentType: string, json: string): string {
+    const kind = `${cost.requested}/${cost.budget} ${contentType}`
+    const known = cachedEtags.get(entry)
+    if (known?.kind === kind) return known.etag
+    const etag = etagOf(contentType, json)
+    cachedEtags.set(entry, { kind, etag })
+    return etag
+  }
 
   /** Sets the answer's body to `answered` serialised; false when it was over the cap and replaced by its error. */
   function serialize (out: HttpAnswer, answered: Answered): boolean {
@@ -362,8 +378,11 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
       httpCache.uncacheable(out.headers)
       return out
     }
+    const json = out.body as string
+    const contentType = out.contentType as string
+    const etag = answered.cached && cost ? etagOfCached(answered.cached.entry, cost, contentType, json) : undefined
     // (A 304 keeps the answer for the instruments: it was made, only its bytes are saved.)
-    if (httpCache.cacheable(input, out.headers, out.body as string, out.contentType as string)) return notModified(out)
+    if (httpCache.cacheable(input, out.headers, json, contentType, etag)) return notModified(out)
     return out
   }
 
