@@ -17,6 +17,7 @@ import {
   type HttpExchangeOptions,
   type HttpExchangeResult
 } from '../routes/graphql/http-exchange.ts'
+import { etagOf } from '../routes/graphql/http-cache.ts'
 import type { Admission, Pipeline } from '../routes/graphql/pipeline.ts'
 
 type FakePipeline = HttpExchangeOptions['pipeline']
@@ -29,7 +30,8 @@ const schema = buildSchema(`
 `)
 
 /**
- * A pipeline that admits any operation at cost 4 (`remaining` going down by 4 a request) and answers
+ * A pipeline that admits any operation at cost 4 (`remaining` going down by 4 a request; a budget of
+ * 1000, 5000 for an ADMIN) and answers
  * `{ hello: <variables.who> }`; a query naming `limited` is refused as the request budget refuses
  * (RATE_LIMITED, retry in 7 s), one naming `failing` answers with an error.
  */
@@ -53,7 +55,7 @@ function fakePipeline () {
           document,
           introspects: query.includes('__schema')
         },
-        cost: { requested: 4, budget: 1000, remaining: remaining -= 4 },
+        cost: { requested: 4, budget: request.caller?.role === 'ADMIN' ? 5000 : 1000, remaining: remaining -= 4 },
         variables: request.params.variables ?? {}
       }
       return admission as unknown as Admission
@@ -261,4 +263,26 @@ test('with the response cache: a persisted GET\'s If-None-Match is answered 304 
   t.equal(again.headers.age, '0')
   t.equal(seen.executed, 1, 'not executed')
   t.equal(seen.admitted.length, 2, 'but admitted: a 304 is paid for like any request')
+})
+
+test('with the response cache: every GET hit carries the ETag of the bytes it sends, whatever hit the entry before', async (t) => {
+  const { cache } = cacheOnClock()
+  const { exchange, seen } = exchangeOver({}, cache)
+  const admin = { id: '1', role: 'ADMIN' as const }
+  const get = (caller: typeof admin | null, accept?: string): HttpExchangeInput => ({
+    method: 'GET', url: '/graphql?id=x', headers: accept ? { accept } : {}, query: { query: '{ hello }' }, caller, ip: '192.0.2.1'
+  })
+  // One shared entry (no guarded field), sent with another budget (ADMIN's) or another media type.
+  const kinds = [
+    get(null), get(admin), get(null, 'application/graphql-response+json'), get(admin, 'application/graphql-response+json'), get(null)
+  ]
+  const etags: string[] = []
+  for (const input of kinds) {
+    const out = answered(await exchange(input))
+    t.equal(out.headers.etag, etagOf(out.contentType!, out.body!), `${out.body} as ${out.contentType}: the hash of its own bytes`)
+    etags.push(out.headers.etag!)
+  }
+  t.equal(new Set(etags.slice(0, 4)).size, 4, 'four kinds of bytes, four ETags')
+  t.equal(etags[4], etags[0], 'the same bytes again, the same ETag')
+  t.equal(seen.executed, 1, 'all but the first were hits of one entry')
 })
