@@ -64,6 +64,8 @@ export interface GraphQLRoomOptions {
 export interface GraphQLRoomInspection {
   /** The pipeline every operation runs through (its `cacheStats`: plans kept for ad-hoc and APQ texts). */
   readonly pipeline: Pipeline
+  /** The HTTP exchange the routes call once the caller is identified (bench/room-cost.ts times it alone). */
+  readonly exchange: RoomCore['exchange']
   /** Open WebSockets, event streams, subscriptions and fan-out topics on this instance. */
   subscriptionStats (): SubscriptionStats
   /** What the persisted manifest's warm-up did at start; null until the server is ready. */
@@ -106,11 +108,13 @@ interface RoomState {
 
 export function createGraphQLRoom (options: GraphQLRoomOptions): GraphQLRoom {
   const state: RoomState = { core: null, persistedWarmUp: null, webSocketClients: () => new Set() }
+  const registered = (): RoomCore => {
+    if (!state.core) throw new Error('The GraphQL room is not registered yet')
+    return state.core
+  }
   const inspection: GraphQLRoomInspection = {
-    get pipeline () {
-      if (!state.core) throw new Error('The GraphQL room is not registered yet')
-      return state.core.pipeline
-    },
+    get pipeline () { return registered().pipeline },
+    get exchange () { return registered().exchange },
     subscriptionStats: () => (state.core ? state.core.streaming.stats() : NO_SUBSCRIPTIONS),
     webSocketClients: () => state.webSocketClients(),
     get persistedWarmUp () { return state.persistedWarmUp }
