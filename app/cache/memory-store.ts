@@ -27,10 +27,12 @@ const DEFAULT_MAX_MARKS = 100_000
 
 /**
  * What an entry keeps alive besides its strings' characters: the entry, record and array objects, the
- * LRU's Map slot, string headers. Measured (bench/response-cache-memory.ts): 767 bytes of heap per entry
- * for a 200-byte answer with one tag (estimate 830), 1612 for a 1000-byte one (estimate 1630).
+ * LRU's Map slot, string headers (512), and the ETag the HTTP exchange remembers beside an entry a GET
+ * hit (routes/graphql/http-exchange.ts: 213 bytes measured, counted as 224). Measured with
+ * bench/response-cache-memory.ts (which sends no GET, so keeps no ETag): 566-767 bytes of heap per entry
+ * for a 200-byte answer with one tag (estimate 1025), 1377-1612 for a 1000-byte one (estimate 1825).
  */
-const ENTRY_OVERHEAD = 512
+const ENTRY_OVERHEAD = 512 + 224
 
 /** V8 stores a string in one byte a character when every character is Latin-1, else in two. */
 const charBytes = (text: string) => (/[^\u0000-\u00ff]/.test(text) ? 2 : 1) * text.length // eslint-disable-line no-control-regex
