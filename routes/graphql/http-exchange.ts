@@ -191,15 +191,20 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
    * The ETags of cached answers as GETs send them, by entry. A GET's extensions are its operation's price
    * and its caller's budget only, so every GET of one kind (media type, price, budget) answered from an
    * entry sends the same bytes: their hash is taken once per entry and kind, not on every hit. Weak: a
-   * memo goes with its entry (a few dozen bytes beside it, within the in-process store's estimate).
+   * memo goes with its entry (about 200 bytes, counted in the in-process store's estimate of an entry).
+   * Only for entries kept in this process: the Redis store hands out a new entry on every lookup.
    */
-  const cachedEtags = new WeakMap<CachedAnswer, { kind: string; etag: string }>()
+  const cachedEtags = responseCache !== null && responseCache.stats().bytes !== null
+    ? new WeakMap<CachedAnswer, { requested: number; budget: number; contentType: string; etag: string }>()
+    : null
   function etagOfCached (entry: CachedAnswer, cost: CostReport, contentType: string, json: string): string {
-    const kind = `${cost.requested}/${cost.budget} ${contentType}`
+    if (!cachedEtags) return etagOf(contentType, json)
     const known = cachedEtags.get(entry)
-    if (known?.kind === kind) return known.etag
+    if (known?.contentType === contentType && known.requested === cost.requested && known.budget === cost.budget) {
+      return known.etag
+    }
     const etag = etagOf(contentType, json)
-    cachedEtags.set(entry, { kind, etag })
+    cachedEtags.set(entry, { requested: cost.requested, budget: cost.budget, contentType, etag })
     return etag
   }
 
