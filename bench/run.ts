@@ -387,7 +387,7 @@ async function warmUp (server: ServerProcess, scenario: HttpScenario): Promise<R
   return total
 }
 
-function startProcess (scenario: {
+async function startProcess (scenario: {
   name: string
   target: 'service' | 'baseline'
   store: StoreKind
@@ -401,14 +401,34 @@ function startProcess (scenario: {
         `--cpu-prof-name=${scenario.name}-${startedAt.toISOString().replace(/[:.]/g, '-')}.cpuprofile`
       ]
     : []
-  return startServer({
+  // Each process on a copy of the seeded file of its own: a service holds its embedded file's instance
+  // lock (one service per file, app/store/sqlite.ts), and the rows must not see each other's writes anyway.
+  const ownFile = scenario.store === 'sqlite' ? join(work, `${scenario.name}-${++sqliteCopies}.db`) : null
+  if (ownFile) copyFileSync(baseEnv.SQLITE_PATH!, ownFile)
+  const server = await startServer({
     name: scenario.name,
     script: scenario.script ?? (scenario.target === 'service' ? 'app/server.ts' : 'bench/baseline-server.ts'),
-    env: { ...envFor(scenario.store), ...scenario.env, LIMIT_BODY_FILE: join(work, 'list-body.json') },
+    env: {
+      ...envFor(scenario.store),
+      ...scenario.env,
+      ...(ownFile ? { SQLITE_PATH: ownFile } : {}),
+      LIMIT_BODY_FILE: join(work, 'list-body.json')
+    },
     logDir: work,
     nodeArgs: profileArgs
   })
+  if (!ownFile) return server
+  const stop = server.stop
+  const files = ['', '-wal', '-shm', '.instance-lock'].map((suffix) => ownFile + suffix)
+  return {
+    ...server,
+    async stop () {
+      await stop()
+      for (const file of files) rmSync(file, { force: true })
+    }
+  }
 }
+let sqliteCopies = 0
 
 /**
  * The scenarios of one shape with their `rest` route and `limit`, measured in interleaved rounds
