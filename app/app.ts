@@ -9,8 +9,10 @@ import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts
 import { connectionCaps, guardListener } from './descriptors.ts'
 import { createResponseCache } from './cache/create.ts'
 import { responseCacheMetrics } from './cache/metrics.ts'
-import type { DomainDeps, Invalidation } from './domain/context.ts'
+import { followStoreChanges } from './cache/store-changes.ts'
+import type { DomainDeps } from './domain/context.ts'
 import { cursorKey } from './domain/pages.ts'
+import { tellingChanges, type Invalidation } from './domain/store-tags.ts'
 import { AppError, type ErrorCode } from './errors.ts'
 import { errorAnswer } from './fastify-errors.ts'
 import type { Store } from './store/types.ts'
@@ -170,14 +172,21 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   // by every write through the domain, whatever carries it.
   const responseCache = createResponseCache(config.responseCache, app.redis, (err) =>
     app.log.warn({ err }, 'response cache unavailable: the request was executed uncached'))
-  if (responseCache) responseCacheMetrics(app.metricsRegistry, responseCache)
-  // The domain's dependencies, built once here and handed to both transports (GraphQL and SOAP).
+  if (responseCache) {
+    responseCacheMetrics(app.metricsRegistry, responseCache)
+    // Changes made beside the service (tools, an operator's SQL) reach the cache too.
+    const changes = followStoreChanges(app.store, responseCache, {
+      onError: (err) => app.log.warn({ err }, 'response cache: a change made outside the service could not be applied yet; answering uncached until it is')
+    })
+    app.addHook('onClose', () => changes.stop())
+  }
+  // The domain's dependencies, built once here and handed to both transports (GraphQL and SOAP). Every
+  // write of its store tells the response cache what it changes (app/domain/store-tags.ts).
   const domain: DomainDeps = {
-    store: app.store,
+    store: tellingChanges(app.store, options.invalidation ?? responseCache ?? undefined),
     events: app.events,
     caps: config.limits,
-    cursorKey: cursorKey(config.cursorSecret),
-    invalidation: options.invalidation ?? responseCache ?? undefined
+    cursorKey: cursorKey(config.cursorSecret)
   }
   // The GraphQL room, in a scope of its own (its hooks run on its routes only). Its instruments: with
   // tracing on, every operation of every transport is a span; its answers and open subscriptions are

@@ -50,6 +50,12 @@ export class LruMap<K, V> {
     if (key === this.#newest) this.#newest = undefined
   }
 
+  clear (): void {
+    this.#map.clear()
+    this.#weight = 0
+    this.#newest = undefined
+  }
+
   get size (): number { return this.#map.size }
   /** The total weight of the entries kept. */
   get weight (): number { return this.#weight }

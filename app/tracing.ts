@@ -162,7 +162,8 @@ export function startTracing (config: TracingConfig): Tracing {
     const traced: Record<string, unknown> = {}
     // Every method, so calls added to the Store interface later are traced without a change here.
     for (const [name, method] of Object.entries(inner)) {
-      if (typeof method !== 'function' || name === 'close') continue
+      // close and watchChanges serve no operation (watchChanges returns its watch at once, not a promise).
+      if (typeof method !== 'function' || name === 'close' || name === 'watchChanges') continue
       traced[name] = (...args: unknown[]) => {
         // Only as part of a traced operation: start-up work and background pings make no root spans.
         if (!trace.getSpan(context.active())) return method.apply(inner, args)

@@ -11,7 +11,9 @@ declare module 'fastify' {
 
 /** Opens the configured store (or takes one given by a test), loads the demo data set into a new embedded store. */
 export default fp(async function store (app: FastifyInstance, opts: { store?: Store }) {
-  const store = opts.store ?? await openStore(app.config)
+  // The service's own store: the embedded file's instance lock, and PostgreSQL writes that announce nothing
+  // (the service tells the caches itself; app/domain/store-tags.ts).
+  const store = opts.store ?? await openStore(app.config, { service: true })
   if (!opts.store && store.kind === 'sqlite' && app.config.demoData) await loadDemoData(store)
   // With tracing on, every store call is a database span (one wrapper, not one edit per method).
   app.decorate('store', app.tracing ? app.tracing.store(store) : store)

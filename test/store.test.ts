@@ -69,15 +69,16 @@ for (const [kind, open] of Object.entries(implementations)) {
       await t.rejects(store.updateUser('007', { email: 'ada@example.com' }), { code: 'CONFLICT' })
     })
 
-    await t.test('messages: newest window of a room, oldest first; deleting a user removes theirs', async (t) => {
+    await t.test('messages: newest window of a room, oldest first; deleting a user removes theirs and names their rooms', async (t) => {
       const [author] = await store.usersByIds(['007'])
       for (let i = 1; i <= 5; i++) await store.createMessage({ roomId: 'r1', content: `m${i}`, authorId: author!.id })
       await store.createMessage({ roomId: 'r2', content: 'other room', authorId: author!.id })
       const window = await store.messagesByRoom('r1', 3)
       t.same(window.map((m) => m.content), ['m3', 'm4', 'm5'])
       t.match(window[0], { roomId: 'r1', authorId: '007', id: /^\d+$/, createdAt: /^\d{4}-\d\d-\d\dT/ })
-      t.equal(await store.deleteUser('007'), true)
-      t.equal(await store.deleteUser('007'), false)
+      const deleted = await store.deleteUser('007')
+      t.same(deleted?.rooms.sort(), ['r1', 'r2'], 'the rooms their messages were deleted from')
+      t.equal(await store.deleteUser('007'), null, 'gone already')
       t.same(await store.messagesByRoom('r1', 10), [])
     })
 

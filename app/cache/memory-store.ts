@@ -110,6 +110,12 @@ export class MemoryCacheStore implements CacheStore {
     }
   }
 
+  async invalidateAll (): Promise<void> {
+    this.#floor = ++this.#seq
+    this.#marks.clear()
+    this.#entries.clear()
+  }
+
   get bytes (): number {
     return this.#entries.weight
   }

@@ -3,6 +3,8 @@
 // - `<prefix>rc:seq`: the write sequence. Each invalidation takes the next value, at least Redis's
 //   clock in microseconds, so the sequence never goes back even if the key is lost;
 // - `<prefix>rc:mark:<tag>`: the sequence of the tag's last invalidation;
+// - `<prefix>rc:floor`: the sequence of the last invalidation of everything (invalidateAll): an entry
+//   that began before it counts as invalidated, whatever its tags;
 // - `<prefix>rc:entry:<SHA-256 of the key>`: an entry, `[since, createdAt, ...tags]` as JSON, a
 //   newline, the body.
 // Every key expires: entries `ttlMs` after their computation began at most, marks and the sequence
@@ -30,6 +32,11 @@ local value = redis.call('GET', KEYS[1])
 if not value then return false end
 local head = cjson.decode(string.sub(value, 1, string.find(value, '\\n', 1, true) - 1))
 local since = head[1]
+local floor = redis.call('GET', ARGV[2])
+if floor and tonumber(floor) > since then
+  redis.call('DEL', KEYS[1])
+  return false
+end
 local i = 3
 while i <= #head do
   local marks = {}
@@ -48,7 +55,9 @@ return value
 
 const SET = `
 local since = tonumber(ARGV[2])
-for i = 5, #ARGV do
+local floor = redis.call('GET', ARGV[5])
+if floor and tonumber(floor) > since then return 0 end
+for i = 6, #ARGV do
   local seq = redis.call('GET', ARGV[1] .. ARGV[i])
   if seq and tonumber(seq) > since then return 0 end
 end
@@ -63,7 +72,8 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return seq
 `
 
-const INVALIDATE = `
+// The next write sequence (KEYS[1]), kept ARGV[2] ms: at least Redis's clock in microseconds.
+const NEXT_SEQUENCE = `
 local time = redis.call('TIME')
 local seq = redis.call('INCR', KEYS[1])
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -72,17 +82,29 @@ if seq < now then
   redis.call('SET', KEYS[1], seq)
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+`
+
+// Marks each tag (ARGV[3..], under the prefix ARGV[1]) with the next sequence.
+const INVALIDATE = `${NEXT_SEQUENCE}
 for i = 3, #ARGV do redis.call('SET', ARGV[1] .. ARGV[i], seq, 'PX', ARGV[2]) end
 return seq
 `
 
+// Records the next sequence as the floor (ARGV[1]): every entry begun before counts as invalidated.
+const INVALIDATE_ALL = `${NEXT_SEQUENCE}
+redis.call('SET', ARGV[1], seq, 'PX', ARGV[2])
+return seq
+`
+
 type Scripts = Redis & {
-  responseCacheGet (entryKey: string, markPrefix: string): Promise<string | null>
+  responseCacheGet (entryKey: string, markPrefix: string, floorKey: string): Promise<string | null>
   responseCacheSet (
-    entryKey: string, markPrefix: string, since: string, ttlMs: number, value: string, ...tags: string[]
+    entryKey: string, markPrefix: string, since: string, ttlMs: number, value: string, floorKey: string,
+    ...tags: string[]
   ): Promise<number>
   responseCacheBegin (seqKey: string, keepMs: number): Promise<string>
   responseCacheInvalidate (seqKey: string, markPrefix: string, keepMs: number, ...tags: string[]): Promise<number>
+  responseCacheInvalidateAll (seqKey: string, floorKey: string, keepMs: number): Promise<number>
 }
 
 export class RedisCacheStore implements CacheStore {
@@ -91,6 +113,7 @@ export class RedisCacheStore implements CacheStore {
   readonly #entryPrefix: string
   readonly #markPrefix: string
   readonly #seqKey: string
+  readonly #floorKey: string
   readonly #keepMs: number
 
   constructor (options: RedisStoreOptions) {
@@ -101,11 +124,13 @@ export class RedisCacheStore implements CacheStore {
       redis.defineCommand('responseCacheSet', { numberOfKeys: 1, lua: SET })
       redis.defineCommand('responseCacheBegin', { numberOfKeys: 1, lua: BEGIN })
       redis.defineCommand('responseCacheInvalidate', { numberOfKeys: 1, lua: INVALIDATE })
+      redis.defineCommand('responseCacheInvalidateAll', { numberOfKeys: 1, lua: INVALIDATE_ALL })
     }
     this.#redis = redis as Scripts
     this.#entryPrefix = options.redisKey('rc:entry:')
     this.#markPrefix = options.redisKey('rc:mark:')
     this.#seqKey = options.redisKey('rc:seq')
+    this.#floorKey = options.redisKey('rc:floor')
     this.#keepMs = options.ttlMs + MARK_MARGIN_MS
   }
 
@@ -114,7 +139,7 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async get (key: string): Promise<CachedAnswer | null> {
-    const value = await this.#redis.responseCacheGet(this.#entryKey(key), this.#markPrefix)
+    const value = await this.#redis.responseCacheGet(this.#entryKey(key), this.#markPrefix, this.#floorKey)
     if (value === null) return null
     const newline = value.indexOf('\n')
     const [, createdAt, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, ...string[]]
@@ -129,6 +154,7 @@ export class RedisCacheStore implements CacheStore {
       String(since),
       Math.ceil(ttlMs),
       `${head}\n${entry.body}`,
+      this.#floorKey,
       ...entry.tags
     )
     return stored === 1
@@ -136,6 +162,10 @@ export class RedisCacheStore implements CacheStore {
 
   async invalidate (tags: readonly string[]): Promise<void> {
     await this.#redis.responseCacheInvalidate(this.#seqKey, this.#markPrefix, this.#keepMs, ...tags)
+  }
+
+  async invalidateAll (): Promise<void> {
+    await this.#redis.responseCacheInvalidateAll(this.#seqKey, this.#floorKey, this.#keepMs)
   }
 
   /** A key name of bounded length whatever the variables (collision-resistant: keys hold callers' scopes). */

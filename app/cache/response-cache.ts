@@ -36,6 +36,8 @@ export interface CacheStore {
   set (key: string, entry: CachedAnswer, since: number, ttlMs: number): Promise<boolean>
   /** Marks the tags invalidated: no lookup returns an entry that read them before. */
   invalidate (tags: readonly string[]): Promise<void>
+  /** Marks everything invalidated: no lookup returns an entry that began before. */
+  invalidateAll (): Promise<void>
   /** Bytes of answers held in this process (null: held elsewhere, e.g. in Redis). */
   readonly bytes: number | null
 }
@@ -81,8 +83,10 @@ export interface CacheStats {
   /** Entries stored, and fills refused because a tag they read was invalidated while they computed. */
   stored: number
   refused: number
-  /** Calls to `invalidate` (one per write). */
+  /** Calls to `invalidate` (two per write: before storing and before answering) and to `invalidateAll`. */
   invalidations: number
+  /** Whether lookups are answered now (false while changes made elsewhere cannot be seen: see `serving`). */
+  serving: boolean
   /** Store failures absorbed (the request executed uncached). */
   errors: number
   /** Bytes of answers held in this process (null with Redis: Redis's own memory). */
@@ -127,6 +131,7 @@ export class ResponseCache {
   /** Computations running, by key: concurrent misses of one key wait for the first (bounded by requests in flight). */
   readonly #flights = new Map<string, Promise<Flight>>()
   readonly #stats = { hits: 0, misses: 0, coalesced: 0, stored: 0, refused: 0, invalidations: 0, errors: 0 }
+  #serving = true
 
   constructor (store: CacheStore, options: ResponseCacheOptions = {}) {
     this.#store = store
@@ -135,9 +140,18 @@ export class ResponseCache {
     this.#now = options.now ?? Date.now
   }
 
+  /**
+   * Whether entries are served and kept. Turned off while changes made beside the service cannot be
+   * seen (store-changes.ts: the store's change feed is down, or what it reported could not be applied):
+   * every request then executes and nothing is kept, so nothing those changes replaced is served.
+   */
+  serve (serving: boolean): void {
+    this.#serving = serving
+  }
+
   /** The entry for `key`, or null (a miss; a store that fails counts as one: the request executes). */
   async lookup (key: string): Promise<CachedAnswer | null> {
-    const entry = await this.#get(key)
+    const entry = this.#serving ? await this.#get(key) : null
     if (entry) this.#stats.hits++
     else this.#stats.misses++
     return entry
@@ -176,20 +190,30 @@ export class ResponseCache {
     await this.#store.invalidate(tags)
   }
 
+  /**
+   * Drops every entry, on every instance sharing the store (a change whose tags are unknown); rejects if
+   * the store fails.
+   */
+  async invalidateAll (): Promise<void> {
+    this.#stats.invalidations++
+    await this.#store.invalidateAll()
+  }
+
   /** The HTTP `Age` of an entry now, on the cache's clock. */
   ageOf (entry: CachedAnswer): number {
     return ageOf(entry, this.#now())
   }
 
   stats (): CacheStats {
-    return { ...this.#stats, bytes: this.#store.bytes }
+    return { ...this.#stats, serving: this.#serving, bytes: this.#store.bytes }
   }
 
   async #compute (key: string, compute: () => Promise<Computed>): Promise<Flight> {
     const createdAt = this.#now()
-    let since: number | null
+    let since: number | null = null
     try {
-      since = await this.#store.begin()
+      // Not serving: computed for its caller only (what it read may already have changed elsewhere).
+      if (this.#serving) since = await this.#store.begin()
     } catch (err) {
       this.#failed(err)
       since = null

@@ -6,6 +6,7 @@ import type { Role, Store } from '../store/types.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import type { InputCaps } from './input.ts'
 import type { ReadSet } from './read-tags.ts'
+import { recordingReads } from './store-tags.ts'
 
 export interface Caller {
   id: string
@@ -24,24 +25,13 @@ export interface Events {
   publish (event: DomainEvent): Promise<void>
 }
 
-/**
- * Told of every write, with the read tags (read-tags.ts) it changes: before it is made (`changing`) and
- * before it is acknowledged (`changed`). The response cache drops the answers that read them, on every
- * instance. A failure rejects, and the write's caller gets SERVICE_UNAVAILABLE: a write is never
- * acknowledged while an old answer may still be served.
- */
-export interface Invalidation {
-  invalidate (tags: readonly string[]): Promise<void>
-}
-
 export interface DomainDeps {
+  /** The store, its writes telling the response cache what they change (store-tags.ts `tellingChanges`). */
   store: Store
   events: Events
   caps: InputCaps
   /** Signs and checks page cursors (app/domain/pages.ts). */
   cursorKey: Buffer
-  /** The response cache's invalidation; absent when nothing caches answers. */
-  invalidation?: Invalidation | undefined
 }
 
 export interface DomainContext extends DomainDeps {
@@ -51,52 +41,23 @@ export interface DomainContext extends DomainDeps {
   deadline: number
 }
 
-/** `reads`: where the loaders record what the request reads (a cacheable query), or null for no recording. */
+/**
+ * `reads`: where every store read of the request records its tags (a cacheable query: its store is
+ * `recordingReads`), or null for no recording.
+ */
 export function createDomainContext (
   deps: DomainDeps,
   caller: Caller | null,
   deadline = Infinity,
   reads: ReadSet | null = null
 ): DomainContext {
-  return { ...deps, caller, loaders: createLoaders(deps.store, reads), deadline }
+  const store = reads ? recordingReads(deps.store, reads) : deps.store
+  return { ...deps, store, caller, loaders: createLoaders(store), deadline }
 }
 
 /** Writes call this first, so a request that has already timed out changes nothing. */
 export function assertBeforeDeadline (ctx: DomainContext): void {
   if (Date.now() > ctx.deadline) throw new AppError('TIMEOUT', Messages.queryTimeout)
-}
-
-/**
- * Writes call this before storing: when the caches cannot be told (Redis unreachable), the write is
- * refused with nothing changed, and the caller may simply retry. Told now as well as after, so a change
- * is made only when the caches were reachable a moment before (the one case left is a Redis lost in
- * between: `changed`).
- */
-export function changing (ctx: DomainContext, tags: readonly string[]): Promise<void> {
-  return tellCaches(ctx, tags, 'Nothing was changed: the response cache is unavailable; retry shortly')
-}
-
-/**
- * Writes call this after storing and before answering: what the write changed is dropped from every
- * cache. If that fails, the change is made but not acknowledged, and the caller is told so (its cached
- * answers may show the old value until they expire).
- */
-export function changed (ctx: DomainContext, tags: readonly string[]): Promise<void> {
-  return tellCaches(
-    ctx,
-    tags,
-    'The change was made, but the response cache could not be told of it: reads may show the old value until their cached answers expire. Do not repeat the change'
-  )
-}
-
-/** Tells the invalidation port of `tags`; a failure is SERVICE_UNAVAILABLE in `failure`'s words. */
-async function tellCaches (ctx: DomainContext, tags: readonly string[], failure: string): Promise<void> {
-  if (!ctx.invalidation) return
-  try {
-    await ctx.invalidation.invalidate(tags)
-  } catch {
-    throw new AppError('SERVICE_UNAVAILABLE', failure)
-  }
 }
 
 /** A race still waiting on its work: `expire` settles it with its timeout value. */

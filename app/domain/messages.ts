@@ -2,10 +2,9 @@
 import { AppError } from '../errors.ts'
 import type { MessageRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
-import { assertBeforeDeadline, changed, changing, type DomainContext } from './context.ts'
+import { assertBeforeDeadline, type DomainContext } from './context.ts'
 import { assertPageSize, normalizeContent, normalizeRoomId } from './input.ts'
 import { readPage, type Connection, type PageArgs } from './pages.ts'
-import { readTags } from './read-tags.ts'
 
 export function listMessages (ctx: DomainContext, roomId: string, limit: number): Promise<MessageRow[]> {
   return ctx.loaders.messagesByRoom.load([normalizeRoomId(roomId), assertPageSize(limit, ctx.caps)])
@@ -21,7 +20,7 @@ export async function listMessagesPage (
   args: PageArgs
 ): Promise<Connection<MessageRow>> {
   const room = normalizeRoomId(roomId)
-  const page = await readPage(
+  return readPage(
     ctx,
     'messages',
     room,
@@ -29,9 +28,6 @@ export async function listMessagesPage (
     (direction, from, limit) => ctx.store.messagesPage(room, direction, from, limit),
     'before'
   )
-  // Checked here so that a request nobody records for does not pay for the list of rows.
-  if (ctx.loaders.reads) ctx.loaders.rememberMessages(room, page.edges.map((edge) => edge.node))
-  return page
 }
 
 /** Posts as the caller (author = caller) and announces it to subscribers of the room. */
@@ -39,7 +35,6 @@ export async function postMessage (ctx: DomainContext, roomId: string, content: 
   const author = actions.postMessage(ctx.caller)
   const message = { roomId: normalizeRoomId(roomId), content: normalizeContent(content, ctx.caps), authorId: author.id }
   assertBeforeDeadline(ctx)
-  await changing(ctx, [readTags.room(message.roomId)])
   let created: MessageRow
   try {
     created = await ctx.store.createMessage(message)
@@ -47,8 +42,8 @@ export async function postMessage (ctx: DomainContext, roomId: string, content: 
     if (!(err instanceof AppError) && !(await userExists(ctx, author.id))) throw unknownUser()
     throw err
   }
-  // Before the announcement: a subscriber that reads the room on hearing of it reads the new message.
-  await changed(ctx, [readTags.room(created.roomId)])
+  // The store told the caches before returning: a subscriber that reads the room on hearing of it
+  // reads the new message.
   await ctx.events.publish({ type: 'messageAdded', message: created })
   return created
 }

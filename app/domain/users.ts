@@ -2,8 +2,7 @@
 import { badInput, notFound } from '../errors.ts'
 import { ROLES, type Role, type UserPatch, type UserRow } from '../store/types.ts'
 import { actions } from './authorization.ts'
-import { assertBeforeDeadline, changed, changing, type DomainContext } from './context.ts'
-import { readTags } from './read-tags.ts'
+import { assertBeforeDeadline, type DomainContext } from './context.ts'
 import { readPage, type Connection } from './pages.ts'
 import { assertPageSize, assertText, assertWithinCaps, normalizeEmail, normalizeName } from './input.ts'
 
@@ -58,9 +57,7 @@ export async function createUser (ctx: DomainContext, input: CreateUserInput): P
   actions.createUser(ctx.caller)
   const user = { name: normalizeName(input.name), email: normalizeEmail(input.email) }
   assertBeforeDeadline(ctx)
-  await changing(ctx, [readTags.users])
   const created = await ctx.store.createUser(user)
-  await changed(ctx, [readTags.users, readTags.user(created.id)])
   ctx.loaders.userById.prime(created.id, created)
   return created
 }
@@ -76,10 +73,8 @@ export async function updateUser (ctx: DomainContext, id: string, input: UpdateU
     patch.adminNotes = input.adminNotes === null ? null : assertText(input.adminNotes, 'adminNotes')
   }
   assertBeforeDeadline(ctx)
-  await changing(ctx, [readTags.user(id), readTags.users])
   const updated = await ctx.store.updateUser(id, patch)
   if (!updated) throw notFound(`User ${id}`)
-  await changed(ctx, [readTags.user(id), readTags.users])
   ctx.loaders.userById.clear(id).prime(id, updated)
   // Long-lived work (subscriptions) holds the role its token claimed: it must learn of the new one.
   if (patch.role !== undefined) await ctx.events.publish({ type: 'userChanged', userId: id, role: updated.role })
@@ -89,11 +84,8 @@ export async function updateUser (ctx: DomainContext, id: string, input: UpdateU
 export async function deleteUser (ctx: DomainContext, id: string): Promise<boolean> {
   actions.deleteUser(ctx.caller)
   assertBeforeDeadline(ctx)
-  await changing(ctx, [readTags.user(id), readTags.users])
-  const deleted = await ctx.store.deleteUser(id)
+  const deleted = (await ctx.store.deleteUser(id)) !== null
   ctx.loaders.forgetUser(id)
-  // The user's messages went with them (the store cascades): the rooms' answers recorded their authors.
-  if (deleted) await changed(ctx, [readTags.user(id), readTags.users])
   if (deleted) await ctx.events.publish({ type: 'userChanged', userId: id, role: null })
   return deleted
 }

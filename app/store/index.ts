@@ -5,18 +5,29 @@ import type { Store } from './types.ts'
 
 export type { Store } from './types.ts'
 
+export interface OpenOptions {
+  /**
+   * Opened by the service itself (not a command-line tool): it holds the embedded file's instance lock
+   * (one service per file), and its PostgreSQL writes publish no change notifications (it tells the
+   * caches itself, before acknowledging them).
+   */
+  service?: boolean
+}
+
 /** PostgreSQL when DATABASE_URL is set, otherwise the embedded node:sqlite file. */
 export async function openStore (
   config: Pick<Config, 'databaseUrl' | 'databasePoolSize' | 'databaseSchema' | 'sqlitePath'> &
-    Partial<Pick<Config, 'databaseApplicationName'>>
+    Partial<Pick<Config, 'databaseApplicationName'>>,
+  options: OpenOptions = {}
 ): Promise<Store> {
   if (config.databaseUrl) {
     return openPostgresStore({
       url: config.databaseUrl,
       poolSize: config.databasePoolSize,
       schema: config.databaseSchema,
-      applicationName: config.databaseApplicationName
+      applicationName: config.databaseApplicationName,
+      ownWrites: options.service
     })
   }
-  return openSqliteStore(config.sqlitePath)
+  return openSqliteStore(config.sqlitePath, { instanceLock: options.service })
 }

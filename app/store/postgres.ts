@@ -3,7 +3,7 @@
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import { isoNow, missingIssuerSerials, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import { isoNow, missingIssuerSerials, type ChangeListener, type ChangeWatch, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -44,8 +44,46 @@ const MIGRATIONS: string[] = [
   // An X509IssuerSerial key reference (WSS4J's default) finds a certificate by its issuer and serial
   // number; rows registered before get theirs in migrate().
   `ALTER TABLE partner_certificates ADD COLUMN issuer_serial TEXT;
-   CREATE INDEX partner_certificates_issuer_serial ON partner_certificates (issuer_serial);`
+   CREATE INDEX partner_certificates_issuer_serial ON partner_certificates (issuer_serial);`,
+  // Changes made beside the service (an operator's SQL, a migration, the command-line tools) reach every
+  // instance's response cache: each changed row publishes the read tags it changes (app/domain/read-tags.ts
+  // names them: user:<id>, users, room:<id>) on the schema's channel, which instances LISTEN to
+  // (watchChanges). The service's own connections set graphql_service.own_writes: their writes told the
+  // caches themselves before they were acknowledged, and a commit that notifies takes a global lock.
+  // PostgreSQL delivers one notification per distinct payload per transaction.
+  `CREATE FUNCTION publish_answer_changes () RETURNS trigger LANGUAGE plpgsql AS $$
+   DECLARE
+     channel text := 'answer_changes_' || TG_TABLE_SCHEMA;
+   BEGIN
+     IF current_setting('graphql_service.own_writes', true) = 'on' THEN RETURN NULL; END IF;
+     IF TG_TABLE_NAME = 'users' THEN
+       PERFORM pg_notify(channel, 'users');
+       IF TG_OP <> 'INSERT' THEN PERFORM pg_notify(channel, 'user:' || OLD.id); END IF;
+       IF TG_OP <> 'DELETE' THEN PERFORM pg_notify(channel, 'user:' || NEW.id); END IF;
+     ELSE
+       IF TG_OP <> 'INSERT' THEN PERFORM pg_notify(channel, 'room:' || OLD.room_id); END IF;
+       IF TG_OP <> 'DELETE' THEN PERFORM pg_notify(channel, 'room:' || NEW.room_id); END IF;
+     END IF;
+     RETURN NULL;
+   END $$;
+   CREATE TRIGGER users_publish_changes AFTER INSERT OR UPDATE OR DELETE ON users
+     FOR EACH ROW EXECUTE FUNCTION publish_answer_changes();
+   CREATE TRIGGER messages_publish_changes AFTER INSERT OR UPDATE OR DELETE ON messages
+     FOR EACH ROW EXECUTE FUNCTION publish_answer_changes();
+   CREATE FUNCTION publish_all_answers_changed () RETURNS trigger LANGUAGE plpgsql AS $$
+   BEGIN
+     IF current_setting('graphql_service.own_writes', true) = 'on' THEN RETURN NULL; END IF;
+     PERFORM pg_notify('answer_changes_' || TG_TABLE_SCHEMA, '*');
+     RETURN NULL;
+   END $$;
+   CREATE TRIGGER users_truncate_publishes AFTER TRUNCATE ON users
+     FOR EACH STATEMENT EXECUTE FUNCTION publish_all_answers_changed();
+   CREATE TRIGGER messages_truncate_publishes AFTER TRUNCATE ON messages
+     FOR EACH STATEMENT EXECUTE FUNCTION publish_all_answers_changed();`
 ]
+
+/** The payload of a notification that says "everything may have changed" (a TRUNCATE). */
+const ALL_CHANGED = '*'
 
 // Arbitrary constant: the advisory lock that serialises migrations across instances.
 const MIGRATION_LOCK = 727_001
@@ -77,7 +115,10 @@ const q = {
   messagesLast: query('messages_last', `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = $1 ORDER BY messages.created_at DESC, messages.id DESC LIMIT $2`),
   messagesBefore: query('messages_before', `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = $1 AND (created_at, id) < ($2::timestamptz, $3::bigint) ORDER BY messages.created_at DESC, messages.id DESC LIMIT $4`),
   insertUser: query('insert_user', `INSERT INTO users (id, name, email, role, admin_notes, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${USER_COLUMNS}`),
-  deleteUser: query('delete_user', 'DELETE FROM users WHERE id = $1'),
+  // The rooms are read in the same statement's snapshot as the delete that cascades to their messages.
+  deleteUser: query('delete_user', `WITH rooms AS (SELECT DISTINCT room_id FROM messages WHERE author_id = $1),
+    gone AS (DELETE FROM users WHERE id = $1 RETURNING id)
+    SELECT EXISTS (SELECT 1 FROM gone) AS deleted, ARRAY(SELECT room_id FROM rooms) AS rooms`),
   messagesByRoom: query('messages_by_room', `SELECT ${MESSAGE_COLUMNS} FROM (SELECT * FROM messages WHERE room_id = $1 ORDER BY id DESC LIMIT $2) AS messages ORDER BY messages.id`),
   insertMessage: query('insert_message', `INSERT INTO messages (room_id, content, author_id, created_at) VALUES ($1, $2, $3, $4) RETURNING ${MESSAGE_COLUMNS}`),
   countUsers: query('count_users', 'SELECT COUNT(*)::int AS n FROM users'),
@@ -100,17 +141,27 @@ export interface PostgresOptions {
   schema?: string | null
   /** Shown in pg_stat_activity, so operators (and the cluster fault test) can find this service's connections. */
   applicationName?: string
+  /**
+   * The service's own store: its writes publish no changes (it tells the caches itself, before they are
+   * acknowledged). Command-line tools leave it off, so the running instances hear of their writes.
+   */
+  ownWrites?: boolean
 }
 
-export async function openPostgresStore ({ url, poolSize, schema, applicationName }: PostgresOptions): Promise<Store> {
+export async function openPostgresStore (options: PostgresOptions): Promise<Store> {
+  const { url, poolSize, schema, applicationName, ownWrites } = options
   if (schema && !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`Invalid PostgreSQL schema name: ${schema}`)
-  const pool = new pg.Pool({
+  const settings = [
+    ...(schema ? [`-c search_path=${schema}`] : []),
+    ...(ownWrites ? ['-c graphql_service.own_writes=on'] : [])
+  ]
+  const connection = {
     connectionString: url,
-    max: poolSize,
     connectionTimeoutMillis: 5000,
     ...(applicationName ? { application_name: applicationName } : {}),
-    ...(schema ? { options: `-c search_path=${schema}` } : {})
-  })
+    ...(settings.length > 0 ? { options: settings.join(' ') } : {})
+  }
+  const pool = new pg.Pool({ ...connection, max: poolSize })
   // An idle client that loses its connection (server restart, pg_terminate_backend) must not crash the process.
   pool.on('error', () => {})
   await migrate(pool, schema ?? null)
@@ -191,7 +242,8 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
       }
     },
     async deleteUser (id) {
-      return ((await pool.query(q.deleteUser([id]))).rowCount ?? 0) > 0
+      const row = (await pool.query<{ deleted: boolean; rooms: string[] }>(q.deleteUser([id]))).rows[0]!
+      return row.deleted ? { rooms: row.rooms } : null
     },
     async messagesByRoom (roomId, limit) {
       return (await pool.query<MessageRow>(q.messagesByRoom([roomId, limit]))).rows
@@ -254,6 +306,7 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
           [c.fingerprint, c.thumbprint, c.issuerSerial, login, c.pem, c.addedAt])
       }
     }),
+    watchChanges: (listener) => listenForChanges(connection, schema, listener),
     async ping () {
       await pool.query('SELECT 1')
     },
@@ -261,6 +314,77 @@ export async function openPostgresStore ({ url, poolSize, schema, applicationNam
       await pool.end()
     }
   })
+}
+
+/** How long a lost LISTEN connection waits before it connects again: doubling from the first to the last. */
+const RELISTEN_MS = [100, 5000] as const
+
+/**
+ * LISTENs on a connection of its own to the schema's channel (see the migration that publishes them),
+ * telling `listener` each notification's tag, reconnecting when the connection is lost. While it is down
+ * the listener is told so (the cache stops serving); once listening again, 'all' (what was missed
+ * cannot be known), then live.
+ */
+function listenForChanges (
+  connection: pg.ClientConfig,
+  schema: string | null | undefined,
+  listener: ChangeListener
+): ChangeWatch {
+  let stopped = false
+  let client: pg.Client | null = null
+  let delay: number = RELISTEN_MS[0]
+  let retry: NodeJS.Timeout | null = null
+
+  const lost = () => {
+    if (stopped || !client) return
+    client.removeAllListeners()
+    client.on('error', () => {})
+    void client.end().catch(() => {})
+    client = null
+    listener.watching(false)
+    retry = setTimeout(connect, delay).unref()
+    delay = Math.min(delay * 2, RELISTEN_MS[1])
+  }
+
+  async function connect (): Promise<void> {
+    retry = null
+    if (stopped) return
+    const next = new pg.Client(connection)
+    client = next
+    next.on('error', lost)
+    next.on('end', lost)
+    next.on('notification', ({ payload }) => {
+      if (payload) listener.changed(payload === ALL_CHANGED ? 'all' : [payload])
+    })
+    try {
+      await next.connect()
+      const current = (await next.query<{ schema: string }>('SELECT current_schema() AS schema')).rows[0]!.schema
+      await next.query(`LISTEN ${pg.escapeIdentifier(`answer_changes_${schema ?? current}`)}`)
+    } catch {
+      if (client === next) lost()
+      return
+    }
+    if (stopped || client !== next) return
+    delay = RELISTEN_MS[0]
+    listener.changed('all')
+    listener.watching(true)
+  }
+
+  listener.watching(false)
+  void connect()
+  return {
+    async stop () {
+      stopped = true
+      if (retry) clearTimeout(retry)
+      const last = client
+      client = null
+      if (last) {
+        last.removeAllListeners()
+        last.on('error', () => {})
+        await last.end().catch(() => {})
+      }
+    }
+  }
 }
 
 // Connection-level failures (server down or restarting, connection killed, pool exhausted past its
@@ -289,7 +413,8 @@ function isOutage (err: unknown): boolean {
 function reportingOutages (store: Store): Store {
   const wrapped = { ...store }
   for (const [name, value] of Object.entries(store)) {
-    if (typeof value !== 'function' || name === 'close') continue
+    // watchChanges connects in the background and reports its own outages to its listener.
+    if (typeof value !== 'function' || name === 'close' || name === 'watchChanges') continue
     ;(wrapped as Record<string, unknown>)[name] = async (...args: unknown[]) => {
       try {
         return await value.apply(store, args)

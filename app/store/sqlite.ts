@@ -140,8 +140,42 @@ function isUniqueViolation (err: unknown): boolean {
   return err instanceof Error && /UNIQUE constraint failed: users\.email/.test(err.message)
 }
 
-export function openSqliteStore (path: string): Store {
+/** How often the embedded store looks for commits made by another process (watchChanges). */
+export const CHANGE_CHECK_MS = 200
+
+export interface SqliteOptions {
+  /**
+   * The service's own store: it holds the file's instance lock while open, so a second service on the
+   * same file is refused (command-line tools take no lock: they may write beside a running service).
+   */
+  instanceLock?: boolean
+}
+
+/**
+ * Refuses a second service on one file. Two instances would each keep their own in-process response
+ * cache, so one would serve what the other's acknowledged write replaced; instances that share data
+ * run on PostgreSQL with Redis. The lock is an exclusive SQLite lock on a file beside the database,
+ * held by a connection of its own: the operating system releases it when the process ends, however it
+ * ends, so it is never stale.
+ */
+function claimInstanceLock (path: string): DatabaseSync {
+  const lockPath = `${path}.instance-lock`
+  const lock = new DatabaseSync(lockPath)
+  try {
+    lock.exec('PRAGMA busy_timeout = 0; PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; COMMIT;')
+  } catch {
+    lock.close()
+    throw new Error(
+      `another service instance is running on SQLITE_PATH=${path} (it holds ${lockPath}). ` +
+      'Each instance of the embedded store needs its own file; instances that share data need DATABASE_URL and REDIS_URL'
+    )
+  }
+  return lock
+}
+
+export function openSqliteStore (path: string, options: SqliteOptions = {}): Store {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
+  const instanceLock = options.instanceLock && path !== ':memory:' ? claimInstanceLock(path) : null
   const db = new DatabaseSync(path)
   db.exec(
     'PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;'
@@ -162,6 +196,7 @@ export function openSqliteStore (path: string): Store {
     messagesLast: prepare(`SELECT ${MESSAGE_COLUMNS} FROM messages WHERE room_id = ? ORDER BY messages.created_at DESC, messages.id DESC LIMIT ?`),
     insertUser: prepare(`INSERT INTO users (id, name, email, role, admin_notes, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING ${USER_COLUMNS}`),
     deleteUser: prepare('DELETE FROM users WHERE id = ?'),
+    roomsOfAuthor: prepare('SELECT DISTINCT room_id AS roomId FROM messages WHERE author_id = ?'),
     messagesByRoom: prepare(`SELECT ${MESSAGE_COLUMNS} FROM (SELECT * FROM messages WHERE room_id = ? ORDER BY id DESC LIMIT ?) AS messages ORDER BY messages.id`),
     insertMessage: prepare(`INSERT INTO messages (room_id, content, author_id, created_at) VALUES (?, ?, ?, ?) RETURNING ${MESSAGE_COLUMNS}`),
     countUsers: prepare('SELECT COUNT(*) AS n FROM users'),
@@ -175,7 +210,8 @@ export function openSqliteStore (path: string): Store {
     deleteCertificates: prepare('DELETE FROM partner_certificates WHERE login = ?'),
     insertCertificate: prepare(
       'INSERT INTO partner_certificates (fingerprint, thumbprint, issuer_serial, login, pem, added_at) VALUES (?, ?, ?, ?, ?, ?)'),
-    ping: prepare('SELECT 1')
+    ping: prepare('SELECT 1'),
+    dataVersion: prepare('PRAGMA data_version')
   }
 
   const insertUser = (u: NewUser): UserRow => {
@@ -252,7 +288,10 @@ export function openSqliteStore (path: string): Store {
       }
     },
     async deleteUser (id) {
-      return Number(stmt.deleteUser.run(id).changes) > 0
+      return transaction(() => {
+        const rooms = stmt.roomsOfAuthor.all(id).map((row) => text(row, 'roomId'))
+        return Number(stmt.deleteUser.run(id).changes) > 0 ? { rooms } : null
+      })
     },
     async messagesByRoom (roomId, limit) {
       return stmt.messagesByRoom.all(roomId, limit).map(messageRow)
@@ -315,10 +354,27 @@ export function openSqliteStore (path: string): Store {
         throw err
       }
     },
+    watchChanges (listener) {
+      // PRAGMA data_version changes when another connection (another process) commits, never for this
+      // connection's own commits. It does not say what changed, so any change is 'all'. About a
+      // microsecond a check, CHANGE_CHECK_MS apart (a timer, not per request: idle costs nothing).
+      const versionNow = () => Number((stmt.dataVersion.get() as { data_version: number }).data_version)
+      let version = versionNow()
+      const timer = setInterval(() => {
+        if (!db.isOpen) return
+        const now = versionNow()
+        if (now === version) return
+        version = now
+        listener.changed('all')
+      }, CHANGE_CHECK_MS).unref()
+      listener.watching(true)
+      return { stop: async () => clearInterval(timer) }
+    },
     async ping () {
       stmt.ping.get()
     },
     async close () {
+      instanceLock?.close()
       if (db.isOpen) db.close()
     }
   }

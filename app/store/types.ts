@@ -54,6 +54,27 @@ export interface NewMessage {
   createdAt?: string
 }
 
+/** What deleting a user removed with it (the store cascades to their messages). */
+export interface DeletedUser {
+  /** The rooms the user's messages were deleted from. */
+  rooms: string[]
+}
+
+/** Told of changes committed by others than this store (Store.watchChanges). */
+export interface ChangeListener {
+  /** The read tags a commit changed, or 'all' when the store cannot tell which. */
+  changed (tags: readonly string[] | 'all'): void
+  /**
+   * Whether changes made elsewhere are seen now. False while the feed is down (nothing it misses can be
+   * known); when it is back, `changed('all')` comes first, then true.
+   */
+  watching (live: boolean): void
+}
+
+export interface ChangeWatch {
+  stop (): Promise<void>
+}
+
 /** A partner's SOAP credentials: a login bound to a user (normally role SERVICE). */
 export interface Credentials {
   userId: string
@@ -96,8 +117,8 @@ export interface Store {
   /** Bulk insert for seeding; ignores nothing, fails whole on a conflict. */
   insertUsers (users: readonly NewUser[]): Promise<UserRow[]>
   updateUser (id: string, patch: UserPatch): Promise<UserRow | null>
-  /** Deletes the user and their messages. */
-  deleteUser (id: string): Promise<boolean>
+  /** Deletes the user and their messages; null when no user has the id. */
+  deleteUser (id: string): Promise<DeletedUser | null>
   /** The newest `limit` messages of a room, oldest first. */
   messagesByRoom (roomId: string, limit: number): Promise<MessageRow[]>
   /**
@@ -125,6 +146,11 @@ export interface Store {
   certificatesOf (login: string): Promise<PartnerCertificate[]>
   /** Replaces the certificates of a login with these (at most two: the current one and the previous one). */
   replaceCertificates (login: string, certificates: readonly PartnerCertificate[]): Promise<void>
+  /**
+   * Reports commits this store did not make itself (another process: `npm run partner:create`, a
+   * migration, an operator's SQL) until stopped. See ChangeListener.
+   */
+  watchChanges (listener: ChangeListener): ChangeWatch
   /** Resolves when the store answers a trivial query. */
   ping (): Promise<void>
   close (): Promise<void>

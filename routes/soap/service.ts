@@ -5,7 +5,7 @@
 // declared action must agree → WS-Security (a message that authenticates nobody spends its address's
 // request budget) → the partner's request budget → arguments (typed, capped) → the partner's cost
 // units → domain → response, signed by the service's key (replySigner) when the request's signature verified.
-import { createDomainContext, withinDeadline, type Caller, type Events, type Invalidation } from '../../app/domain/context.ts'
+import { createDomainContext, withinDeadline, type Caller, type Events } from '../../app/domain/context.ts'
 import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
 import { AppError, Messages, badInput } from '../../app/errors.ts'
 import type { Store } from '../../app/store/types.ts'
@@ -47,8 +47,6 @@ export interface SoapServiceOptions {
   caps: InputCaps
   /** Signs and checks ListUsers page tokens (the domain's page cursors). */
   cursorKey: Buffer
-  /** The response cache's invalidation: SOAP writes drop the GraphQL answers they change. */
-  invalidation?: Invalidation | undefined
   /** What a write costs on top of its selection (as a GraphQL mutation field). */
   mutationCost: number
   xmlLimits: XmlLimits
@@ -194,7 +192,7 @@ interface Exchange {
 const TIMED_OUT = Symbol('timed out')
 
 export function createSoapService (options: SoapServiceOptions) {
-  const { store, events, caps, cursorKey, invalidation, timeoutMs, wsSecurity, replySigner } = options
+  const { store, events, caps, cursorKey, timeoutMs, wsSecurity, replySigner } = options
   const pricing = { maxPageSize: caps.maxPageSize, mutationCost: options.mutationCost }
 
   /** Per service version: its namespace and the envelope text around a response, built once. */
@@ -276,7 +274,7 @@ export function createSoapService (options: SoapServiceOptions) {
     await admission.spendCost(caller, cost)
 
     const deadline = Date.now() + timeoutMs
-    const ctx = createDomainContext({ store, events, caps, cursorKey, invalidation }, caller, deadline)
+    const ctx = createDomainContext({ store, events, caps, cursorKey }, caller, deadline)
     const result = await withinDeadline(operation.run(ctx, args), timeoutMs, TIMED_OUT)
     if (result === TIMED_OUT) throw new AppError('TIMEOUT', Messages.queryTimeout)
     return `<${operation.name}Response xmlns="${escapeXml(namespace)}">${resultXml(result, operation.output, version.userFields)}</${operation.name}Response>`

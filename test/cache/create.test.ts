@@ -6,6 +6,7 @@ import { Redis } from 'ioredis'
 import { createResponseCache } from '../../app/cache/create.ts'
 import { type ResponseCache } from '../../app/cache/response-cache.ts'
 import { createDomainContext, type DomainDeps } from '../../app/domain/context.ts'
+import { tellingChanges } from '../../app/domain/store-tags.ts'
 import { listMessages, postMessage } from '../../app/domain/messages.ts'
 import type { ReadSet } from '../../app/domain/read-tags.ts'
 import { createUser, deleteUser, getUser, listUsers, updateUser } from '../../app/domain/users.ts'
@@ -44,11 +45,10 @@ test('answers computed through the domain are dropped by the domain writes that 
   t.teardown(() => store.close())
   const cache = createResponseCache(DEFAULTS, local)!
   const deps: DomainDeps = {
-    store,
+    store: tellingChanges(store, cache),
     events: { publish: async () => {} },
     caps: { maxStringLength: 1000, maxListLength: 100, maxPageSize: 100 },
-    cursorKey: Buffer.alloc(32, 1),
-    invalidation: cache
+    cursorKey: Buffer.alloc(32, 1)
   }
   const admin = createDomainContext(deps, { id: 'admin', role: 'ADMIN' })
   const ann = await createUser(admin, { name: 'Ann', email: 'ann@example.com' })

@@ -76,6 +76,7 @@ test('a write the cache cannot be told of is refused with nothing changed; if it
       get: async () => null,
       set: async () => false,
       invalidate: async () => { if (++calls >= failFrom) throw new Error('Connection is closed.') },
+      invalidateAll: async () => {},
       bytes: null
     }
   }

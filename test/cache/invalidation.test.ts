@@ -6,9 +6,10 @@ import { test } from 'tap'
 import soap from 'soap'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { mintToken } from '../../cli/mint-token.ts'
-import { createDomainContext, type Caller, type DomainDeps, type Invalidation } from '../../app/domain/context.ts'
+import { createDomainContext, type Caller, type DomainDeps } from '../../app/domain/context.ts'
 import { postMessage } from '../../app/domain/messages.ts'
 import { readTags } from '../../app/domain/read-tags.ts'
+import { tellingChanges, type Invalidation } from '../../app/domain/store-tags.ts'
 import { createUser, deleteUser, updateUser } from '../../app/domain/users.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import type { Store } from '../../app/store/types.ts'
@@ -37,11 +38,10 @@ const admin: Caller = { id: 'admin', role: 'ADMIN' }
 
 function domain (store: Store, invalidation: Invalidation): DomainDeps {
   return {
-    store,
+    store: tellingChanges(store, invalidation),
     events: { publish: async () => {} },
     caps: { maxStringLength: 1000, maxListLength: 100, maxPageSize: 100 },
-    cursorKey: Buffer.alloc(32, 1),
-    invalidation
+    cursorKey: Buffer.alloc(32, 1)
   }
 }
 
@@ -65,7 +65,8 @@ test('each domain write invalidates exactly its tags, once stored and before it 
   t.same(calls.at(-1), { tags: [readTags.room('lobby')], settled: true, seen: null }, 'postMessage')
 
   t.equal(await deleteUser(ctx(), ann.id), true)
-  t.same(calls.at(-1), { tags: [readTags.user(ann.id), readTags.users].sort(), settled: true, seen: 'gone' }, 'deleteUser')
+  t.same(calls.at(-1), { tags: [readTags.user(ann.id), readTags.users, readTags.room('lobby')].sort(), settled: true, seen: 'gone' },
+    'deleteUser: with the rooms their messages were deleted from')
 
   let before = calls.length
   await t.rejects(createUser(ctx(null), { name: 'x', email: 'x@example.com' }), { code: 'UNAUTHENTICATED' })

@@ -218,7 +218,8 @@ test('a failing store degrades to executing; a failed invalidation rejects', asy
     begin: async () => { throw new Error('down') },
     get: async () => { throw new Error('down') },
     set: async () => { throw new Error('down') },
-    invalidate: async () => { throw new Error('down') }
+    invalidate: async () => { throw new Error('down') },
+    invalidateAll: async () => { throw new Error('down') }
   }
   const cache = new ResponseCache(broken, { onError: (err) => errors.push(err) })
   t.equal(await cache.lookup('k'), null)

@@ -8,7 +8,7 @@ import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import type { Store } from '../../app/store/types.ts'
-import type { Invalidation } from '../../app/domain/context.ts'
+import type { Invalidation } from '../../app/domain/store-tags.ts'
 import { TEST_PARTNER_SECRET_KEY, testConfig, type TestLike } from '../helpers/app.ts'
 import { parseXml, type XmlElement } from '../../routes/soap/envelope.ts'
 
