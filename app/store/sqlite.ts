@@ -356,8 +356,9 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
     },
     watchChanges (listener) {
       // PRAGMA data_version changes when another connection (another process) commits, never for this
-      // connection's own commits. It does not say what changed, so any change is 'all'. About a
-      // microsecond a check, CHANGE_CHECK_MS apart (a timer, not per request: idle costs nothing).
+      // connection's own commits. It does not say what changed, so any change is 'all'. About 2 µs a
+      // check (measured 1.7 to 2.5), CHANGE_CHECK_MS apart: a timer, not per request (5 checks a second
+      // cost 10 µs of CPU, whatever the load).
       const versionNow = () => Number((stmt.dataVersion.get() as { data_version: number }).data_version)
       let version = versionNow()
       const timer = setInterval(() => {
