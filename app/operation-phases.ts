@@ -2,6 +2,7 @@
 // room's core (routes/graphql/ports.ts) and the instruments in app/ (tracing.ts) share one definition
 // without app/ importing the room.
 import type { ExecutionResult } from 'graphql'
+import type { Caller } from './domain/context.ts'
 import type { ReadSet } from './domain/read-tags.ts'
 
 /** An admitted operation, as an instrument reads it. */
@@ -13,8 +14,12 @@ export interface AdmittedOperation {
 /** The phases of an operation's life the core runs: admission, then its execution or its subscription's start. */
 export interface OperationPhases<Request, A extends AdmittedOperation> {
   admit (request: Request): Promise<A>
-  /** `reads`: where the request's loaders record what it reads (an answer the response cache will keep). */
-  execute (admission: A, root?: unknown, reads?: ReadSet): Promise<ExecutionResult>
+  /**
+   * `reads`: where the request's store records what it reads (an answer the response cache will keep).
+   * `as`: the caller the resolvers see, when not the admission's (an answer shared by every caller runs
+   * as nobody: answer-scope.ts).
+   */
+  execute (admission: A, root?: unknown, reads?: ReadSet, as?: Caller | null): Promise<ExecutionResult>
   /**
    * The response cache's word on an admitted query: `hit` (answered from it: the operation ends here,
    * nothing executes) or `miss` (it executes next).

@@ -220,7 +220,7 @@ export function startTracing (config: TracingConfig): Tracing {
         spans.set(admission, span)
         return admission
       },
-      execute: (admission, root, reads) => run(admission, () => inner.execute(admission, root, reads)),
+      execute: (admission, root, reads, as) => run(admission, () => inner.execute(admission, root, reads, as)),
       subscribe: (admission) => run(admission, () => inner.subscribe(admission)),
       cached (admission, outcome) {
         inner.cached(admission, outcome)

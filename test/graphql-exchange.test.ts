@@ -22,21 +22,33 @@ import type { Admission, Pipeline } from '../routes/graphql/pipeline.ts'
 
 type FakePipeline = HttpExchangeOptions['pipeline']
 
-/** The fake pipeline's schema: `secret` is guarded by a field rule, so its answers are per caller. */
+/**
+ * The fake pipeline's schema: `secret` is guarded by a field rule and `viewer` declared PRIVATE, so their
+ * answers are per caller; `hello` is every caller's.
+ */
 const schema = buildSchema(`
   directive @auth(requires: [String!]!) on FIELD_DEFINITION
-  type Query { hello: String, secret: String @auth(requires: ["SELF"]), __fail: String }
+  enum CacheControlScope { PUBLIC PRIVATE }
+  directive @cacheControl(scope: CacheControlScope!) on FIELD_DEFINITION
+  type Query { hello: String, secret: String @auth(requires: ["SELF"]), viewer: String @cacheControl(scope: PRIVATE), __fail: String }
   type Mutation { touch: String }
 `)
 
 /**
  * A pipeline that admits any operation at cost 4 (`remaining` going down by 4 a request; a budget of
  * 1000, 5000 for an ADMIN) and answers
- * `{ hello: <variables.who> }`; a query naming `limited` is refused as the request budget refuses
+ * `{ hello: <variables.who> }`, or with `viewer` the id of the caller it was executed as (as a resolver
+ * reading the caller would); a query naming `limited` is refused as the request budget refuses
  * (RATE_LIMITED, retry in 7 s), one naming `failing` answers with an error.
  */
 function fakePipeline () {
-  const seen = { admitted: [] as Parameters<Pipeline['admit']>[0][], executed: 0, cached: [] as string[] }
+  const seen = {
+    admitted: [] as Parameters<Pipeline['admit']>[0][],
+    executed: 0,
+    cached: [] as string[],
+    /** The caller each execution ran as (what its resolvers saw). */
+    as: [] as (string | null)[]
+  }
   let remaining = 1000
   const pipeline: FakePipeline = {
     async admit (request) {
@@ -60,11 +72,14 @@ function fakePipeline () {
       }
       return admission as unknown as Admission
     },
-    async execute (admission) {
+    async execute (admission, _root, _reads, as = admission.caller) {
       seen.executed++
-      if (admission.operation.document.loc?.source.body.includes('failing')) {
+      seen.as.push(as?.id ?? null)
+      const text = admission.operation.document.loc?.source.body ?? ''
+      if (text.includes('failing')) {
         return { data: { hello: null }, errors: [new AppError('INTERNAL_SERVER_ERROR', 'failed')] } as never
       }
+      if (text.includes('viewer')) return { data: { viewer: as?.id ?? null } }
       return { data: { hello: (admission.variables.who as string | undefined) ?? 'world' } }
     },
     cached (_admission, outcome) { seen.cached.push(outcome) },
@@ -285,4 +300,44 @@ test('with the response cache: every GET hit carries the ETag of the bytes it se
   t.equal(new Set(etags.slice(0, 4)).size, 4, 'four kinds of bytes, four ETags')
   t.equal(etags[4], etags[0], 'the same bytes again, the same ETag')
   t.equal(seen.executed, 1, 'all but the first were hits of one entry')
+})
+
+test('with the response cache: an answer every caller shares is executed as nobody; a PRIVATE field makes it each caller\'s own', async (t) => {
+  const { cache } = cacheOnClock()
+  const { exchange, seen } = exchangeOver({}, cache)
+  const as = (id: string | null, query: string, role: 'USER' | 'ADMIN' = 'USER') =>
+    ({ ...post({ query }), caller: id ? { id, role } : null })
+  answered(await exchange(as('ann', '{ hello }')))
+  t.same(seen.as, [null], 'no field says it depends on the caller: run as nobody, so no resolver can put Ann in it')
+  answered(await exchange(as('ann', '{ viewer }')))
+  answered(await exchange(as('bob', '{ viewer }')))
+  answered(await exchange(as('boss', '{ viewer }', 'ADMIN')))
+  t.same(seen.as, [null, 'ann', 'bob', 'boss'], 'a PRIVATE field: run as each caller (administrators too)')
+  const again = answered(await exchange(as('bob', '{ viewer }')))
+  t.equal(again.headers.age, '0', 'a hit of Bob\'s own entry')
+  t.same(again.json.data, { viewer: 'bob' })
+  t.equal(answered(await exchange(as('carl', '{ viewer }'))).json.data.viewer, 'carl', 'never another caller\'s value')
+  t.same(answered(await exchange(as(null, '{ viewer }'))).json.data, { viewer: null })
+})
+
+test('Cache-Control on POST and GET follows what the fields declare: private when the answer depends on its caller', async (t) => {
+  for (const responseCache of [null, cacheOnClock().cache]) {
+    const { exchange } = exchangeOver({}, responseCache)
+    const label = responseCache ? 'with the response cache' : 'without it'
+    const bearer = { authorization: 'Bearer x' }
+    const control = async (input: HttpExchangeInput) => answered(await exchange(input)).headers['cache-control']
+    const get = (query: string, headers: Record<string, string> = {}): HttpExchangeInput =>
+      ({ method: 'GET', url: `/graphql?q=${query}`, headers, query: { query }, caller: null, ip: '192.0.2.1' })
+    t.equal(await control(post({ query: '{ hello }' })), 'public, max-age=60', `${label}: POST, everyone's answer`)
+    t.equal(await control(post({ query: '{ hello }' }, bearer)), 'private, max-age=60', `${label}: POST with a token (its cost report is the caller's)`)
+    t.equal(await control(post({ query: '{ viewer }' })), 'private, max-age=60', `${label}: POST, a PRIVATE field`)
+    t.equal(await control(post({ query: '{ hello failing: hello }' })), 'no-store', `${label}: POST, an answer with an error`)
+    t.equal(await control(post({ query: 'mutation { touch }' })), 'no-store', `${label}: POST, a mutation`)
+    t.equal(await control(get('{ hello }')), 'public, max-age=60', `${label}: GET, everyone's answer`)
+    t.equal(await control(get('{ viewer }')), 'private, max-age=60', `${label}: GET, a PRIVATE field, even without a token`)
+    t.equal(await control(get('{ hello }', bearer)), 'private, max-age=60', `${label}: GET with a token`)
+    const out = answered(await exchange(post({ query: '{ hello }' })))
+    t.equal(out.headers.vary, 'Accept, Authorization')
+    t.equal(out.headers.etag, undefined, 'no ETag on POST: POST answers are not revalidated')
+  }
 })

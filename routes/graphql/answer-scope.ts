@@ -1,42 +1,68 @@
-// Who may share an answer. Field rules (@auth) make an answer depend on its caller; an operation that
-// selects no guarded field answers every caller alike. One definition for the two places that share
-// answers between callers: the fan-out of subscription events (fanout.ts) and the response cache
-// (http-exchange.ts).
-import { TypeInfo, visit, visitWithTypeInfo, type GraphQLSchema } from 'graphql'
+// Who may share an answer. A field whose value depends on who asks says so in the SDL: a rule (@auth) or
+// @cacheControl(scope: PRIVATE). An operation that selects no such field answers every caller alike.
+// One declaration, read here for the two places that share answers between callers: the fan-out of
+// subscription events (fanout.ts) and the response cache with its Cache-Control (cached-answers.ts).
+import { TypeInfo, visit, visitWithTypeInfo, type GraphQLField, type GraphQLSchema } from 'graphql'
 import type { Caller } from '../../app/domain/context.ts'
 import type { OperationPlan } from './plan.ts'
 
-/** Whether an operation's document selects a field guarded by @auth (decided once per plan). */
-const guardedByPlan = new WeakMap<OperationPlan, boolean>()
+/**
+ * How a field's value depends on who asks, as its SDL declares: `rules` for an @auth rule (the value
+ * or its refusal follows from the caller's role and ownership), `private` for @cacheControl(scope:
+ * PRIVATE) (anything about the caller), `none` otherwise.
+ */
+export function callerDependenceOf (field: Pick<GraphQLField<unknown, unknown>, 'astNode'>): CallerDependence {
+  let dependence: CallerDependence = 'none'
+  for (const directive of field.astNode?.directives ?? []) {
+    if (directive.name.value === 'auth') dependence = dependence === 'none' ? 'rules' : dependence
+    const scope = directive.name.value === 'cacheControl'
+      ? directive.arguments?.find((a) => a.name.value === 'scope')?.value
+      : undefined
+    if (scope?.kind === 'EnumValue' && scope.value === 'PRIVATE') dependence = 'private'
+  }
+  return dependence
+}
+
+export type CallerDependence = 'none' | 'rules' | 'private'
+
+/** How an operation's answer depends on its caller (decided once per plan). */
+const dependenceByPlan = new WeakMap<OperationPlan, CallerDependence>()
 
 /**
- * The scope an answer (a subscription event's) may be shared in. Field rules (@auth: `email` SELF/ADMIN, `adminNotes`
- * ADMIN) depend on the caller, so a plan that selects a guarded field shares only between callers who
- * may see the same: `anonymous`, `ADMIN` (any administrator sees everything), or `authenticated` (every
- * other caller, USER or SERVICE: it sees a guarded field only where SELF makes it the owner, so all but
- * the owners share one answer; see Bystander). A plan that selects no guarded field gives every caller
- * the same answer: one `public` scope, executed as an anonymous caller. The document is read whole (all
- * its operations and fragments): a guarded field anywhere in it makes the plan per-caller, which errs on
- * the safe side.
+ * How an operation's answer depends on its caller: the strongest dependence of the fields its document
+ * selects (all its operations and fragments, which errs on the safe side).
  */
-export function scopeOf (
-  operation: OperationPlan,
-  caller: Caller | null,
-  schema: GraphQLSchema
-): 'public' | 'anonymous' | 'ADMIN' | 'authenticated' {
-  let guarded = guardedByPlan.get(operation)
-  if (guarded === undefined) {
-    guarded = false
+export function callerDependence (operation: OperationPlan, schema: GraphQLSchema): CallerDependence {
+  let dependence = dependenceByPlan.get(operation)
+  if (dependence === undefined) {
+    let found: CallerDependence = 'none'
     const typeInfo = new TypeInfo(schema)
     visit(operation.document, visitWithTypeInfo(typeInfo, {
       Field () {
-        if (typeInfo.getFieldDef()?.astNode?.directives?.some((d) => d.name.value === 'auth')) guarded = true
+        const field = typeInfo.getFieldDef()
+        const own = field ? callerDependenceOf(field) : 'none'
+        if (own === 'private' || (own === 'rules' && found === 'none')) found = own
       }
     }))
-    guardedByPlan.set(operation, guarded)
+    dependenceByPlan.set(operation, dependence = found)
   }
-  if (!guarded) return 'public'
+  return dependence
+}
+
+/**
+ * The scope an answer (a subscription event's) may be shared in. A plan that selects no caller-dependent
+ * field gives every caller the same answer: one `public` scope, executed as an anonymous caller.
+ * Anonymous callers share `anonymous`. A private field makes each caller's answer their own
+ * (`caller:<role>:<id>`). Rules alone (`email` SELF/ADMIN, `adminNotes` ADMIN) share between callers who
+ * may see the same: `ADMIN` (any administrator sees everything), or `authenticated` (every other caller,
+ * USER or SERVICE: it sees a guarded field only where SELF makes it the owner, so all but the owners
+ * share one answer; see Bystander).
+ */
+export function scopeOf (operation: OperationPlan, caller: Caller | null, schema: GraphQLSchema): string {
+  const dependence = callerDependence(operation, schema)
+  if (dependence === 'none') return 'public'
   if (!caller) return 'anonymous'
+  if (dependence === 'private') return `caller:${caller.role}:${caller.id}`
   return caller.role === 'ADMIN' ? 'ADMIN' : 'authenticated'
 }
 

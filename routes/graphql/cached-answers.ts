@@ -7,7 +7,7 @@ import { printSchema, type GraphQLSchema } from 'graphql'
 import { cacheKey, type CachedAnswer, type ResponseCache } from '../../app/cache/response-cache.ts'
 import type { ReadSet } from '../../app/domain/read-tags.ts'
 import { formatResult, type FormatOptions, type GraphQLAnswer } from '../../app/error-format.ts'
-import { cacheScopeOf } from './answer-scope.ts'
+import { cacheScopeOf, callerDependence } from './answer-scope.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import type { Admission, Pipeline } from './pipeline.ts'
 
@@ -25,6 +25,12 @@ export interface GraphQLResponseBody extends GraphQLAnswer {
 export interface Answered {
   body: GraphQLResponseBody
   cached?: { entry: CachedAnswer; age: number | null }
+  /**
+   * Who may keep a query's answer, from its fields' declarations (answer-scope.ts): `public` when it is
+   * every caller's, `private` when it depends on the caller. Absent for anything else (mutations,
+   * refusals): never to be stored.
+   */
+  visibility?: 'public' | 'private'
 }
 
 export interface CachedAnswersOptions {
@@ -62,17 +68,21 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
   async function throughCache (cache: ResponseCache, admission: Admission): Promise<Answered> {
     const extensions = { cost: admission.cost }
     const scope = cacheScopeOf(admission.operation, admission.caller, schema())
+    const visibility = scope === 'public' ? 'public' : 'private'
     const key = cacheKey(`${schemaVersion()}:${admission.operation.key}`, admission.variables, scope)
     const hit = await cache.lookup(key)
     if (hit) {
       pipeline.cached(admission, 'hit')
-      return { body: { extensions }, cached: { entry: hit, age: cache.ageOf(hit) } }
+      return { body: { extensions }, cached: { entry: hit, age: cache.ageOf(hit) }, visibility }
     }
     let executed: GraphQLResponseBody | undefined
     const filled = await cache.fill(key, async () => {
       pipeline.cached(admission, 'miss')
       const reads: ReadSet = new Set()
-      executed = formatResult(await pipeline.execute(admission, undefined, reads), errorOptions)
+      // Everyone's answer is executed as nobody: a resolver that reads the caller without saying so in
+      // the SDL cannot put one caller's value in the entry every caller is served.
+      const as = scope === 'public' ? null : admission.caller
+      executed = formatResult(await pipeline.execute(admission, undefined, reads, as), errorOptions)
       const json = JSON.stringify(executed)
       return { body: json, tags: reads, store: executed.errors === undefined && withinAnswerCap(json, maxAnswerBytes) }
     })
@@ -80,14 +90,16 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
     if (!filled.executed) pipeline.cached(admission, 'hit')
     const body = executed ?? {}
     body.extensions = extensions
-    if (!filled.storable) return { body }
-    return { body, cached: { entry: filled.entry, age: filled.executed ? null : cache.ageOf(filled.entry) } }
+    if (!filled.storable) return { body, visibility }
+    const age = filled.executed ? null : cache.ageOf(filled.entry)
+    return { body, cached: { entry: filled.entry, age }, visibility }
   }
 
   return async function answerAdmitted (admission: Admission): Promise<Answered> {
     if (responseCache && cacheable(admission)) return throughCache(responseCache, admission)
     const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
     body.extensions = { cost: admission.cost }
-    return { body }
+    if (admission.operation.type !== 'query') return { body }
+    return { body, visibility: callerDependence(admission.operation, schema()) === 'none' ? 'public' : 'private' }
   }
 }

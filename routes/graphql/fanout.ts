@@ -74,7 +74,8 @@ interface Group {
   topic: Topic
   /**
    * The admission the group executes events as: its caller is the scope's (null for `public` and
-   * `anonymous`, a fresh Bystander per event for `authenticated`).
+   * `anonymous`, a fresh Bystander per event for `authenticated`, the subscriber for `ADMIN` and a
+   * caller's own scope).
    */
   run: Admission
   /** `authenticated`: the answer of an event is the bystander's, except for the owners it was refused. */
@@ -227,7 +228,9 @@ export function createFanout (options: FanoutOptions) {
       const key = `${planId}\n${scope}\n${JSON.stringify(run.variables)}`
       let group = topic.groups.get(key)
       if (!group) {
-        const caller = scope === 'ADMIN' ? payer.caller : null
+        // Everyone's and the anonymous answers run as nobody, `authenticated` as a bystander per event;
+        // an administrators' or one caller's own (a private field) as the caller.
+        const caller = scope === 'public' || scope === 'anonymous' || scope === 'authenticated' ? null : payer.caller
         const perOwner = scope === 'authenticated'
         topic.groups.set(key, (group = { key, topic, run: { ...run, caller }, perOwner, members: new Set() }))
       }

@@ -1,8 +1,10 @@
 // HTTP caching of persisted GET /graphql responses (mobile clients' hottest path):
 // - a successful answer (200, no errors) carries a strong ETag (a 64-bit hash of the exact text and
 //   media type: a validator needs no cryptographic hash, and sha256 cost a fortieth of a persisted
-//   GET's CPU), Cache-Control `public, max-age=N` for anonymous callers or `private, max-age=N` when an
-//   Authorization header is present, and `Vary: Accept, Authorization`; anything else is `no-store`;
+//   GET's CPU), Cache-Control `private, max-age=N` when the answer depends on its caller (a field it
+//   selects says so in the SDL: answer-scope.ts) or an Authorization header is present (its cost
+//   report is that caller's), `public, max-age=N` otherwise, and `Vary: Accept, Authorization`;
+//   anything else is `no-store`. A POST query's answer carries the same Cache-Control, without an ETag;
 // - If-None-Match is answered 304 *before executing* when this instance answered the same request
 //   (URL, Accept, caller) with that ETag less than max-age ago; after executing, a matching ETag
 //   still turns the answer into a 304 (saving the bytes, e.g. on another instance).
@@ -16,6 +18,9 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Caller } from '../../app/domain/context.ts'
 import { LruMap } from '../../app/lru-map.ts'
+
+/** Who may keep an answer: every caller's (`public`), or one caller's (`private`): Answered.visibility. */
+export type Visibility = 'public' | 'private'
 
 /** What the cache reads of a request (the HTTP exchange's input has it). */
 export interface CacheRequest {
@@ -47,6 +52,7 @@ const entryBytes = (key: string) => key.length * 2 + 512
 
 interface Remembered {
   etag: string
+  visibility: Visibility
   expires: number
 }
 
@@ -61,11 +67,20 @@ export interface HttpCache {
    */
   answeredNotModified (request: CacheRequest, headers: CacheHeaders): boolean
   /**
-   * A successful answer's JSON, as sent: sets its ETag and caching headers and remembers the ETag;
+   * A successful GET answer's JSON, as sent: sets its ETag and caching headers and remembers the ETag;
    * returns true when the client's If-None-Match names it (the exchange then answers 304 without a body).
    * `etag`: the answer's ETag when the caller already knows it (etagOf the same bytes).
    */
-  cacheable (request: CacheRequest, headers: CacheHeaders, json: string, contentType: string, etag?: string): boolean
+  cacheable (
+    request: CacheRequest,
+    headers: CacheHeaders,
+    json: string,
+    contentType: string,
+    visibility: Visibility,
+    etag?: string
+  ): boolean
+  /** A successful POST answer to a query: its caching headers, no ETag (POST answers are not revalidated). */
+  visible (request: CacheRequest, headers: CacheHeaders, visibility: Visibility): void
   /** Any other answer (errors, refusals): never stored. */
   uncacheable (headers: CacheHeaders): void
 }
@@ -122,9 +137,10 @@ export function createHttpCache (options: HttpCacheOptions): HttpCache {
     return `${caller ? `${caller.role}:${caller.id}` : '-'}\n${request.headers.accept ?? ''}\n${request.url}`
   }
 
-  const setCacheHeaders = (request: CacheRequest, headers: CacheHeaders, etag: string) => {
-    headers.etag = etag
-    headers['cache-control'] = request.headers.authorization ? cacheControl.private : cacheControl.public
+  const setVisibility = (request: CacheRequest, headers: CacheHeaders, visibility: Visibility) => {
+    headers['cache-control'] = visibility === 'private' || request.headers.authorization
+      ? cacheControl.private
+      : cacheControl.public
     headers.vary = 'Accept, Authorization'
   }
 
@@ -134,22 +150,26 @@ export function createHttpCache (options: HttpCacheOptions): HttpCache {
       if (!ifNoneMatch || !remembering) return false
       const known = remembered.get(keyOf(request))
       if (!known || known.expires <= Date.now() || !ifNoneMatchHits(ifNoneMatch, known.etag)) return false
-      setCacheHeaders(request, headers, known.etag)
+      headers.etag = known.etag
+      setVisibility(request, headers, known.visibility)
       return true
     },
 
-    cacheable (request, headers, json, contentType, etag = etagOf(contentType, json)) {
-      setCacheHeaders(request, headers, etag)
+    cacheable (request, headers, json, contentType, visibility, etag = etagOf(contentType, json)) {
+      headers.etag = etag
+      setVisibility(request, headers, visibility)
       if (remembering) {
         const key = keyOf(request)
         const expires = Date.now() + maxAgeSec * 1000
         // The same bytes again (the usual case): the entry is extended in place, without reordering the map.
         const known = remembered.peek(key)
         if (known?.etag === etag) known.expires = expires
-        else remembered.set(key, { etag, expires }, entryBytes(key))
+        else remembered.set(key, { etag, visibility, expires }, entryBytes(key))
       }
       return ifNoneMatchHits(request.headers['if-none-match'], etag)
     },
+
+    visible: setVisibility,
 
     uncacheable (headers) {
       headers['cache-control'] = 'no-store'

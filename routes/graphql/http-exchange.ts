@@ -329,6 +329,8 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     }
     out.answer = answers
     out.body = `[${parts.join(',')}]`
+    // A batch as a whole is no one operation's answer: no cache may keep it.
+    httpCache.uncacheable(out.headers)
     return out
   }
 
@@ -354,7 +356,16 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     // Operations over server-sent events (graphql-sse): the door hands them to sse.ts.
     const asEventStream = answersAsEventStream(input, params)
     if (asEventStream === true || (asEventStream !== false && (await asEventStream))) return { eventStream: params }
-    return send(out, input.headers.accept, await answer(input, out, params))
+    const answered = await answer(input, out, params)
+    send(out, input.headers.accept, answered)
+    // A query's answer says who may keep it, as a GET's does; anything else (a mutation, an error) is no-store.
+    if (answered.visibility && out.status === 200 && answered.body.errors === undefined && out.body !== undefined &&
+      out.answer === answered.body) {
+      httpCache.visible(input, out.headers, answered.visibility)
+    } else {
+      httpCache.uncacheable(out.headers)
+    }
+    return out
   }
 
   // No preflight-forcing header is required (urql, CDN warmers and curl send none): a GET runs queries
@@ -387,7 +398,8 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     const contentType = out.contentType as string
     const etag = answered.cached && cost ? etagOfCached(answered.cached.entry, cost, contentType, json) : undefined
     // (A 304 keeps the answer for the instruments: it was made, only its bytes are saved.)
-    if (httpCache.cacheable(input, out.headers, json, contentType, etag)) return notModified(out)
+    const visibility = answered.visibility ?? 'private'
+    if (httpCache.cacheable(input, out.headers, json, contentType, visibility, etag)) return notModified(out)
     return out
   }
 

@@ -131,8 +131,9 @@ export interface Pipeline {
    * Runs an admitted query or mutation (or one event of a subscription, its root value) under the
    * execution deadline, with a fresh domain context (fresh loaders): its result, or "Query timeout"
    * when the deadline passes first (the domain then refuses any further write of that operation).
+   * `as`: the caller the resolvers see, when not the admission's (OperationPhases.execute).
    */
-  execute (admission: Admission, root?: unknown, reads?: ReadSet): Promise<ExecutionResult>
+  execute (admission: Admission, root?: unknown, reads?: ReadSet, as?: Caller | null): Promise<ExecutionResult>
   /** Tells the instruments the response cache's word on an admitted query (OperationPhases.cached). */
   cached (admission: Admission, outcome: 'hit' | 'miss'): void
   /**
@@ -357,17 +358,20 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     return { caller, operation, compiled, variables, cost }
   }
 
-  const contextOf = (admission: Admission, deadline: number, reads: ReadSet | null = null): GraphQLContext => ({
-    domain: createDomainContext(options.domain, admission.caller, deadline, reads),
+  const contextOf = (
+    admission: Admission, deadline: number, reads: ReadSet | null, caller: Caller | null
+  ): GraphQLContext => ({
+    domain: createDomainContext(options.domain, caller, deadline, reads),
     operationName: admission.operation.name,
     cost: admission.cost
   })
 
   const phases: OperationPhases<OperationRequest, Admission> = {
     admit,
-    execute (admission, root, reads) {
+    execute (admission, root, reads, as = admission.caller) {
       const deadline = Date.now() + limits.timeoutMs
-      const result = admission.compiled.query(root, contextOf(admission, deadline, reads), admission.variables)
+      const context = contextOf(admission, deadline, reads ?? null, as)
+      const result = admission.compiled.query(root, context, admission.variables)
       // Synchronous results (no resolver waited) are complete; only a pending one races the deadline.
       return result instanceof Promise ? withinDeadline(result, limits.timeoutMs, TIMED_OUT) : Promise.resolve(result)
     },
@@ -381,7 +385,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
         document: operation.document,
         operationName: operation.name,
         variableValues: variables,
-        contextValue: contextOf(admission, Infinity)
+        contextValue: contextOf(admission, Infinity, null, admission.caller)
       })
     },
     cached () {}

@@ -7,6 +7,7 @@ import { ResponseCache, type CacheStore } from '../../app/cache/response-cache.t
 import { ConfigError } from '../../app/config.ts'
 import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { listenSoapApp } from '../soap/helpers.ts'
+import { MANIFEST_FILE, getPersisted, queryIdOf } from '../persisted/helpers.ts'
 
 const USER_2 = '{ user(id: "2") { id name } }'
 
@@ -97,4 +98,20 @@ test('a write the cache cannot be told of is refused with nothing changed; if it
   t.match(unacknowledged.body.errors[0].message, /^The change was made, but the response cache could not be told of it/)
   t.equal(unacknowledged.body.data?.updateUser ?? null, null, 'not acknowledged')
   t.equal((await gql(url, '{ user(id: "2") { name createdAt } }')).body.data.user.name, 'Ada King', 'the change itself is stored')
+})
+
+test('Cache-Control, by POST and by GET, says whether an answer depends on its caller, as the SDL declares', async (t) => {
+  const { url, token } = await listenTestApp(t, { PERSISTED_MANIFEST: MANIFEST_FILE, CACHE_MAX_AGE_SEC: '60' })
+  const ada = { authorization: `Bearer ${token('2')}` }
+  const control = (response: { headers: Headers }) => response.headers.get('cache-control')
+  t.equal(control(await gql(url, USER_2)), 'public, max-age=60', 'POST, no caller-dependent field, anonymous')
+  t.equal(control(await gql(url, USER_2, undefined, ada)), 'private, max-age=60', 'POST with a token: its cost report is Ada\'s')
+  const email = await gql(url, '{ user(id: "2") { email } }', undefined, ada)
+  t.equal(email.body.data.user.email, 'ada@example.com')
+  t.equal(control(email), 'private, max-age=60', 'POST selecting email (@auth)')
+  t.equal(control(await gql(url, 'mutation { updateUser(id: "2", input: { name: "Ada" }) { id } }', undefined, ada)), 'no-store',
+    'a mutation')
+  t.equal(control(await gql(url, '{ user(id: "2") { email } }')), 'no-store', 'an answer with an error (anonymous email)')
+  t.equal(control(await getPersisted(url, queryIdOf('UserById'), { id: '2' })), 'public, max-age=60', 'GET, anonymous')
+  t.equal(control(await getPersisted(url, queryIdOf('UserEmail'), { id: '2' }, ada)), 'private, max-age=60', 'GET, email')
 })
