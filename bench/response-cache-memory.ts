@@ -1,9 +1,9 @@
 // The in-process response cache's memory with many distinct keys, under its byte bound:
 //   npx node --expose-gc bench/response-cache-memory.ts [keys=100000] [answerBytes=200] [maxBytes=67108864]
 // Fills `keys` distinct entries (an answer of about `answerBytes`, one `user:<id>` tag each, keys as the
-// cache makes them), then prints entries held, the store's estimate of their bytes, and the process's
-// heap and RSS growth after a full GC: the estimate must not be below the heap growth, and RSS stays
-// bounded whatever the number of keys.
+// cache makes them), then prints entries held, the bytes of their records in the store's block (outside
+// V8's heap: heapGrowth counts it as external memory), and the process's heap and RSS growth after a
+// full GC. What a running service grows by is test/cache/memory-bound.test.ts's measure.
 import { MemoryCacheStore } from '../app/cache/memory-store.ts'
 import { ResponseCache, cacheKey } from '../app/cache/response-cache.ts'
 

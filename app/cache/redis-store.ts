@@ -5,8 +5,8 @@
 // - `<prefix>rc:mark:<tag>`: the sequence of the tag's last invalidation;
 // - `<prefix>rc:floor`: the sequence of the last invalidation of everything (invalidateAll): an entry
 //   that began before it counts as invalidated, whatever its tags;
-// - `<prefix>rc:entry:<SHA-256 of the key>`: an entry, `[since, createdAt, ...tags]` as JSON, a
-//   newline, the body.
+// - `<prefix>rc:answer:<SHA-256 of the key>`: an entry, `[since, createdAt, digest, ...tags]` as JSON, a
+//   newline, the body (the name changes with the layout: an instance never reads another version's);
 // Every key expires: entries `ttlMs` after their computation began at most, marks and the sequence
 // `ttlMs` (plus a margin) after their last write, by which time every entry that began before it has
 // expired. Redis must not evict these keys early (maxmemory-policy noeviction): an evicted mark would
@@ -37,7 +37,7 @@ if floor and tonumber(floor) > since then
   redis.call('DEL', KEYS[1])
   return false
 end
-local i = 3
+local i = 4
 while i <= #head do
   local marks = {}
   for j = i, math.min(i + 199, #head) do marks[#marks + 1] = ARGV[1] .. head[j] end
@@ -127,7 +127,7 @@ export class RedisCacheStore implements CacheStore {
       redis.defineCommand('responseCacheInvalidateAll', { numberOfKeys: 1, lua: INVALIDATE_ALL })
     }
     this.#redis = redis as Scripts
-    this.#entryPrefix = options.redisKey('rc:entry:')
+    this.#entryPrefix = options.redisKey('rc:answer:')
     this.#markPrefix = options.redisKey('rc:mark:')
     this.#seqKey = options.redisKey('rc:seq')
     this.#floorKey = options.redisKey('rc:floor')
@@ -142,12 +142,12 @@ export class RedisCacheStore implements CacheStore {
     const value = await this.#redis.responseCacheGet(this.#entryKey(key), this.#markPrefix, this.#floorKey)
     if (value === null) return null
     const newline = value.indexOf('\n')
-    const [, createdAt, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, ...string[]]
-    return { body: value.slice(newline + 1), createdAt, tags }
+    const [, createdAt, digest, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, string, ...string[]]
+    return { body: value.slice(newline + 1), digest, createdAt, tags }
   }
 
   async set (key: string, entry: CachedAnswer, since: number, ttlMs: number): Promise<boolean> {
-    const head = JSON.stringify([since, entry.createdAt, ...entry.tags])
+    const head = JSON.stringify([since, entry.createdAt, entry.digest, ...entry.tags])
     const stored = await this.#redis.responseCacheSet(
       this.#entryKey(key),
       this.#markPrefix,

@@ -3,9 +3,10 @@
 //
 // An entry is one answer as sent, less its per-request part (`extensions`: the caller splices its own in
 // at send time with `withExtensions`), with the time its computation started (`Age`) and the read tags
-// (app/domain/read-tags.ts) of everything it read. It keeps no ETag: the bytes a request receives
-// include its own extensions, so the carrier derives the validator from what it sends. A write drops,
-// through `invalidate`, every entry that read one of the tags it changed.
+// (app/domain/read-tags.ts) of everything it read. It keeps no ETag, since the bytes a request receives
+// include its own extensions; it keeps the digest of its text, from which the carrier makes the
+// validator of what it sends without hashing the text again. A write drops, through `invalidate`,
+// every entry that read one of the tags it changed.
 //
 // Staleness is closed by sequence numbers instead of messages between instances. The store keeps a
 // write sequence, and per tag the sequence of its last invalidation (a "mark"). A fill notes the sequence
@@ -15,11 +16,14 @@
 // returns, no lookup on any instance sharing the store returns what the write changed: there is no
 // window. (Marks are kept as long as an entry can live: entries expire `ttlMs` after their computation
 // started, so an older mark can no longer concern any entry.)
+import { textHash } from '../text-hash.ts'
 
 /** An answer kept by the cache. */
 export interface CachedAnswer {
   /** The answer's JSON as sent, without `extensions` (see withExtensions). */
   body: string
+  /** textHash of `body`, taken once when it was computed: ETags are made from it (no hash of the body per hit). */
+  digest: string
   /** When its computation started (epoch ms): the HTTP `Age` is now less this. */
   createdAt: number
   /** What it read (read tags). */
@@ -107,10 +111,13 @@ export function cacheKey (planId: string, variables: Record<string, unknown>, sc
   return JSON.stringify([scope, planId, variables])
 }
 
-/** The answer as sent to one request: the entry's body with that request's `extensions` (its cost report). */
-export function withExtensions (body: string, extensions: Record<string, unknown> | undefined): string {
-  if (!extensions) return body
-  return `${body.slice(0, body.lastIndexOf('}'))},"extensions":${JSON.stringify(extensions)}}`
+/**
+ * The answer as sent to one request: a body without extensions with that request's `extensions` (its
+ * cost report) as JSON, spliced in last, as JSON.stringify puts a key added last.
+ */
+export function withExtensions (body: string, extensionsJson: string | undefined): string {
+  if (extensionsJson === undefined) return body
+  return `${body.slice(0, body.lastIndexOf('}'))},"extensions":${extensionsJson}}`
 }
 
 /** The HTTP `Age` of an entry at `now`, in whole seconds (RFC 9111). */
@@ -221,6 +228,7 @@ export class ResponseCache {
     const computed = await compute()
     const entry: CachedAnswer = {
       body: computed.body,
+      digest: textHash(computed.body),
       createdAt,
       tags: [...computed.tags]
     }

@@ -18,6 +18,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Caller } from '../../app/domain/context.ts'
 import { LruMap } from '../../app/lru-map.ts'
+import { textHash } from '../../app/text-hash.ts'
 
 /** Who may keep an answer: every caller's (`public`), or one caller's (`private`): Answered.visibility. */
 export type Visibility = 'public' | 'private'
@@ -67,18 +68,11 @@ export interface HttpCache {
    */
   answeredNotModified (request: CacheRequest, headers: CacheHeaders): boolean
   /**
-   * A successful GET answer's JSON, as sent: sets its ETag and caching headers and remembers the ETag;
-   * returns true when the client's If-None-Match names it (the exchange then answers 304 without a body).
-   * `etag`: the answer's ETag when the caller already knows it (etagOf the same bytes).
+   * A successful GET answer, by its ETag (etagOf its bytes): sets the ETag and caching headers and
+   * remembers the ETag; returns true when the client's If-None-Match names it (the exchange then
+   * answers 304 without a body).
    */
-  cacheable (
-    request: CacheRequest,
-    headers: CacheHeaders,
-    json: string,
-    contentType: string,
-    visibility: Visibility,
-    etag?: string
-  ): boolean
+  cacheable (request: CacheRequest, headers: CacheHeaders, etag: string, visibility: Visibility): boolean
   /** A successful POST answer to a query: its caching headers, no ETag (POST answers are not revalidated). */
   visible (request: CacheRequest, headers: CacheHeaders, visibility: Visibility): void
   /** Any other answer (errors, refusals): never stored. */
@@ -96,31 +90,13 @@ export function ifNoneMatchHits (header: string | undefined, etag: string): bool
 }
 
 /**
- * A 64-bit hash of texts, as 16 hex digits: two 32-bit FNV-1a-style lanes with different multipliers,
- * mixed at the end (cyrb53's finaliser). Not cryptographic: an ETag only has to change when the
- * answer to the same request changes, and a client gains nothing by forging one (it only chooses
- * whether its own request is answered 304). The texts are read in place, never joined.
+ * The strong ETag of an answer sent with the media type `contentType`: its JSON is the text whose digest
+ * (textHash) is `digest`, with `extensionsJson` spliced in as its `extensions` (withExtensions). A
+ * function of exactly the bytes sent, whether they came from the response cache (which keeps the
+ * digest of its text) or from an execution, on any instance; the text is hashed once, not on every hit.
  */
-export function textHash (...texts: string[]): string {
-  let h1 = 0xdeadbeef
-  let h2 = 0x41c6ce57
-  for (const text of texts) {
-    for (let i = 0; i < text.length; i++) {
-      const c = text.charCodeAt(i)
-      h1 = Math.imul(h1 ^ c, 2654435761)
-      h2 = Math.imul(h2 ^ c, 1597334677)
-    }
-    // A separator, so ("ab", "c") and ("a", "bc") differ.
-    h1 = Math.imul(h1 ^ 0xffff, 2654435761)
-    h2 = Math.imul(h2 ^ 0xffff, 1597334677)
-  }
-  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909)
-  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909)
-  return (h1 >>> 0).toString(16).padStart(8, '0') + (h2 >>> 0).toString(16).padStart(8, '0')
-}
-
-/** The strong ETag of an answer sent as `json` with the media type `contentType`. */
-export const etagOf = (contentType: string, json: string) => `"${textHash(contentType, json)}"`
+export const etagOf = (contentType: string, digest: string, extensionsJson: string) =>
+  `"${textHash(contentType, digest, extensionsJson)}"`
 
 export function createHttpCache (options: HttpCacheOptions): HttpCache {
   const { maxAgeSec } = options
@@ -155,7 +131,7 @@ export function createHttpCache (options: HttpCacheOptions): HttpCache {
       return true
     },
 
-    cacheable (request, headers, json, contentType, visibility, etag = etagOf(contentType, json)) {
+    cacheable (request, headers, etag, visibility) {
       headers.etag = etag
       setVisibility(request, headers, visibility)
       if (remembering) {

@@ -11,9 +11,10 @@
 // (index.ts) identifies the caller first (its route hooks: the request budget counts the caller) and
 // translates the result into its reply.
 import type { IncomingHttpHeaders } from 'node:http'
-import { withExtensions, type CachedAnswer } from '../../app/cache/response-cache.ts'
+import { withExtensions } from '../../app/cache/response-cache.ts'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError } from '../../app/errors.ts'
+import { textHash } from '../../app/text-hash.ts'
 import {
   formatError,
   formatThrown,
@@ -183,43 +184,32 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     maxBytes: config.cacheMaxBytes
   })
 
-  /** One answer's JSON as sent: the cache's text with this request's extensions, or the answer serialised. */
-  const jsonOf = ({ body, cached }: Answered) =>
-    cached ? withExtensions(cached.entry.body, body.extensions) : JSON.stringify(body)
-
   /**
-   * The ETags of cached answers as GETs send them, by entry. A GET's extensions are its operation's price
-   * and its caller's budget only, so every GET of one kind (media type, price, budget) answered from an
-   * entry sends the same bytes: their hash is taken once per entry and kind, not on every hit. Weak: a
-   * memo goes with its entry (about 200 bytes, counted in the in-process store's estimate of an entry).
-   * Only for entries kept in this process: the Redis store hands out a new entry on every lookup.
+   * One answer's JSON as sent: its text without extensions (the cache's, or the answer serialised without
+   * them) with this request's extensions spliced in last, as JSON.stringify would put them.
    */
-  const cachedEtags = responseCache !== null && responseCache.stats().bytes !== null
-    ? new WeakMap<CachedAnswer, { requested: number; budget: number; contentType: string; etag: string }>()
-    : null
-  function etagOfCached (entry: CachedAnswer, cost: CostReport, contentType: string, json: string): string {
-    if (!cachedEtags) return etagOf(contentType, json)
-    const known = cachedEtags.get(entry)
-    if (known?.contentType === contentType && known.requested === cost.requested && known.budget === cost.budget) {
-      return known.etag
-    }
-    const etag = etagOf(contentType, json)
-    cachedEtags.set(entry, { requested: cost.requested, budget: cost.budget, contentType, etag })
-    return etag
+  function sentOf ({ body, cached }: Answered): { base: string; extensionsJson: string | undefined; json: string } {
+    const { extensions, ...rest } = body
+    const base = cached ? cached.entry.body : JSON.stringify(rest)
+    const extensionsJson = extensions === undefined ? undefined : JSON.stringify(extensions)
+    return { base, extensionsJson, json: withExtensions(base, extensionsJson) }
   }
 
-  /** Sets the answer's body to `answered` serialised; false when it was over the cap and replaced by its error. */
-  function serialize (out: HttpAnswer, answered: Answered): boolean {
-    const json = jsonOf(answered)
-    if (withinAnswerCap(json, maxAnswer)) {
+  /**
+   * Sets the answer's body to `answered` serialised: what was sent (null when it was over the cap and
+   * replaced by its error).
+   */
+  function serialize (out: HttpAnswer, answered: Answered): ReturnType<typeof sentOf> | null {
+    const sent = sentOf(answered)
+    if (withinAnswerCap(sent.json, maxAnswer)) {
       out.answer = answered.body
-      out.body = json
+      out.body = sent.json
       // RFC 9111: an answer from a cache says how old it is; an executed one has no Age.
       if (answered.cached?.age != null) out.headers.age = String(answered.cached.age)
-      return true
+      return sent
     }
     tooLarge(out)
-    return false
+    return null
   }
   /** Replaces the answer by the error of an answer over the cap (still 200: the request was processed). */
   function tooLarge (out: HttpAnswer): void {
@@ -317,7 +307,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
       const answered: Answered = (params !== null && typeof params === 'object' && !Array.isArray(params))
         ? await answer(input, out, params as GraphQLRequestParams, i === 0)
         : { body: { errors: formatThrown(new AppError('BAD_REQUEST', 'Each operation of a batch must be a JSON object: { "query": "...", "variables": {...} }'), errorOptions) } }
-      const json = jsonOf(answered)
+      const { json } = sentOf(answered)
       // One answer over the cap stops the batch at once; otherwise its bytes count toward the cap.
       bytes += (i > 0 ? 1 : 0) + (withinAnswerCap(json, maxAnswer) ? Buffer.byteLength(json) : maxAnswer + 1)
       if (bytes > maxAnswer) {
@@ -358,9 +348,10 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     if (asEventStream === true || (asEventStream !== false && (await asEventStream))) return { eventStream: params }
     const answered = await answer(input, out, params)
     send(out, input.headers.accept, answered)
-    // A query's answer says who may keep it, as a GET's does; anything else (a mutation, an error) is no-store.
-    if (answered.visibility && out.status === 200 && answered.body.errors === undefined && out.body !== undefined &&
-      out.answer === answered.body) {
+    // A query's answer says who may keep it, as a GET's does; anything else (a mutation, an error, an
+    // answer replaced by its error over the cap) is no-store.
+    const kept = out.answer === answered.body
+    if (answered.visibility && out.status === 200 && answered.body.errors === undefined && kept) {
       httpCache.visible(input, out.headers, answered.visibility)
     } else {
       httpCache.uncacheable(out.headers)
@@ -390,16 +381,16 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     // other callers when public), and unchanged data then gives the same bytes, hence the same ETag.
     const cost = body.extensions?.cost as CostReport | undefined
     if (cost) body.extensions = { cost: { requested: cost.requested, budget: cost.budget } }
-    if (!serialize(out, answered)) {
+    const sent = serialize(out, answered)
+    if (!sent) {
       httpCache.uncacheable(out.headers)
       return out
     }
-    const json = out.body as string
-    const contentType = out.contentType as string
-    const etag = answered.cached && cost ? etagOfCached(answered.cached.entry, cost, contentType, json) : undefined
+    // The ETag of the bytes sent, from the digest of their text: the cache's (taken once) or this execution's.
+    const digest = answered.cached ? answered.cached.entry.digest : textHash(sent.base)
+    const etag = etagOf(out.contentType as string, digest, sent.extensionsJson ?? '')
     // (A 304 keeps the answer for the instruments: it was made, only its bytes are saved.)
-    const visibility = answered.visibility ?? 'private'
-    if (httpCache.cacheable(input, out.headers, json, contentType, visibility, etag)) return notModified(out)
+    if (httpCache.cacheable(input, out.headers, etag, answered.visibility ?? 'private')) return notModified(out)
     return out
   }
 

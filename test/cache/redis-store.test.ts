@@ -94,7 +94,7 @@ test('every key this cache writes in Redis expires', async (t) => {
   await a.invalidate(['user:8', 'room:z'])
   const redis = connections[0]!
   const keys = await redis.keys(`${prefix}*`)
-  t.ok(keys.some((k) => k.includes('rc:entry:')) && keys.some((k) => k.includes('rc:mark:')) && keys.includes(`${prefix}rc:seq`),
+  t.ok(keys.some((k) => k.includes('rc:answer:')) && keys.some((k) => k.includes('rc:mark:')) && keys.includes(`${prefix}rc:seq`),
     'entries, marks and the sequence')
   for (const key of keys) {
     const pttl = await redis.pttl(key)

@@ -1,9 +1,10 @@
 // The response cache's core with its in-process store, driven by plain objects: keys, the byte bound
 // and LRU order, the TTL, single-flight, invalidation by tag, and the read-before-write race.
 import { test } from 'tap'
-import { MemoryCacheStore, entryBytes } from '../../app/cache/memory-store.ts'
+import { MemoryCacheStore, blockLayout, entryBytes } from '../../app/cache/memory-store.ts'
+import { textHash } from '../../app/text-hash.ts'
 import {
-  ResponseCache, ageOf, cacheKey, withExtensions, type CacheStore, type CachedAnswer, type Computed
+  ResponseCache, ageOf, cacheKey, withExtensions, type CacheStore, type Computed
 } from '../../app/cache/response-cache.ts'
 
 function memoryCache (options: { maxBytes?: number; ttlMs?: number; maxMarks?: number; now?: () => number } = {}) {
@@ -55,7 +56,8 @@ test('a hit gives the body, age and tags; the caller splices its own extensions'
   t.same(hit, filled.entry)
   t.equal(hit!.createdAt, 1_000_000, 'created when the computation started')
   t.equal(ageOf(hit!, now + 2000), 3)
-  t.same(JSON.parse(withExtensions(hit!.body, { cost: { requested: 3 } })), { data: { user: { id: '1' } }, extensions: { cost: { requested: 3 } } })
+  t.same(JSON.parse(withExtensions(hit!.body, '{"cost":{"requested":3}}')), { data: { user: { id: '1' } }, extensions: { cost: { requested: 3 } } })
+  t.equal(hit!.digest, textHash(hit!.body), 'the digest of its text, taken once')
   t.equal(withExtensions(hit!.body, undefined), hit!.body)
   t.match(cache.stats(), { hits: 1, misses: 1, stored: 1, refused: 0 })
 })
@@ -68,26 +70,45 @@ test('an answer that must not be stored is returned to its caller only', async (
   t.equal(store.size, 0)
 })
 
-test('bounded in bytes, least recently used first', async (t) => {
+test('bounded in bytes: the oldest go first, entries in use get a second chance, and none larger than a sixteenth is kept', async (t) => {
   const body = (n: number) => answer({ data: { n, pad: 'x'.repeat(1000) } })
-  const sample: CachedAnswer = { body: body(1).body, createdAt: 0, tags: [] }
-  const one = entryBytes('k1', sample)
-  const { cache, store } = memoryCache({ maxBytes: one * 3 })
-  for (const k of ['k1', 'k2', 'k3']) await cache.fill(k, async () => body(1))
-  t.equal(store.size, 3)
-  t.equal(store.bytes, one * 3)
-  t.ok(await cache.lookup('k1'), 'k1 used: k2 is now the least recently used')
-  await cache.fill('k4', async () => body(1))
-  t.equal(store.size, 3)
-  t.ok(store.bytes <= one * 3, 'never over the bound')
-  t.equal(await cache.lookup('k2'), null, 'the least recently used went first')
-  t.ok(await cache.lookup('k1'))
-  t.ok(await cache.lookup('k3'))
-  t.ok(await cache.lookup('k4'))
-  await cache.fill('huge', async () => answer({ pad: 'x'.repeat(one * 4) }))
-  t.equal(await cache.lookup('huge'), null, 'an entry bigger than the bound is not kept')
-  t.equal(store.size, 3, 'and evicts nothing')
+  const one = entryBytes('k00', { body: body(1).body, tags: [] })
+  // The block holds its index, then 16 segments of 4 entries each.
+  let maxBytes = 16 * 4 * one
+  maxBytes += blockLayout(maxBytes).indexBytes
+  const { segments, segmentBytes } = blockLayout(maxBytes)
+  t.equal(Math.floor(segmentBytes / one), 4)
+  const full = segments * 4
+  const { cache, store } = memoryCache({ maxBytes })
+  const key = (i: number) => `k${String(i).padStart(2, '0')}`
+  for (let i = 0; i < full; i++) await cache.fill(key(i), async () => body(i))
+  t.equal(store.size, full, 'full')
+  t.equal(store.bytes, full * one)
+  t.ok(await cache.lookup(key(1)), 'k01 read while its segment is among the oldest: written again at the head')
+  for (let i = full; i < full + 4; i++) await cache.fill(key(i), async () => body(i))
+  t.ok(store.bytes <= maxBytes, 'never over the bound')
+  t.equal(await cache.lookup(key(0)), null, 'the oldest went first')
+  t.equal(await cache.lookup(key(2)), null)
+  t.ok(await cache.lookup(key(1)), 'the one in use stayed')
+  t.ok(await cache.lookup(key(full + 3)))
+  t.same(JSON.parse((await cache.lookup(key(1)))!.body).data.n, 1, 'with its own answer')
+  const before = store.size
+  await cache.fill('huge', async () => answer({ pad: 'x'.repeat(one * 5) }))
+  t.equal(await cache.lookup('huge'), null, 'an entry larger than a segment is not kept')
+  t.equal(store.size, before, 'and evicts nothing')
   t.equal(cache.stats().bytes, store.bytes)
+})
+
+test('keys are compared whole: an entry is never another key\'s, whatever their hashes', async (t) => {
+  const { cache, store } = memoryCache({ maxBytes: 4096 })
+  // 'Aa' and 'BB' have the same UTF-16 sums; and a key that is a prefix of another.
+  for (const k of ['Aa', 'BB', 'user:1', 'user:12', 'é', 'e\u0301']) await cache.fill(k, async () => answer(k))
+  for (const k of ['Aa', 'BB', 'user:1', 'user:12', 'é', 'e\u0301']) t.equal(JSON.parse((await cache.lookup(k))!.body), k)
+  t.equal(await cache.lookup('user:123'), null)
+  t.equal(store.size, 6)
+  await cache.fill('user:1', async () => answer('again'))
+  t.equal(store.size, 6, 'a key written again replaces its record')
+  t.equal(JSON.parse((await cache.lookup('user:1'))!.body), 'again')
 })
 
 test('entries expire their TTL after their computation started', async (t) => {
