@@ -5,6 +5,7 @@
 // and Cache-Control, by GET and by POST, follows the same declaration.
 import { test, type Test } from 'tap'
 import { createHash } from 'node:crypto'
+import { createServer } from 'node:http'
 import type { GraphQLContext } from '../../routes/graphql/context.ts'
 import { gql, testConfig } from '../helpers/app.ts'
 import { PREFLIGHT } from '../persisted/helpers.ts'
@@ -17,7 +18,7 @@ extend type Query {
 `
 
 /** The service, listening, with the throwaway fields in its schema and resolvers; `as(id)` a user's headers. */
-async function listenWithThrowawayFields (t: Test) {
+async function listenWithThrowawayFields (t: Test, env: Record<string, string> = {}) {
   const schemaModule = await import('../../routes/graphql/schema.ts')
   const { resolvers } = await import('../../routes/graphql/resolvers.ts')
   const viewerId = (_parent: unknown, _args: unknown, ctx: GraphQLContext) => ctx.domain.caller?.id ?? null
@@ -30,23 +31,34 @@ async function listenWithThrowawayFields (t: Test) {
   const { openSqliteStore } = await import('../../app/store/sqlite.ts')
   const { loadDemoData } = await import('../../app/store/sample-data.ts')
   const { mintToken } = await import('../../cli/mint-token.ts')
-  const config = testConfig({ CACHE_MAX_AGE_SEC: '60' })
+  const config = testConfig({ CACHE_MAX_AGE_SEC: '60', ...env })
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)
   const app = await buildApp(config, { store, logger: false })
   t.teardown(async () => { await app.close(); await store.close() })
   const url = await app.listen({ host: '127.0.0.1', port: 0 })
   const as = (id: string) => ({ authorization: `Bearer ${mintToken(config.jwt, id, 'USER')}` })
-  return { url, as }
+  return { app, url, as }
 }
 
-test('through the response cache, an undeclared read of the caller answers as nobody; a PRIVATE field, each caller their own', async (t) => {
-  const { url, as } = await listenWithThrowawayFields(t)
+/** Where tracing may export its spans (OTEL_EXPORTER_OTLP_ENDPOINT): accepts them all, keeps nothing. */
+async function spanSink (t: Test): Promise<string> {
+  const server = createServer((request, response) => { request.resume().on('end', () => response.end()) })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => server.close(resolve)))
+  const address = server.address() as { port: number }
+  return `http://127.0.0.1:${address.port}`
+}
+
+/** Ada's, Grace's and anonymous answers to the undeclared field and to the declared one. */
+async function answeredAsDeclared (t: Test, { url, as }: Awaited<ReturnType<typeof listenWithThrowawayFields>>) {
   const ada = await gql(url, '{ viewerId }', undefined, as('2'))
-  t.same(ada.body, { data: { viewerId: null }, extensions: ada.body.extensions }, 'Ada\'s shared answer was executed as nobody')
+  t.same(ada.body.data, { viewerId: null }, 'Ada\'s shared answer was executed as nobody')
+  t.equal(ada.body.extensions.cost.budget, 10000, 'yet its cost report is Ada\'s, a USER\'s (charged at admission)')
   const grace = await gql(url, '{ viewerId }', undefined, as('3'))
   t.equal(grace.headers.get('age'), '0', 'Grace is answered from the entry Ada\'s request filled')
   t.equal(grace.body.data.viewerId, null, 'never Ada\'s id')
+  t.equal((await gql(url, '{ viewerId }')).body.extensions.cost.budget, 1000, 'an anonymous caller\'s report is theirs')
 
   const own = async (id: string) => {
     const answer = await gql(url, '{ ownViewerId }', undefined, as(id))
@@ -56,7 +68,19 @@ test('through the response cache, an undeclared read of the caller answers as no
   t.same(await own('3'), ['3', null], 'Grace\'s own, not Ada\'s entry')
   t.same(await own('2'), ['2', '0'], 'Ada again: her own entry')
   t.equal((await gql(url, '{ ownViewerId }')).body.data.ownViewerId, null, 'anonymous')
-})
+}
+
+// With tracing on, execution goes through its phases (app/tracing.ts), which pass the caller to run as along.
+for (const tracing of [false, true]) {
+  const name = 'through the response cache, an undeclared read of the caller answers as nobody; a PRIVATE field, ' +
+    `each caller their own (tracing ${tracing ? 'on' : 'off'})`
+  test(name, async (t) => {
+    const env: Record<string, string> = tracing ? { OTEL_EXPORTER_OTLP_ENDPOINT: await spanSink(t) } : {}
+    const service = await listenWithThrowawayFields(t, env)
+    t.equal(service.app.tracing !== null, tracing)
+    await answeredAsDeclared(t, service)
+  })
+}
 
 test('Cache-Control by POST and by GET: public for everyone\'s answer, private for a PRIVATE field whatever the headers', async (t) => {
   const { url, as } = await listenWithThrowawayFields(t)
