@@ -82,27 +82,37 @@ for (const tracing of [false, true]) {
   })
 }
 
-test('Cache-Control by POST and by GET: public for everyone\'s answer, private for a PRIVATE field whatever the headers', async (t) => {
-  const { url, as } = await listenWithThrowawayFields(t)
-  const control = (response: { headers: Headers }) => response.headers.get('cache-control')
-  /** A GET of an automatic persisted query (registered by POST first: GET runs registered operations only). */
-  const get = async (query: string, headers: Record<string, string> = {}) => {
-    const extensions = { persistedQuery: { version: 1, sha256Hash: createHash('sha256').update(query).digest('hex') } }
-    await fetch(`${url}/graphql`, { method: 'POST', headers: PREFLIGHT, body: JSON.stringify({ query, extensions }) })
-    const params = new URLSearchParams({ extensions: JSON.stringify(extensions) })
-    const response = await fetch(`${url}/graphql?${params}`, { headers: { ...PREFLIGHT, ...headers } })
-    t.equal(response.status, 200)
-    return response
-  }
-  t.equal(control(await gql(url, '{ viewerId }')), 'public, max-age=60', 'POST, nothing declared, anonymous')
-  t.equal(control(await gql(url, '{ viewerId }', undefined, as('2'))), 'private, max-age=60', 'POST with a token')
-  t.equal(control(await gql(url, '{ ownViewerId }')), 'private, max-age=60', 'POST, PRIVATE, anonymous')
-  t.equal(control(await gql(url, '{ ownViewerId }', undefined, as('2'))), 'private, max-age=60', 'POST, PRIVATE')
-  t.equal(control(await get('{ viewerId }')), 'public, max-age=60', 'GET, nothing declared, anonymous')
-  t.equal(control(await get('{ viewerId }', as('2'))), 'private, max-age=60', 'GET with a token')
-  t.equal(control(await get('{ ownViewerId }')), 'private, max-age=60', 'GET, PRIVATE, anonymous')
-  const post = await gql(url, '{ ownViewerId }')
-  t.equal(post.headers.get('vary'), 'Accept, Authorization')
-  t.equal(post.headers.get('etag'), null, 'no ETag on POST')
-  t.ok((await get('{ ownViewerId }')).headers.get('etag'), 'an ETag on GET')
-})
+// With the response cache off, a 304 is answered before executing, from this instance's memory of the
+// ETags it sent: its Cache-Control is remembered with them.
+for (const responseCache of [true, false]) {
+  const name = 'Cache-Control by POST and by GET: public for everyone\'s answer, private for a PRIVATE field ' +
+    `whatever the headers, 304s included (response cache ${responseCache ? 'on' : 'off'})`
+  test(name, async (t) => {
+    const { url, as } = await listenWithThrowawayFields(t, { RESPONSE_CACHE: String(responseCache) })
+    const control = (response: { headers: Headers }) => response.headers.get('cache-control')
+    /** A GET of an automatic persisted query (registered by POST first: GET runs registered operations only). */
+    const get = async (query: string, headers: Record<string, string> = {}, status = 200) => {
+      const extensions = { persistedQuery: { version: 1, sha256Hash: createHash('sha256').update(query).digest('hex') } }
+      await fetch(`${url}/graphql`, { method: 'POST', headers: PREFLIGHT, body: JSON.stringify({ query, extensions }) })
+      const params = new URLSearchParams({ extensions: JSON.stringify(extensions) })
+      const response = await fetch(`${url}/graphql?${params}`, { headers: { ...PREFLIGHT, ...headers } })
+      t.equal(response.status, status)
+      return response
+    }
+    t.equal(control(await gql(url, '{ viewerId }')), 'public, max-age=60', 'POST, nothing declared, anonymous')
+    t.equal(control(await gql(url, '{ viewerId }', undefined, as('2'))), 'private, max-age=60', 'POST with a token')
+    t.equal(control(await gql(url, '{ ownViewerId }')), 'private, max-age=60', 'POST, PRIVATE, anonymous')
+    t.equal(control(await gql(url, '{ ownViewerId }', undefined, as('2'))), 'private, max-age=60', 'POST, PRIVATE')
+    t.equal(control(await get('{ viewerId }')), 'public, max-age=60', 'GET, nothing declared, anonymous')
+    t.equal(control(await get('{ viewerId }', as('2'))), 'private, max-age=60', 'GET with a token')
+    const own = await get('{ ownViewerId }')
+    t.equal(control(own), 'private, max-age=60', 'GET, PRIVATE, anonymous')
+    const etag = own.headers.get('etag')
+    t.ok(etag, 'an ETag on GET')
+    const revalidated = await get('{ ownViewerId }', { 'if-none-match': etag! }, 304)
+    t.equal(control(revalidated), 'private, max-age=60', '304 of a PRIVATE answer')
+    const post = await gql(url, '{ ownViewerId }')
+    t.equal(post.headers.get('vary'), 'Accept, Authorization')
+    t.equal(post.headers.get('etag'), null, 'no ETag on POST')
+  })
+}
