@@ -2,15 +2,20 @@
 // answers are shared between callers by that declaration alone (routes/graphql/answer-scope.ts: the
 // response cache, its Cache-Control, the subscription fan-out). This test runs every resolver that can
 // be part of a shared answer (Query fields, type fields, Subscription `resolve`s; not mutations, never
-// shared) with a domain context whose `caller` records being read, and fails on a field that read it
-// without a declaration. A throwaway `me` field shows the check failing.
+// shared) with a context whose caller-specific parts record being read (the domain context's `caller`,
+// and the request's cost report, which is the caller's budget), and fails on a field that read one
+// without a declaration. Throwaway fields show the check failing.
 //
-// What it catches: a resolver, or any domain function or loader it calls, reading `ctx.caller` on the
-// path that sample arguments and sample rows take. What it cannot see: a read only on another branch
-// (arguments or rows of another shape), or a caller that reaches a resolver by another road than the
-// domain context. Those still cannot leak through a shared answer: every answer shared by all callers
-// is executed as nobody (cached-answers.ts, fanout.ts), so such a field answers as for an anonymous
-// caller; this test is there so that it is declared instead of answering wrongly.
+// What it catches: a read of the caller by the resolver, or by any domain function it calls, on the
+// path that sample arguments and sample rows take, until the resolver's promise settles (loaders
+// included: their batches run before it settles, and they are built from the store alone, without the
+// caller); and a read made later by the value it returned, through a getter (the value is serialised,
+// as the answer would be). What it cannot see: a read only on another branch (arguments or rows of
+// another shape than the samples', a refusal thrown before the read), a read in a function the value
+// carries for a default resolver to call, or a caller that reaches a resolver by another road than its
+// context (a module-level variable). Those still cannot leak through an answer every caller shares:
+// that answer is executed as nobody (cached-answers.ts, fanout.ts), so such a field answers every caller
+// as it would an anonymous one; this test is there so that it is declared instead of answering wrongly.
 import { test } from 'tap'
 import {
   buildSchema,
@@ -23,14 +28,16 @@ import {
 } from 'graphql'
 import { createDomainContext, type Caller, type DomainContext } from '../app/domain/context.ts'
 import { getUser } from '../app/domain/users.ts'
+import type { CostReport } from '../app/limits/cost-report.ts'
 import { openSqliteStore } from '../app/store/sqlite.ts'
-import type { Store } from '../app/store/types.ts'
+import type { MessageRow, Store } from '../app/store/types.ts'
 import { callerDependenceOf } from '../routes/graphql/answer-scope.ts'
+import type { GraphQLContext } from '../routes/graphql/context.ts'
 import { resolvers } from '../routes/graphql/resolvers.ts'
 import { schemaSDL } from '../routes/graphql/schema.ts'
 import { subscriptionResolvers } from '../routes/graphql/subscriptions.ts'
 
-type Resolver = (parent: unknown, args: Record<string, unknown>, context: unknown, info: unknown) => unknown
+type Resolver = (parent: any, args: Record<string, unknown>, context: GraphQLContext, info: unknown) => unknown
 type ResolverMap = Record<string, Record<string, Resolver | { resolve?: Resolver }>>
 
 /** A value of an argument's type that passes the domain's input rules, so the resolver runs its course. */
@@ -49,8 +56,28 @@ async function fixture () {
 }
 
 /**
+ * A resolver's context whose caller-specific parts (the domain's `caller`, the cost report) call
+ * `onRead` when read.
+ */
+function recordingContext (store: Store, caller: Caller, onRead: () => void): GraphQLContext {
+  const domain: DomainContext = createDomainContext({
+    store,
+    events: { publish: async () => {} },
+    caps: { maxStringLength: 1000, maxListLength: 100, maxPageSize: 100 },
+    cursorKey: Buffer.alloc(32, 1)
+  }, caller)
+  Object.defineProperty(domain, 'caller', { get () { onRead(); return caller } })
+  const cost: CostReport = { requested: 1, budget: 1000, remaining: 999 }
+  return {
+    domain,
+    operationName: null,
+    get cost () { onRead(); return cost }
+  }
+}
+
+/**
  * The fields of `sdl` whose resolver in `map` read the caller while the SDL declares no dependence on it
- * (`flagged`), and every field whose resolver was run (`checked`), as `Type.field`.
+ * (`flagged`), and every field whose resolver was run (`checked`), as `Type.field`, sorted.
  */
 async function undeclaredCallerReads (
   store: Store, sdl: string, map: ResolverMap, samples: { user: string; parent: unknown }
@@ -67,24 +94,17 @@ async function undeclaredCallerReads (
       const field = type.getFields()[fieldName]
       if (!resolve || !field || callerDependenceOf(field) !== 'none') continue
       let read = false
-      const caller: Caller = { id: samples.user, role: 'USER' }
-      const domain: DomainContext = createDomainContext({
-        store,
-        events: { publish: async () => {} },
-        caps: { maxStringLength: 1000, maxListLength: 100, maxPageSize: 100 },
-        cursorKey: Buffer.alloc(32, 1)
-      }, caller)
-      Object.defineProperty(domain, 'caller', { get () { read = true; return caller } })
+      const context = recordingContext(store, { id: samples.user, role: 'USER' }, () => { read = true })
       const args = Object.fromEntries(field.args.map((arg) => [arg.name, sampleArgument(arg, samples)]))
       try {
-        const context = { domain, operationName: null, cost: { requested: 1, budget: 1, remaining: 1 } }
-        await resolve(samples.parent, args, context, {})
+        // Serialised as an answer would be: a getter of the value that reads the caller runs now.
+        JSON.stringify(await resolve(samples.parent, args, context, {}))
       } catch { /* refused or failed: whether it read the caller first is what counts */ }
       checked.push(`${typeName}.${fieldName}`)
       if (read) flagged.push(`${typeName}.${fieldName}`)
     }
   }
-  return { flagged, checked }
+  return { flagged: flagged.sort(), checked: checked.sort() }
 }
 
 /** The service's own resolvers: the root and type fields, and what a subscription's events resolve with. */
@@ -101,25 +121,45 @@ test('every resolver that reads the caller is declared in the SDL', async (t) =>
   const samples = { user: user.id, parent }
   const { flagged, checked } = await undeclaredCallerReads(store, schemaSDL, serviceResolvers(), samples)
   t.same(flagged, [])
-  t.same(checked.sort(), [
+  t.same(checked, [
     'Message.author', 'Query.messages', 'Query.messagesConnection', 'Query.user', 'Query.users', 'Query.usersByIds',
     'Query.usersConnection', 'Subscription.count', 'Subscription.messageAdded'
   ], 'every resolver but the mutations\' was run')
 })
 
-test('a throwaway field that reads the caller without a declaration fails the check; declared, it passes', async (t) => {
+test('throwaway fields that read the caller without a declaration fail the check; declared, they pass', async (t) => {
   const { store, user, message } = await fixture()
   t.teardown(() => store.close())
-  const me: Resolver = (_parent, _args, context) => {
-    const { domain } = context as { domain: DomainContext }
-    return domain.caller ? getUser(domain, domain.caller.id) : null
+  const service = serviceResolvers()
+  const map: ResolverMap = {
+    ...service,
+    Query: {
+      ...service.Query,
+      // The caller's own record.
+      me: (_parent, _args, { domain }) => domain.caller ? getUser(domain, domain.caller.id) : null,
+      // The caller's budget (the cost report is the caller's).
+      budgetLeft: (_parent, _args, context) => context.cost.remaining,
+      // A value that reads the caller only once serialised.
+      viewer: (_parent, _args, { domain }) => ({ get id () { return domain.caller?.id ?? null } })
+    },
+    // A viewer flag on a type field.
+    Message: {
+      ...service.Message,
+      viewerIsAuthor: (row: MessageRow, _args, { domain }) => domain.caller?.id === row.authorId
+    }
   }
-  const map = { ...serviceResolvers(), Query: { ...serviceResolvers().Query, me } }
   const samples = { user: user.id, parent: message }
-  const undeclared = `${schemaSDL}\nextend type Query { me: User }\n`
-  t.same((await undeclaredCallerReads(store, undeclared, map, samples)).flagged, ['Query.me'], 'flagged')
-  const declared = `${schemaSDL}\nextend type Query { me: User @cacheControl(scope: PRIVATE) }\n`
-  t.same((await undeclaredCallerReads(store, declared, map, samples)).flagged, [], 'declared PRIVATE: passes')
-  const guarded = `${schemaSDL}\nextend type Query { me: User @auth(requires: [SELF]) }\n`
-  t.same((await undeclaredCallerReads(store, guarded, map, samples)).flagged, [], 'guarded by a rule: passes')
+  const sdlWith = (declaration: string) => `${schemaSDL}
+type Viewer { id: ID }
+extend type Query { me: User ${declaration} budgetLeft: Int ${declaration} viewer: Viewer ${declaration} }
+extend type Message { viewerIsAuthor: Boolean ${declaration} }
+`
+  t.same((await undeclaredCallerReads(store, sdlWith(''), map, samples)).flagged,
+    ['Message.viewerIsAuthor', 'Query.budgetLeft', 'Query.me', 'Query.viewer'], 'all flagged')
+  t.same((await undeclaredCallerReads(store, sdlWith('@cacheControl(scope: PRIVATE)'), map, samples)).flagged, [],
+    'declared PRIVATE: they pass')
+  t.same((await undeclaredCallerReads(store, sdlWith('@auth(requires: [SELF])'), map, samples)).flagged, [],
+    'guarded by a rule: they pass')
+  t.same((await undeclaredCallerReads(store, sdlWith('@cacheControl(scope: PUBLIC)'), map, samples)).flagged,
+    ['Message.viewerIsAuthor', 'Query.budgetLeft', 'Query.me', 'Query.viewer'], 'declared PUBLIC: flagged still')
 })

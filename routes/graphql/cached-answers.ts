@@ -9,6 +9,7 @@ import type { ReadSet } from '../../app/domain/read-tags.ts'
 import { formatResult, type FormatOptions, type GraphQLAnswer } from '../../app/error-format.ts'
 import { cacheScopeOf, callerDependence } from './answer-scope.ts'
 import { withinAnswerCap } from './answer-size.ts'
+import type { Visibility } from './http-cache.ts'
 import type { Admission, Pipeline } from './pipeline.ts'
 
 /** An answer as sent: the execution's outcome plus our extensions (cost). */
@@ -30,7 +31,7 @@ export interface Answered {
    * every caller's, `private` when it depends on the caller. Absent for anything else (mutations,
    * refusals): never to be stored.
    */
-  visibility?: 'public' | 'private'
+  visibility?: Visibility
 }
 
 export interface CachedAnswersOptions {
@@ -68,7 +69,7 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
   async function throughCache (cache: ResponseCache, admission: Admission): Promise<Answered> {
     const extensions = { cost: admission.cost }
     const scope = cacheScopeOf(admission.operation, admission.caller, schema())
-    const visibility = scope === 'public' ? 'public' : 'private'
+    const visibility: Visibility = scope === 'public' ? 'public' : 'private'
     const key = cacheKey(`${schemaVersion()}:${admission.operation.key}`, admission.variables, scope)
     const hit = await cache.lookup(key)
     if (hit) {

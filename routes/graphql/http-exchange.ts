@@ -348,10 +348,9 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     if (asEventStream === true || (asEventStream !== false && (await asEventStream))) return { eventStream: params }
     const answered = await answer(input, out, params)
     send(out, input.headers.accept, answered)
-    // A query's answer says who may keep it, as a GET's does; anything else (a mutation, an error, an
-    // answer replaced by its error over the cap) is no-store.
-    const kept = out.answer === answered.body
-    if (answered.visibility && out.status === 200 && answered.body.errors === undefined && kept) {
+    // A query's answer says who may keep it, as a GET's does; anything else is no-store: a mutation, an
+    // answer with errors, or one over the cap (`send` then sent its error instead of the answer).
+    if (answered.visibility && answered.body.errors === undefined && out.answer === answered.body) {
       httpCache.visible(input, out.headers, answered.visibility)
     } else {
       httpCache.uncacheable(out.headers)
