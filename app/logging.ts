@@ -10,6 +10,7 @@ import { LogController, type FastifyInstance, type FastifyReply, type FastifyReq
 import { hostname } from 'node:os'
 import pino from 'pino'
 import { withoutCredentials, type Config } from './config.ts'
+import { clientAddress } from './peers.ts'
 
 /** How long a line may wait in memory before it is written (also bounds what a SIGKILL loses). */
 const LOG_FLUSH_MS = 200
@@ -168,7 +169,7 @@ function accessFields (request: FastifyRequest, reply: FastifyReply) {
     method: request.method,
     url: pathOf(request.url),
     persistedId: request.method === 'GET' ? persistedIdOf(request.query) : undefined,
-    ip: request.ip,
+    ip: clientAddress(request),
     statusCode: reply.statusCode,
     ms: Math.round(reply.elapsedTime * 10) / 10
   }

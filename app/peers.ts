@@ -4,7 +4,7 @@
 // X-Request-Id (here), and they are exempt from the per-address connection cap: behind a load
 // balancer, every client's connection arrives from its address (cap clients there, e.g. nginx's limit_conn).
 import { randomUUID } from 'node:crypto'
-import type { IncomingMessage } from 'node:http'
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http'
 import { BlockList, isIP, type Server, type Socket } from 'node:net'
 
 type Range = [address: string, prefix: number]
@@ -83,4 +83,26 @@ export function limitConnectionsPerPeer (
       else open.set(address, left)
     })
   })
+}
+
+/** Fastify's request as clientAddress reads it. */
+interface AddressedRequest {
+  ip: string
+  headers: IncomingHttpHeaders
+}
+
+const addresses = new WeakMap<AddressedRequest, string>()
+
+/**
+ * The client's address as trusted: Fastify's `request.ip` (the socket's peer, or with TRUST_PROXY the
+ * last address in X-Forwarded-For not from a trusted proxy), worked out once per request. Behind a
+ * load balancer Fastify parses the header again on every read of `request.ip` (4.5 µs a read, measured),
+ * and a request's budget, room and access line each read it.
+ */
+export function clientAddress (request: AddressedRequest): string {
+  // Without the header it is the socket's own address: nothing to parse, nothing to keep.
+  if (request.headers['x-forwarded-for'] === undefined) return request.ip
+  let address = addresses.get(request)
+  if (address === undefined) addresses.set(request, (address = request.ip))
+  return address
 }

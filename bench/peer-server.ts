@@ -11,12 +11,18 @@
 // `PEER=apollo-cached|yoga-cached`: the same peer with its own response cache, set up as its
 // documentation shows, in memory and shared by every caller, its entries living as long as the
 // service's (the same setting, RESPONSE_CACHE_TTL_MS), and telling a hit apart so the benchmark can check
-// it served one.
+// it served one. `PEER=apollo-redis-cached|yoga-redis-cached`: the same caches on Redis (REDIS_URL), as a
+// deployment of several instances would run them: Apollo's on a Keyv Redis store through its
+// KeyvAdapter, Yoga's with @envelop/response-cache-redis; keys under REDIS_PREFIX.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { ApolloServer, HeaderMap } from '@apollo/server'
 import { ApolloServerPluginCacheControl } from '@apollo/server/plugin/cacheControl'
 import responseCachePlugin from '@apollo/server-plugin-response-cache'
-import { createInMemoryCache, useResponseCache } from '@graphql-yoga/plugin-response-cache'
+import { createInMemoryCache, useResponseCache, type Cache } from '@graphql-yoga/plugin-response-cache'
+import { KeyvAdapter } from '@apollo/utils.keyvadapter'
+import { createRedisCache } from '@envelop/response-cache-redis'
+import { createKeyv } from '@keyv/redis'
+import { Redis } from 'ioredis'
 import { createYoga, createSchema } from 'graphql-yoga'
 import { loadConfig } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
@@ -39,13 +45,32 @@ type Handler = (request: IncomingMessage, response: ServerResponse) => void | Pr
 
 const CACHE_TTL_SEC = Math.round(config.responseCache.ttlMs / 1000)
 
-async function apolloHandler (cached: boolean): Promise<Handler> {
+type PeerCache = 'none' | 'memory' | 'redis'
+type KeyvOfAdapter = ConstructorParameters<typeof KeyvAdapter<string>>[0]
+
+/** The peers' Redis, with REDIS_PREFIX before every key they write. */
+function redisUrl (): string {
+  if (!config.redisUrl) throw new Error('a peer on Redis needs REDIS_URL')
+  return config.redisUrl
+}
+
+const keyvOnRedis = () => createKeyv(redisUrl(), { namespace: config.redisPrefix })
+
+async function apolloHandler (cache: PeerCache): Promise<Handler> {
   // Apollo caches only answers whose cache policy has a positive maxAge: every field gets one by default
   // (ApolloServerPluginCacheControl's defaultMaxAge). A hit carries an `age` header.
-  const plugins = cached
+  const plugins = cache !== 'none'
     ? [ApolloServerPluginCacheControl({ defaultMaxAge: CACHE_TTL_SEC }), responseCachePlugin()]
     : []
-  const apollo = new ApolloServer({ typeDefs, resolvers, plugins })
+  // On Redis: the server's cache (which the response-cache plugin uses) is a Keyv store, as Apollo's
+  // documentation configures it for several instances.
+  const apollo = new ApolloServer({
+    typeDefs,
+    resolvers,
+    plugins,
+    // (Cast: @keyv/redis and the adapter name the one keyv package through its two builds' type declarations.)
+    ...(cache === 'redis' ? { cache: new KeyvAdapter(keyvOnRedis() as unknown as KeyvOfAdapter) } : {})
+  })
   await apollo.start()
   // What Apollo's own startStandaloneServer does, as its integration guide documents
   // (executeHTTPGraphQLRequest), so that the benchmark's readiness route can sit beside it.
@@ -66,17 +91,21 @@ async function apolloHandler (cached: boolean): Promise<Handler> {
   }
 }
 
-function yogaHandler (cached: boolean): Handler {
-  const plugins = cached
+function yogaHandler (cache: PeerCache): Handler {
+  // Its in-memory LRU keeps 1000 answers by default: fewer than the users the benchmark rotates over,
+  // which would make every read a miss. 100000 holds them (as the service's 64 MiB would). On Redis:
+  // the store its documentation gives for several instances (ioredis, keys under REDIS_PREFIX).
+  const store = cache === 'redis'
+    ? createRedisCache({ redis: new Redis(redisUrl(), { keyPrefix: config.redisPrefix }) as never }) as Cache
+    : createInMemoryCache({ max: 100_000 })
+  const plugins = cache !== 'none'
     ? [
         useResponseCache({
           session: () => null, // one cache for every caller
           ttl: CACHE_TTL_SEC * 1000,
           // A hit answers extensions.responseCache.hit = true.
           includeExtensionMetadata: true,
-          // Its in-memory LRU keeps 1000 answers by default: fewer than the users the benchmark rotates
-          // over, which would make every read a miss. 100000 holds them (as the service's 64 MiB would).
-          cache: createInMemoryCache({ max: 100_000 })
+          cache: store
         })
       ]
     : []
@@ -84,11 +113,11 @@ function yogaHandler (cached: boolean): Handler {
   return (request, response) => yoga(request, response)
 }
 
-const PEERS = ['apollo', 'yoga', 'apollo-cached', 'yoga-cached']
+const PEERS = ['apollo', 'yoga', 'apollo-cached', 'yoga-cached', 'apollo-redis-cached', 'yoga-redis-cached']
 const peer = process.env.PEER ?? ''
 if (!PEERS.includes(peer)) throw new Error(`PEER must be one of ${PEERS.join(', ')}`)
-const cached = peer.endsWith('-cached')
-const handle = peer.startsWith('apollo') ? await apolloHandler(cached) : yogaHandler(cached)
+const cache: PeerCache = peer.endsWith('-redis-cached') ? 'redis' : peer.endsWith('-cached') ? 'memory' : 'none'
+const handle = peer.startsWith('apollo') ? await apolloHandler(cache) : yogaHandler(cache)
 
 const server = createServer((request, response) => {
   if (request.url === '/health/ready') return void response.end('{"status":"ready"}')

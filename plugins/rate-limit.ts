@@ -13,6 +13,7 @@ import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastif
 import type { Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
 import type { CostReport, CostUnitsLeft } from '../app/limits/cost-report.ts'
+import { clientAddress } from '../app/peers.ts'
 import { appendRouteHook } from '../app/route-hooks.ts'
 import {
   localCounters,
@@ -117,7 +118,7 @@ export default fp(async function rateLimits (app: FastifyInstance) {
     return refused
   }
   const requestBudget: onRequestHookHandler = (request, reply, done) => {
-    const count = countRequest(request.caller, request.ip)
+    const count = countRequest(request.caller, clientAddress(request))
     if (!(count instanceof Promise)) return done(judge(reply, count))
     count.then((c) => done(judge(reply, c)), (err: Error) => done(err))
   }

@@ -16,6 +16,7 @@ import type { Context, Span } from '@opentelemetry/api'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify'
 import type { Tracing } from '../app/tracing.ts'
 import { withoutCredentials } from '../app/config.ts'
+import { clientAddress } from '../app/peers.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -68,7 +69,7 @@ export default fp(async function tracing (app: FastifyInstance) {
         [semconv.ATTR_HTTP_REQUEST_METHOD]: request.method,
         [semconv.ATTR_URL_PATH]: request.url.split('?', 1)[0],
         [semconv.ATTR_URL_SCHEME]: request.protocol,
-        [semconv.ATTR_CLIENT_ADDRESS]: request.ip,
+        [semconv.ATTR_CLIENT_ADDRESS]: clientAddress(request),
         ...(route ? { [semconv.ATTR_HTTP_ROUTE]: route } : {})
       }
     }, parent)

@@ -42,6 +42,7 @@ import type { EventStreamSink } from './sse.ts'
 import { refuseUpgrade, type SubscriptionStats } from './streaming.ts'
 import { subscriptionResolvers } from './subscriptions.ts'
 import { SUBPROTOCOLS } from './ws-protocols.ts'
+import { clientAddress } from '../../app/peers.ts'
 
 export type { WarmUpReport }
 
@@ -149,7 +150,7 @@ const exchangeInput = (request: FastifyRequest): HttpExchangeInput => ({
   query: request.query,
   body: request.body,
   caller: request.caller,
-  ip: request.ip
+  ip: clientAddress(request)
 })
 
 async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, state: RoomState) {
@@ -210,7 +211,7 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   function sendResult (request: FastifyRequest, reply: FastifyReply, result: HttpExchangeResult) {
     if ('eventStream' in result) {
       return streaming.serveEventStream(
-        { params: result.eventStream, transport: 'SSE', caller: request.caller, ip: request.ip },
+        { params: result.eventStream, transport: 'SSE', caller: request.caller, ip: clientAddress(request) },
         () => {
           reply.hijack()
           return { sink: responseSink(reply.raw), headers: reply.getHeaders() as OutgoingHttpHeaders }
@@ -305,7 +306,7 @@ async function registerWebSocket (app: FastifyInstance, { ports, streaming }: Ro
   app.addHook('preClose', () => streaming.shutdown())
 
   function serveWebSocket (socket: WebSocket, request: FastifyRequest): void {
-    const connection = streaming.openWebSocket(socket, request.ip)
+    const connection = streaming.openWebSocket(socket, clientAddress(request))
     if (!connection) return
     // ws hands messages over as Buffers (its default binaryType); the session's budget counts their bytes.
     socket.on('message', (data: Buffer) => connection.message(data))
@@ -358,6 +359,6 @@ async function registerWebSocket (app: FastifyInstance, { ports, streaming }: Ro
   app.addHook('onRequest', (request, _reply, done) => {
     if (!request.ws) return done()
     const { origin, 'sec-websocket-protocol': protocols } = request.headers
-    done(streaming.upgradeRefusal({ origin, protocols, ip: request.ip }))
+    done(streaming.upgradeRefusal({ origin, protocols, ip: clientAddress(request) }))
   })
 }

@@ -22,6 +22,7 @@ import { createReplySigner } from './reply-signing.ts'
 import { createSoapService, type Admission } from './service.ts'
 import { createWsSecurity, memoryNonceCache, redisNonceCache } from './ws-security.ts'
 import { buildWsdl } from './wsdl.ts'
+import { clientAddress } from '../../app/peers.ts'
 
 export interface SoapRoutesOptions {
   /** The domain's dependencies, built once by the composition root (app/app.ts) for every transport. */
@@ -111,7 +112,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     )
     if (fault.code === 'INTERNAL_SERVER_ERROR') request.log.error({ err: error }, 'SOAP request failed')
     // Refused before the handler (media type, body size): it authenticated nobody, so it counts on the address.
-    if (request.method === 'POST') await app.budgets.spendRequest(null, request.ip).catch(() => {})
+    if (request.method === 'POST') await app.budgets.spendRequest(null, clientAddress(request)).catch(() => {})
     const response = faultResponse(fault, soapVersionOf(request), service.namespaceOf(version))
     // A GET is no SOAP exchange: its status is the error's own (405, 404, 400), never a SOAP 500.
     return send(reply, request.method === 'GET' ? { ...response, status: ErrorCodes[fault.code].status } : response)
@@ -119,10 +120,10 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
 
   /** The budgets of one POST, bound to its client address. */
   const admissionOf = (request: FastifyRequest): Admission => ({
-    checkAddress: () => app.budgets.checkRequestBudget(null, request.ip),
-    spendOnAddress: () => app.budgets.spendRequest(null, request.ip).catch(() => {}),
-    spendRequest: (caller) => app.budgets.spendRequest(caller, request.ip),
-    spendCost: async (caller, cost) => { await app.budgets.chargeCost(caller, request.ip, cost) }
+    checkAddress: () => app.budgets.checkRequestBudget(null, clientAddress(request)),
+    spendOnAddress: () => app.budgets.spendRequest(null, clientAddress(request)).catch(() => {}),
+    spendRequest: (caller) => app.budgets.spendRequest(caller, clientAddress(request)),
+    spendCost: async (caller, cost) => { await app.budgets.chargeCost(caller, clientAddress(request), cost) }
   })
 
   const trusted = trustedPeers(config.trustProxy)

@@ -3,6 +3,8 @@
 // sent the same 100000 persisted GETs of distinct keys (each a miss, kept until the cache is full, then
 // cycling through it). The cache's share of the growth in RSS (cache on less cache off) stays within
 // the factor docs/settings.md states. Kept on the heap, entries measured 3.3 times the bound.
+// In the suite that runs one file at a time (npm run test:cluster): it loads both CPUs for a minute and
+// a half, and measures memory, which other files running beside it would disturb.
 import t0, { test } from 'tap'
 import http from 'node:http'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
@@ -38,8 +40,7 @@ async function distinctGets (url: string, first: number, count: number): Promise
   agent.destroy()
 }
 
-// Two services, each sent 100000 requests: 90-115 s on a 2-CPU machine beside another test file, beyond
-// tap's 120 s per file when the machine is busier.
+// Two services, each sent 100000 requests: 90-115 s on a 2-CPU machine.
 t0.setTimeout(300_000)
 
 test(`the in-process response cache grows the process by at most ${FACTOR} x RESPONSE_CACHE_MAX_BYTES`, async (t) => {
