@@ -238,6 +238,57 @@ function roundRatios (row: Result, against: Result): { rps: number | null; cpu: 
 
 const CACHE_HEADER = ['response cache', 'hit ratio', '× req/s', 'CPU ×', 'target']
 
+/**
+ * The deployed topology's targets (issue: the hot path as deployed), each judged by the server's CPU per
+ * request: `against`'s CPU µs/req over `row`'s, the median over rounds measured back to back, at least
+ * `target` (a cost of at most 1/target times `against`'s). Shown, not checked by bench:check.
+ */
+export const DEPLOYED_TARGETS: { row: string; against: string; target: number; what: string }[] = [
+  { row: 'cached-persisted-get-deployed', against: 'cached-persisted-get', target: 1 / 1.15, what: 'a deployed hit costs ≤ 1.15 × an embedded hit' },
+  { row: 'persisted-get-deployed', against: 'persisted-get', target: 1 / 1.4, what: 'a deployed miss costs ≤ 1.4 × an embedded miss' },
+  { row: 'cached-persisted-get-deployed', against: 'persisted-get-deployed', target: 2, what: 'a deployed hit costs ≤ 0.5 × a deployed miss' },
+  { row: 'guarded-user-get', against: 'rest-user', target: 0.9, what: 'the protections: guarded-user-get ≥ 0.9 × rest-user' },
+  { row: 'cached-persisted-get', against: 'persisted-get', target: 2, what: 'an embedded hit ≥ 2 × an embedded execution' },
+  { row: 'cached-persisted-get-deployed', against: 'apollo-cached-user-get-deployed', target: 1.5, what: "≥ 1.5 × Apollo's hit on Redis" },
+  { row: 'cached-persisted-get-deployed', against: 'yoga-cached-user-get-deployed', target: 1.5, what: "≥ 1.5 × Yoga's hit on Redis" }
+]
+
+const DEPLOYED_HEADER = ['deployed', '× req/s', 'CPU ×', 'target (CPU ×)', 'verdict']
+
+/** The deployed targets that both rows of ran, and the two-instance row against one instance; null when none. */
+function deployedRows (report: RunReport): string[][] | null {
+  const ok = (name: string) => report.results.find((r) => r.name === name && r.status === 'ok')
+  const rows = DEPLOYED_TARGETS.flatMap(({ row, against, target, what }) => {
+    const [a, b] = [ok(row), ok(against)]
+    if (!a || !b) return []
+    const { rps, cpu } = roundRatios(a, b)
+    return [[`${row} ÷ ${against}`, fixed(rps, 2), fixed(cpu, 2), `≥ ${target.toFixed(2)}: ${what}`,
+      cpu === null ? '–' : cpu >= target ? 'met' : 'missed']]
+  })
+  const cluster = ok('cached-persisted-get-deployed-x2')
+  if (cluster) {
+    const each = (cluster.details?.instanceCpuMicrosPerRequest as (number | null)[] | undefined) ?? []
+    rows.push([
+      'cached-persisted-get-deployed-x2 ÷ cached-persisted-get-deployed',
+      fixed(cluster.details?.ratioToOneInstance as number | null | undefined, 2),
+      '',
+      `reported: two instances behind nginx; instance CPU µs per request served ${each.map((c) => fixed(c, 0)).join(' + ')}`,
+      ''
+    ])
+  }
+  return rows.length > 0 ? rows : null
+}
+
+export function deployedTextTable (report: RunReport): string | null {
+  const body = deployedRows(report)
+  return body ? alignedTable(DEPLOYED_HEADER, body) : null
+}
+
+export function deployedMarkdownTable (report: RunReport): string | null {
+  const body = deployedRows(report)
+  return body ? markdownOf(DEPLOYED_HEADER, body) : null
+}
+
 /** The cached rows' hit ratios and their comparisons against the issue's targets; null when none ran. */
 function cacheRows (report: RunReport): string[][] | null {
   const ok = (name: string) => report.results.find((r) => r.name === name && r.status === 'ok')

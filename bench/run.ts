@@ -15,11 +15,15 @@ import autocannon from 'autocannon'
 import { mintToken } from '../cli/mint-token.ts'
 import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
+import { copySeed, deployedSettings, deployedUnavailable, removeDeployed } from './deployed.ts'
+import { LB_ADDRESS, startLoadBalancer, type Instance } from '../test/cluster/harness.ts'
 import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
 import {
   cacheMarkdownTable,
   cacheTextTable,
+  deployedMarkdownTable,
+  deployedTextTable,
   checkThresholds,
   type GuardedFloors,
   fanoutMarkdownTable,
@@ -35,8 +39,11 @@ import {
 } from './report.ts'
 import {
   baselineScenarios,
+  deployedTwin,
   guardedScenarios,
+  peerRedisCachedScenarios,
   peerScenarios,
+  postgresBaselines,
   restBaselineOf,
   serviceScenarios,
   USER_BY_ID_QUERY,
@@ -106,8 +113,7 @@ const options = {
   fanoutMessages: num(args['fanout-messages'], smoke ? 5 : 100),
   only: args.only ?? [],
   logLevel: args['log-level'] ?? null,
-  profile: args.profile,
-  postgres: Boolean(process.env.DATABASE_URL)
+  profile: args.profile
 }
 for (const [key, value] of Object.entries(options)) {
   if (typeof value === 'number' && !(Number.isFinite(value) && value >= 0)) {
@@ -164,39 +170,53 @@ const baseEnv: Record<string, string> = {
   RESPONSE_CACHE: 'false',
   ...(options.logLevel ? { LOG_LEVEL: options.logLevel } : {})
 }
-const pgSchema = `bench_${process.pid}_${Date.now()}`
-const pgEnv: Record<string, string> = options.postgres
-  ? {
-      DATABASE_URL: process.env.DATABASE_URL!,
-      DATABASE_SCHEMA: pgSchema,
-      DATABASE_POOL_SIZE: process.env.DATABASE_POOL_SIZE ?? '10'
-    }
-  : {}
-const envFor = (store: StoreKind) => (store === 'postgres' ? { ...baseEnv, ...pgEnv } : baseEnv)
+// The deployed topology's PostgreSQL schema and Redis keys: this run's own (bench/deployed.ts).
+const deployed = deployedSettings(`${process.pid}_${Date.now().toString(36)}`)
+/** Why the deployed rows cannot run (PostgreSQL or Redis not answering), once the plan has asked. */
+let deployedProblem: string | null = null
+/** A row's store: the embedded file (copied per process), PostgreSQL alone, or PostgreSQL and Redis. */
+const envFor = (store: StoreKind): Record<string, string> => {
+  if (store === 'sqlite') return baseEnv
+  const { REDIS_URL: _redis, REDIS_PREFIX: _prefix, ...postgres } = deployed.env
+  return { ...baseEnv, ...(store === 'deployed' ? deployed.env : postgres) }
+}
 const ROOMS = ['general', 'random', 'support', 'releases', 'design'] // the rooms of app/store/sample-data.ts
 
-async function seedStore (
-  store: StoreKind
-): Promise<{ ids: string[]; adminId: string; partner: { login: string; password: string } | null }> {
+interface Seeded {
+  ids: string[]
+  adminId: string
+  partner: { login: string; password: string } | null
+}
+
+async function seedStore (): Promise<Seeded> {
   const started = Date.now()
   // Explicit settings, not loadConfig: env-schema would merge this shell's environment (a DATABASE_URL there
-  // must not turn the sqlite seed into a PostgreSQL one).
-  const db = await openStore(
-    store === 'postgres'
-      ? { databaseUrl: pgEnv.DATABASE_URL!, databaseSchema: pgSchema, databasePoolSize: 4, sqlitePath: '' }
-      : { databaseUrl: null, databaseSchema: null, databasePoolSize: 1, sqlitePath: baseEnv.SQLITE_PATH! }
-  )
+  // must not turn the embedded seed into a PostgreSQL one).
+  const db = await openStore({
+    databaseUrl: null, databaseSchema: null, databasePoolSize: 1, sqlitePath: baseEnv.SQLITE_PATH!
+  })
   try {
     const ids = await seed(db, options.users, options.messages, 20260101)
     const [admin] = await db.insertUsers([
       { name: 'Bench Admin', email: `bench.admin.${process.pid}@example.com`, role: 'ADMIN' }
     ])
-    const partner = store === 'sqlite' ? await createBenchPartner(db, baseEnv.PARTNER_SECRET_KEY!) : null
-    log(`seeded ${store}: ${options.users} users, ${options.messages} messages in ${Date.now() - started} ms`)
+    const partner = await createBenchPartner(db, baseEnv.PARTNER_SECRET_KEY!)
+    log(`seeded sqlite: ${options.users} users, ${options.messages} messages in ${Date.now() - started} ms`)
     return { ids, adminId: admin!.id, partner }
   } finally {
     await db.close()
   }
+}
+
+/** The deployed rows' PostgreSQL: the embedded seed copied into this run's schema; why not, when it cannot be. */
+async function seedDeployed (partner: { login: string } | null): Promise<string | null> {
+  const unavailable = await deployedUnavailable(deployed)
+  if (unavailable) return unavailable
+  const started = Date.now()
+  const store = await copySeed(baseEnv.SQLITE_PATH!, deployed, ROOMS, partner ? [partner.login] : [])
+  await store.close()
+  log(`copied the seed into PostgreSQL (schema ${deployed.schema}) in ${Date.now() - started} ms`)
+  return null
 }
 
 /**
@@ -230,17 +250,6 @@ async function pageCursors (url: string): Promise<string[]> {
     if (page % stride === 0) cursors.push(info.endCursor)
   }
   return cursors.slice(0, -1)
-}
-
-async function dropPostgresSchema (): Promise<void> {
-  const { default: pg } = await import('pg')
-  const client = new pg.Client({ connectionString: process.env.DATABASE_URL })
-  await client.connect()
-  try {
-    await client.query(`DROP SCHEMA IF EXISTS "${pgSchema}" CASCADE`)
-  } finally {
-    await client.end()
-  }
 }
 
 async function send (url: string, request: RequestSpec): Promise<Required<Sample>> {
@@ -460,7 +469,9 @@ interface Member {
 function baseResult (scenario: HttpScenario): Result {
   return {
     name: scenario.name,
-    kind: scenario.guardedRow ? 'guarded' : scenario.target === 'service' ? 'scenario' : 'baseline',
+    kind: scenario.guardedRow
+      ? 'guarded'
+      : scenario.target === 'service' && !scenario.baselineRow ? 'scenario' : 'baseline',
     store: scenario.store,
     description: scenario.description,
     status: 'ok',
@@ -476,11 +487,14 @@ async function runGroup (group: Group): Promise<Result[]> {
   try {
     baseline = await startProcess({ name: `baseline-${group.label}`, target: 'baseline', store: group.store })
     servers.push(baseline)
-    // The group's servers start at once (nothing is measured before every one answers: a smoke spends most
-    // of its time starting processes), then each row's sampled answers are checked; members keep the order.
+    // The group's servers start together, a few at a time (nothing is measured before every one answers:
+    // a smoke spends most of its time starting processes, and twenty starting at once on two CPUs missed
+    // their 30 s), then each row's sampled answers are checked; members keep the order.
     const rows = [group.limit, group.rest, ...group.guarded, ...group.scenarios]
-    const prepared = await Promise.all(
-      rows.map(async (scenario): Promise<Member | Result> => {
+    const prepared = await inBatches(
+      rows,
+      STARTING_AT_ONCE,
+      async (scenario): Promise<Member | Result> => {
         const result = baseResult(scenario)
         const unavailable = scenario.unavailable?.()
         if (unavailable) return { ...result, status: 'skipped', reason: unavailable }
@@ -496,7 +510,7 @@ async function runGroup (group: Group): Promise<Result[]> {
         } catch (err) {
           return { ...result, status: 'failed', reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }
         }
-      })
+      }
     )
     for (const row of prepared) {
       if ('scenario' in row) members.push(row)
@@ -625,6 +639,22 @@ async function runGroup (group: Group): Promise<Result[]> {
   return results.sort((a, b) => order.indexOf(a.name) - order.indexOf(b.name))
 }
 
+/** How many of a group's servers start at a time. */
+const STARTING_AT_ONCE = 6
+
+/** `work` over `items`, at most `size` at a time; the results in the items' order. */
+async function inBatches<T, R> (items: readonly T[], size: number, work: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length)
+  let next = 0
+  await Promise.all(Array.from({ length: Math.min(size, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++
+      results[i] = await work(items[i]!)
+    }
+  }))
+  return results
+}
+
 /** `limit` is measured in every group; its row sums them up. */
 function mergeLimit (rows: Result[]): Result | null {
   const ok = rows.filter((r) => r.status === 'ok')
@@ -662,7 +692,7 @@ async function main (): Promise<number> {
       `warning: this machine is busy (load average ${loadStart[0]!.toFixed(2)} on ${cpus().length} CPUs); absolute figures will be low and ratios noisier`
     )
   }
-  const seeded = await seedStore('sqlite')
+  const seeded = await seedStore()
   const jwt = {
     algorithms: ['HS256'],
     secret: jwtSecret,
@@ -720,19 +750,35 @@ async function main (): Promise<number> {
     await probe.stop()
   }
 
-  const [limit, restList, restUser, restMessages, restCreate] = baselineScenarios(data, 'sqlite')
+  const [limit, restList, restUser, restMessages, restCreate] = baselineScenarios(data)
   const [usersList, usersPage, userById, persistedGet, cachedPersistedGet, cachedMixed, messagesAuthors, createUser] =
-    serviceScenarios(data, 'sqlite')
+    serviceScenarios(data)
   const peers = peerScenarios(data)
   const [guardedList, guardedUserGet, guardedUser] = guardedScenarios(data)
-  const groups: (Group | 'subscription-fanout')[] = [
+  // The deployed topology (PostgreSQL and Redis): the plain routes on PostgreSQL, and the service's rows
+  // again, each made anew (its own rotation over the users), beside their embedded twins in their groups.
+  const [restListPostgres, restUserPostgres] = postgresBaselines(data)
+  const twin = (scenario: HttpScenario) => deployedTwin(scenario, deployed.redisPrefix)
+  const fresh = (name: string) => serviceScenarios(data).find((s) => s.name === name)!
+  const deployedList = [restListPostgres!, twin(fresh('users-list'))]
+  const deployedUser = [
+    restUserPostgres!,
+    ...['user-by-id', 'persisted-get', 'cached-persisted-get', 'cached-mixed'].map((name) => twin(fresh(name))),
+    twin(soapScenario(data, soapUnavailable)),
+    ...peerRedisCachedScenarios(data, deployed.redisPrefix)
+  ]
+  for (const scenario of [...deployedList, ...deployedUser]) {
+    const own = scenario.unavailable
+    scenario.unavailable = () => deployedProblem ?? own?.() ?? null
+  }
+  const groups: Step[] = [
     {
       label: 'list',
       store: 'sqlite',
       limit: limit!,
       rest: restList!,
       guarded: [guardedList!],
-      scenarios: [usersList!, usersPage!, ...peers.list]
+      scenarios: [usersList!, usersPage!, ...peers.list, ...deployedList]
     },
     {
       label: 'user',
@@ -747,7 +793,8 @@ async function main (): Promise<number> {
         cachedMixed!,
         soapScenario(data, soapUnavailable),
         ...peers.user,
-        ...peers.cached
+        ...peers.cached,
+        ...deployedUser
       ]
     },
     {
@@ -759,34 +806,36 @@ async function main (): Promise<number> {
       scenarios: [messagesAuthors!]
     },
     { label: 'create', store: 'sqlite', limit: limit!, rest: restCreate!, guarded: [], scenarios: [createUser!] },
-    'subscription-fanout'
+    'subscription-fanout',
+    'deployed-cluster'
   ]
-  if (options.postgres) {
-    groups.push({
-      label: 'postgres',
-      store: 'postgres',
-      limit: limit!,
-      rest: baselineScenarios(data, 'postgres')[0]!,
-      guarded: [],
-      scenarios: serviceScenarios(data, 'postgres')
-    })
-  }
-  const plan = groups.flatMap((g): (Group | 'subscription-fanout')[] => {
+  const plan = groups.flatMap((g): Step[] => {
     if (g === 'subscription-fanout') return FANOUT_ROWS.some((row) => selected(row.name)) ? [g] : []
+    if (g === 'deployed-cluster') return selected(CLUSTER_ROW) ? [g] : []
     const scenarios = g.scenarios.filter((s) => selected(s.name))
     // A scenario brings its rest route along, and its guarded row (or one named with --only).
     const guarded = g.guarded.filter((s) => selected(s.name) || scenarios.some((x) => x.guarded === s.name))
     return scenarios.length > 0 || guarded.length > 0 ? [{ ...g, guarded, scenarios }] : []
   })
-  if (plan.length === 0 && !(selected('users-list-postgres') && !options.postgres)) {
+  if (plan.length === 0) {
     console.error(`bench: no scenario named ${options.only.join(', ')}`)
     return 2
+  }
+  // PostgreSQL gets the embedded seed only when a row of the plan reads it.
+  const readsPostgres = (step: Step) => step === 'deployed-cluster' || (step !== 'subscription-fanout' && step.scenarios.some((s) => s.store !== 'sqlite'))
+  if (plan.some(readsPostgres)) {
+    deployedProblem = await seedDeployed(seeded.partner)
+    deployedSeeded = deployedProblem === null
+    if (deployedProblem) log(`the deployed rows are skipped: ${deployedProblem}`)
   }
 
   const results: Result[] = []
   const limits: Result[] = []
   for (const [i, step] of plan.entries()) {
-    if (step === 'subscription-fanout') {
+    if (step === 'deployed-cluster') {
+      log(`[${i + 1}/${plan.length}] ${CLUSTER_ROW} (${elapsed()})`)
+      results.push(await clusterStep(data, results.find((r) => r.name === 'cached-persisted-get-deployed')))
+    } else if (step === 'subscription-fanout') {
       log(
         `[${i + 1}/${plan.length}] ${FANOUT_ROWS.filter((row) => selected(row.name))
           .map((row) => `${row.name}, ${row.baseline}`)
@@ -797,7 +846,6 @@ async function main (): Promise<number> {
       log(
         `[${i + 1}/${plan.length}] ${[step.rest, ...step.guarded, ...step.scenarios].map((s) => s.name).join(', ')} (${elapsed()})`
       )
-      if (step.store === 'postgres') await seedStore('postgres')
       let rows: Result[]
       try {
         rows = await runGroup(step)
@@ -821,16 +869,6 @@ async function main (): Promise<number> {
   const mergedLimit = mergeLimit(limits)
   if (mergedLimit) results.unshift(mergedLimit)
   for (const r of results) delete r.logged
-  if (!options.postgres && selected('users-list-postgres')) {
-    results.push({
-      name: 'users-list-postgres',
-      kind: 'scenario',
-      store: 'postgres',
-      description: 'users-list against PostgreSQL',
-      status: 'skipped',
-      reason: 'DATABASE_URL is not set'
-    })
-  }
 
   const report: RunReport = {
     startedAt: startedAt.toISOString(),
@@ -867,6 +905,7 @@ async function main (): Promise<number> {
       "Guarded rows (bench/guarded-server.ts): the rest routes' work behind the service's own plugins (JWT, request and cost budgets, metrics, access log, request id, load shedding, CORS) and one chargeCost at the price the service charged the same request; × guarded compares a scenario with the guarded row of its transport shape. CPU × rest / CPU × guarded: the other row's server CPU µs/req over this row's, median over rounds.",
       'Response cache: off (RESPONSE_CACHE=false) in every service row but the cached ones (cached-persisted-get, cached-mixed), which measure its hits; the peers\' cached rows use their own caches. Hit ratio: the cached reads answered from the cache over the measured rounds, counted by this runner from each answer (the service\'s and Apollo\'s `age` header, Yoga\'s extensions.responseCache.hit).',
       'server busy / client busy: CPU seconds per second of the server process and of this runner (autocannon) over the measured rounds; a row whose client is near 1 while its server is not was paced by the load generator.',
+      `Deployed rows (<row>-deployed): the service on PostgreSQL and Redis (as docker-compose.yml runs it), reading a copy of the embedded seed in a schema of this run (${deployed.schema}), each with Redis keys of its own; measured in the same groups as their embedded twins. rest-*-postgres: the plain routes on PostgreSQL. The peers' *-cached-user-get-deployed rows keep their response caches on Redis. ${CLUSTER_ROW}: two instances behind nginx (test:cluster's config), CPU per request for both instances together, throughput over one instance's; reported, not judged (instances, nginx, PostgreSQL, Redis and the load generator share the machine).`,
       "Fan-out: deliveries/s and p99 delivery latency of each fan-out row over those of its ws-broadcast row (a bare `ws` process writing prebuilt bytes the size of that row's `next` messages to the same graphql-ws clients), measured right after it in the same run; RSS/subscriber: the server's VmRSS once every subscriber is active minus before they connected, over the subscribers. Targets shown, not checked.",
       `Load average when the run started: ${loadStart.map((n) => n.toFixed(2)).join(', ')} (${cpus().length} CPUs); when it ended: ${loadavg()
         .map((n) => n.toFixed(2))
@@ -882,6 +921,8 @@ async function main (): Promise<number> {
   if (fanout) log(`${fanout}\n`)
   const cache = cacheTextTable(report)
   if (cache) log(`${cache}\n`)
+  const deployedTable = deployedTextTable(report)
+  if (deployedTable) log(`${deployedTable}\n`)
   for (const note of report.notes) log(`note: ${note}`)
 
   if (!smoke || args['results-dir']) {
@@ -895,7 +936,7 @@ async function main (): Promise<number> {
       copyFileSync(join(resultsDir, `${stamp}.svg`), join(resultsDir, 'latest.svg'))
       writeFileSync(
         join(resultsDir, 'latest.md'),
-        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${[markdownTable(report), fanoutMarkdownTable(report), cacheMarkdownTable(report)].filter(Boolean).join('\n\n')}\n`
+        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${[markdownTable(report), fanoutMarkdownTable(report), cacheMarkdownTable(report), deployedMarkdownTable(report)].filter(Boolean).join('\n\n')}\n`
       )
     }
     log(
@@ -913,6 +954,84 @@ async function main (): Promise<number> {
   }
   log(`done in ${elapsed()}`)
   return exitCode
+}
+
+/** A group of rows measured in interleaved rounds, or one of the steps that run their own way. */
+type Step = Group | 'subscription-fanout' | 'deployed-cluster'
+
+/** The two-instance row: cached-persisted-get-deployed's requests through nginx to two instances. */
+const CLUSTER_ROW = 'cached-persisted-get-deployed-x2'
+
+/**
+ * Two instances of the service on the deployed topology (PostgreSQL and one Redis, one response cache
+ * between them) behind nginx, rendered as test:cluster renders it (test/cluster/harness.ts, around
+ * deploy/nginx/), driven with cached-persisted-get-deployed's requests. Its CPU per request is both
+ * instances' together, with each one's beside it; its throughput is compared with one instance's
+ * (cached-persisted-get-deployed, same run). On two CPUs the instances, nginx and the load generator
+ * share the machine: the figures are reported, not judged.
+ */
+async function clusterStep (data: BenchData, oneInstance: Result | undefined): Promise<Result> {
+  const scenario: HttpScenario = {
+    ...deployedTwin(serviceScenarios(data).find((s) => s.name === 'cached-persisted-get')!, deployed.redisPrefix),
+    name: CLUSTER_ROW,
+    description: "cached-persisted-get-deployed's requests through nginx to two instances sharing PostgreSQL and Redis"
+  }
+  // One Redis prefix for both (their shared cache), and nginx trusted for X-Forwarded-For.
+  scenario.env = { ...scenario.env, REDIS_PREFIX: `${deployed.redisPrefix}cluster:`, TRUST_PROXY: LB_ADDRESS }
+  const result: Result = { ...baseResult(scenario), restBaseline: null }
+  if (deployedProblem) return { ...result, status: 'skipped', reason: deployedProblem }
+  const cleanups: (() => unknown)[] = []
+  const instances: ServerProcess[] = []
+  try {
+    instances.push(...await Promise.all(['a', 'b'].map((name) => startProcess({ ...scenario, name: `${CLUSTER_ROW}-${name}` }))))
+    const balancer = await startLoadBalancer(
+      { teardown: (fn) => { cleanups.push(fn) }, comment: () => {} },
+      instances.map((instance) => ({ port: Number(new URL(instance.url).port) }) as Instance)
+    )
+    const cpuOf = (server: ServerProcess) => server.cpuSplitMicros() ?? { user: 0, system: 0 }
+    const both: ServerProcess = {
+      ...instances[0]!,
+      name: CLUSTER_ROW,
+      url: balancer.url,
+      cpuMicros: () => instances.reduce((n, s) => n + (s.cpuMicros() ?? 0), 0),
+      cpuSplitMicros: () =>
+        instances.map(cpuOf).reduce((a, b) => ({ user: a.user + b.user, system: a.system + b.system }))
+    }
+    const problem = await verifySamples(balancer.url, scenario, 3)
+    if (problem) return { ...result, status: 'failed', reason: `wrong response before the load: ${problem}` }
+    if (options.warmupSec > 0) await warmUp(both, scenario)
+    const before = instances.map((s) => s.cpuMicros() ?? 0)
+    const rounds: Round[] = []
+    const slice = options.durationSec / options.rounds
+    for (let i = 0; i < options.rounds; i++) rounds.push(await round(both, scenario, slice))
+    const each = instances.map((s, i) => (s.cpuMicros() ?? 0) - before[i]!)
+    const requests = rounds.reduce((n, r) => n + r.requests, 0)
+    const seconds = rounds.reduce((n, r) => n + r.seconds, 0)
+    const bad = rounds.reduce((n, r) => n + r.non2xx + r.errors + r.mismatches, 0)
+    const rps = requests / seconds
+    return {
+      ...result,
+      status: bad === 0 && requests > 0 ? 'ok' : 'failed',
+      ...(bad > 0 ? { reason: `${bad} failed responses; first: ${rounds.find((r) => r.firstBad)?.firstBad}` } : {}),
+      connections: options.connections,
+      durationSec: seconds,
+      requests,
+      rps,
+      latencyMs: { p50: median(rounds.map((r) => r.p50)), p99: median(rounds.map((r) => r.p99)) },
+      non2xx: rounds.reduce((n, r) => n + r.non2xx, 0),
+      errors: rounds.reduce((n, r) => n + r.errors + r.mismatches, 0),
+      cpuMicrosPerRequest: requests > 0 ? (each[0]! + each[1]!) / requests : null,
+      details: {
+        instanceCpuMicrosPerRequest: each.map((cpu) => (requests > 0 ? cpu / requests : null)),
+        ratioToOneInstance: oneInstance?.rps ? rps / oneInstance.rps : null
+      }
+    }
+  } catch (err) {
+    return { ...result, status: 'failed', reason: (err as Error).message.split('\n').slice(0, 3).join(' | ') }
+  } finally {
+    await Promise.all(instances.map((s) => s.stop()))
+    for (const cleanup of cleanups) await cleanup()
+  }
 }
 
 interface FanoutRow {
@@ -1049,12 +1168,16 @@ function gitCommit (): string {
 }
 
 let code = 1
+/** Whether this run made a PostgreSQL schema and Redis keys of its own (removed at the end). */
+let deployedSeeded = false
 try {
   code = await main()
 } catch (err) {
   console.error(`bench: ${(err as Error).stack ?? err}`)
 } finally {
-  if (options.postgres) { await dropPostgresSchema().catch((err) => console.error(`bench: could not drop schema ${pgSchema}: ${err.message}`)) }
+  if (deployedSeeded) {
+    await removeDeployed(deployed).catch((err) => console.error(`bench: could not remove ${deployed.schema} and ${deployed.redisPrefix}*: ${err.message}`))
+  }
   rmSync(work, { recursive: true, force: true })
 }
 process.exit(code)

@@ -4,7 +4,12 @@
 // throughput).
 
 export type Shape = 'list' | 'user' | 'messages' | 'create'
-export type StoreKind = 'sqlite' | 'postgres'
+/**
+ * Where a row's server keeps its data: the embedded default (node:sqlite, in-process counters and
+ * cache), PostgreSQL alone (the plain routes), or the deployed topology (PostgreSQL and Redis, as
+ * docker-compose.yml runs the service).
+ */
+export type StoreKind = 'sqlite' | 'postgres' | 'deployed'
 
 export interface BenchData {
   /** Seeded users (rotated over), with a USER token for each. */
@@ -71,6 +76,8 @@ export interface HttpScenario {
    * protections.
    */
   guardedRow?: true
+  /** A plain route (bench/baseline-server.ts) in a process of its own, on another store than its group's. */
+  baselineRow?: true
   /**
    * The guarded row this scenario is also compared with (the same transport shape: GET, POST with a token,
    * anonymous POST).
@@ -241,10 +248,43 @@ function newUserInput (data: BenchData) {
   return { name: `Bench User ${n}`, email: `bench.${data.runId}.${n}@example.com` }
 }
 
-export function baselineScenarios (data: BenchData, store: StoreKind): HttpScenario[] {
-  const suffix = store === 'postgres' ? '-postgres' : ''
+/**
+ * The plain routes reading PostgreSQL (each in a process of its own, beside its group's embedded rows):
+ * what a store read costs on PostgreSQL, before any of the service's own work.
+ */
+export function postgresBaselines (data: BenchData): HttpScenario[] {
+  const user = rotate(data.users)
+  const common = {
+    target: 'service' as const,
+    script: 'bench/baseline-server.ts',
+    baselineRow: true as const,
+    store: 'postgres' as const,
+    quickCheck: jsonOk
+  }
+  return [
+    {
+      ...common,
+      name: 'rest-list-postgres',
+      shape: 'list',
+      description: 'plain route on PostgreSQL: store.listUsers(20) → JSON',
+      next: () => ({ method: 'GET', path: '/rest/users?limit=20', headers: {} }),
+      verify: checked('list')
+    },
+    {
+      ...common,
+      name: 'rest-user-postgres',
+      shape: 'user',
+      description: 'plain route on PostgreSQL: store.usersByIds([id]) → JSON',
+      next: () => ({ method: 'GET', path: `/rest/users/${encodeURIComponent(user().id)}`, headers: {} }),
+      verify: checked('user')
+    }
+  ]
+}
+
+export function baselineScenarios (data: BenchData): HttpScenario[] {
+  const store = 'sqlite'
   const list: HttpScenario = {
-    name: `rest-list${suffix}`,
+    name: 'rest-list',
     target: 'baseline',
     store,
     shape: 'list',
@@ -253,7 +293,6 @@ export function baselineScenarios (data: BenchData, store: StoreKind): HttpScena
     verify: checked('list'),
     quickCheck: jsonOk
   }
-  if (store === 'postgres') return [list]
   const user = rotate(data.users)
   const room = rotate(data.rooms)
   return [
@@ -309,19 +348,19 @@ export function baselineScenarios (data: BenchData, store: StoreKind): HttpScena
   ]
 }
 
-export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenario[] {
+export function serviceScenarios (data: BenchData): HttpScenario[] {
+  const store = 'sqlite'
   const usersList: HttpScenario = {
-    name: store === 'postgres' ? 'users-list-postgres' : 'users-list',
+    name: 'users-list',
     target: 'service',
     store,
     shape: 'list',
     description: `POST ${USERS_LIST_QUERY}, anonymous`,
-    ...(store === 'sqlite' ? { guarded: 'guarded-list' } : {}),
+    guarded: 'guarded-list',
     next: () => gqlPost(USERS_LIST_QUERY, undefined),
     verify: checked('list'),
     quickCheck: jsonOk
   }
-  if (store === 'postgres') return [usersList]
 
   const user = rotate(data.users)
   const persistedUser = rotate(data.users)
@@ -461,6 +500,25 @@ export function serviceScenarios (data: BenchData, store: StoreKind): HttpScenar
  * to each peer with its own response cache on (`cached`), beside cached-persisted-get.
  */
 export function peerScenarios (data: BenchData): Record<'list' | 'user' | 'cached', HttpScenario[]> {
+  return peerRows(data)
+}
+
+/**
+ * The peers' cached rows on the deployed topology: each cache on Redis (`PEER=<peer>-redis-cached`,
+ * bench/peer-server.ts), reading PostgreSQL, beside cached-persisted-get-deployed.
+ */
+export function peerRedisCachedScenarios (data: BenchData, redisPrefix: string): HttpScenario[] {
+  return peerRows(data).cached.map((row) => {
+    const twin = deployedTwin(row, redisPrefix)
+    return {
+      ...twin,
+      description: twin.description.replace('its own response cache (', 'its own response cache on Redis ('),
+      env: { ...twin.env, PEER: `${row.env!.PEER!.replace(/-cached$/, '')}-redis-cached` }
+    }
+  })
+}
+
+function peerRows (data: BenchData): Record<'list' | 'user' | 'cached', HttpScenario[]> {
   const peers = [
     ['apollo', 'Apollo Server 5'],
     ['yoga', 'graphql-yoga 5']
@@ -587,8 +645,24 @@ export function guardedScenarios (data: BenchData): HttpScenario[] {
   ]
 }
 
-/** The `rest` baseline each scenario is compared with. */
-export function restBaselineOf (scenario: Pick<HttpScenario, 'shape' | 'store'>): string | null {
-  if (scenario.shape === 'limit') return null
-  return `rest-${scenario.shape}${scenario.store === 'postgres' ? '-postgres' : ''}`
+/**
+ * A row on the deployed topology, named `<name>-deployed`: PostgreSQL and Redis (the runner's
+ * environment for the `deployed` store), Redis keys of its own under `<prefix><name>:` (a cached row's
+ * entries and its writes' marks are its own). `scenario` must be freshly made, so that its requests
+ * rotate on their own.
+ */
+export function deployedTwin (scenario: HttpScenario, redisPrefix: string): HttpScenario {
+  return {
+    ...scenario,
+    name: `${scenario.name}-deployed`,
+    store: 'deployed',
+    description: `${scenario.description}; on PostgreSQL and Redis`,
+    env: { ...scenario.env, REDIS_PREFIX: `${redisPrefix}${scenario.name}:` }
+  }
+}
+
+/** The `rest` baseline each scenario is compared with: the embedded plain route of its shape. */
+export function restBaselineOf (scenario: Pick<HttpScenario, 'shape' | 'baselineRow'>): string | null {
+  if (scenario.shape === 'limit' || scenario.baselineRow) return null
+  return `rest-${scenario.shape}`
 }

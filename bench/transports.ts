@@ -55,7 +55,7 @@ export async function discoverPersisted (url: string, data: BenchData): Promise<
   const operation = manifest.operations?.find((o) => o.type !== 'mutation' && /\buser\(id: \$id\)/.test(o.body))
   if (!operation) return 'transport not available yet (no user(id) query in persisted/manifest.json)'
   data.persistedUserQueryId = operation.id.startsWith('sha256:') ? operation.id : `sha256:${operation.id}`
-  const scenario = serviceScenarios(data, 'sqlite').find((s) => s.name === 'persisted-get')!
+  const scenario = serviceScenarios(data).find((s) => s.name === 'persisted-get')!
   const request = scenario.next()
   const response = await fetch(url + request.path, { headers: request.headers, signal: AbortSignal.timeout(10_000) })
   const problem = scenario.verify(request, {
