@@ -146,14 +146,14 @@ export class MemoryCacheStore implements CacheStore {
     return this.#seq
   }
 
-  async get (key: string): Promise<CachedAnswer | null> {
+  async get (key: string): Promise<CachedAnswer | number> {
     const block = this.#block
-    if (block === null || this.#count === 0) return null
+    if (block === null || this.#count === 0) return this.#seq
     const at = this.#find(block, key)
-    if (at === -1) return null
+    if (at === -1) return this.#seq
     if (block.readDoubleLE(at + EXPIRES) <= this.#now() || this.#recordInvalidated(block, at)) {
       this.#unlink(block, at)
-      return null
+      return this.#seq
     }
     const bodyAt = at + HEADER_BYTES + 4 * block.readUInt32LE(at + TAG_COUNT) + block.readUInt32LE(at + KEY_BYTES)
     const tagsAt = bodyAt + block.readUInt32LE(at + BODY_BYTES)

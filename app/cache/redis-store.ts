@@ -27,15 +27,23 @@ export interface RedisStoreOptions {
 const MARK_MARGIN_MS = 5000
 
 // Entries with many tags are checked in slices: Lua's unpack has a limit on its arguments.
+// On a miss it answers the write sequence (a number: what BEGIN answers), so the fill that follows needs
+// no round trip of its own; a hit is the entry's text.
 const GET = `
+local function miss ()
+  local seq = redis.call('GET', KEYS[2])
+  if not seq then return 0 end
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return tonumber(seq)
+end
 local value = redis.call('GET', KEYS[1])
-if not value then return false end
+if not value then return miss() end
 local head = cjson.decode(string.sub(value, 1, string.find(value, '\\n', 1, true) - 1))
 local since = head[1]
 local floor = redis.call('GET', ARGV[2])
 if floor and tonumber(floor) > since then
   redis.call('DEL', KEYS[1])
-  return false
+  return miss()
 end
 local i = 4
 while i <= #head do
@@ -45,7 +53,7 @@ while i <= #head do
   for j = 1, #marks do
     if seqs[j] and tonumber(seqs[j]) > since then
       redis.call('DEL', KEYS[1])
-      return false
+      return miss()
     end
   end
   i = i + 200
@@ -97,7 +105,9 @@ return seq
 `
 
 type Scripts = Redis & {
-  responseCacheGet (entryKey: string, markPrefix: string, floorKey: string): Promise<string | null>
+  responseCacheGet (
+    entryKey: string, seqKey: string, markPrefix: string, floorKey: string, keepMs: number
+  ): Promise<string | number>
   responseCacheSet (
     entryKey: string, markPrefix: string, since: string, ttlMs: number, value: string, floorKey: string,
     ...tags: string[]
@@ -120,7 +130,7 @@ export class RedisCacheStore implements CacheStore {
     const redis = options.redis
     // defineCommand sends EVALSHA, falling back to EVAL once per connection: the scripts are not resent each time.
     if (!('responseCacheGet' in redis)) {
-      redis.defineCommand('responseCacheGet', { numberOfKeys: 1, lua: GET })
+      redis.defineCommand('responseCacheGet', { numberOfKeys: 2, lua: GET })
       redis.defineCommand('responseCacheSet', { numberOfKeys: 1, lua: SET })
       redis.defineCommand('responseCacheBegin', { numberOfKeys: 1, lua: BEGIN })
       redis.defineCommand('responseCacheInvalidate', { numberOfKeys: 1, lua: INVALIDATE })
@@ -138,9 +148,11 @@ export class RedisCacheStore implements CacheStore {
     return Number(await this.#redis.responseCacheBegin(this.#seqKey, this.#keepMs))
   }
 
-  async get (key: string): Promise<CachedAnswer | null> {
-    const value = await this.#redis.responseCacheGet(this.#entryKey(key), this.#markPrefix, this.#floorKey)
-    if (value === null) return null
+  async get (key: string): Promise<CachedAnswer | number> {
+    const value = await this.#redis.responseCacheGet(
+      this.#entryKey(key), this.#seqKey, this.#markPrefix, this.#floorKey, this.#keepMs
+    )
+    if (typeof value === 'number') return value
     const newline = value.indexOf('\n')
     const [, createdAt, digest, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, string, ...string[]]
     return { body: value.slice(newline + 1), digest, createdAt, tags }

@@ -46,10 +46,18 @@ if ttl < 0 then
 end
 return { total, ttl }`
 
+type Scripts = Redis & {
+  windowCounterIncr (key: string, amount: number, windowMs: number): Promise<[number, number]>
+}
+
 export function redisCounters (redis: Redis, prefix: string): WindowCounters {
+  // defineCommand sends EVALSHA (the script's digest), not the script's text with every request as EVAL
+  // does, which Redis must then hash again each time.
+  if (!('windowCounterIncr' in redis)) redis.defineCommand('windowCounterIncr', { numberOfKeys: 1, lua: INCR_SCRIPT })
+  const scripts = redis as Scripts
   return {
     async incr (key, amount, windowMs) {
-      const [total, ttl] = await redis.eval(INCR_SCRIPT, 1, prefix + key, amount, windowMs) as [number, number]
+      const [total, ttl] = await scripts.windowCounterIncr(prefix + key, amount, windowMs)
       return { total, resetMs: ttl }
     }
   }

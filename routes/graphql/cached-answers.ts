@@ -71,7 +71,8 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
     const scope = cacheScopeOf(admission.operation, admission.caller, schema())
     const visibility: Visibility = scope === 'public' ? 'public' : 'private'
     const key = cacheKey(`${schemaVersion()}:${admission.operation.key}`, admission.variables, scope)
-    const hit = await cache.lookup(key)
+    const found = await cache.find(key)
+    const hit = found.entry
     if (hit) {
       pipeline.cached(admission, 'hit')
       return { body: { extensions }, cached: { entry: hit, age: cache.ageOf(hit) }, visibility }
@@ -86,7 +87,7 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
       executed = formatResult(await pipeline.execute(admission, undefined, reads, as), errorOptions)
       const json = JSON.stringify(executed)
       return { body: json, tags: reads, store: executed.errors === undefined && withinAnswerCap(json, maxAnswerBytes) }
-    })
+    }, found.since)
     // Waited for a concurrent request's execution of the same key: answered from it, as a hit.
     if (!filled.executed) pipeline.cached(admission, 'hit')
     const body = executed ?? {}

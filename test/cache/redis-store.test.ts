@@ -102,3 +102,26 @@ test('every key this cache writes in Redis expires', async (t) => {
     t.ok(key.length < prefix.length + 80, 'key names are bounded whatever the variables')
   }
 })
+
+test('a miss answers the write sequence in the same step: the fill after it takes no round trip of its own, and is still refused across a write', async (t) => {
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 })
+  connections.push(redis)
+  const store = new RedisCacheStore({ redis, redisKey: (name) => `${prefix}${name}`, ttlMs: TTL_MS })
+  let begins = 0
+  const begin = store.begin.bind(store)
+  store.begin = async () => { begins++; return begin() }
+  const cache = new ResponseCache(store, { ttlMs: TTL_MS })
+  const writer = instance()
+  await writer.invalidate(['user:7'])
+  const missed = await cache.find('seq-k')
+  t.equal(missed.entry, null)
+  t.type(missed.since, 'number', 'the miss carries the sequence')
+  t.ok(missed.since! > 0)
+  await cache.fill('seq-k', async () => answer(1, ['user:7']), missed.since)
+  t.equal(begins, 0, 'no BEGIN round trip')
+  t.ok(await cache.lookup('seq-k'), 'stored')
+  const again = await cache.find('raced')
+  await writer.invalidate(['user:7'])
+  await cache.fill('raced', async () => answer(2, ['user:7']), again.since)
+  t.equal(await cache.lookup('raced'), null, 'a fill begun from a sequence read before a write is refused after it')
+})
