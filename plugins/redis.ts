@@ -38,6 +38,11 @@ export default fp(async function redis (app: FastifyInstance) {
   }
   const client = new Redis(redisUrl, {
     maxRetriesPerRequest: 1,
+    // Commands that requests issue in the same turn of the event loop go out in one write (and their
+    // answers come back in one read): under load, the requests a read of Redis's answers resumes send
+    // their next commands together. Measured on the deployed rows, interleaved in one run: a persisted
+    // GET executed 306 -> 230 µs of CPU, a cached one 145 -> 130 (bench, docs/benchmarks.md).
+    enableAutoPipelining: true,
     enableOfflineQueue: false,
     connectTimeout: 2000,
     commandTimeout: COMMAND_TIMEOUT_MS,
