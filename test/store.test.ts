@@ -1,4 +1,5 @@
 // One store suite, run against both implementations.
+import { createHash } from 'node:crypto'
 import { test, type Test } from 'tap'
 import { openPostgresStore } from '../app/store/postgres.ts'
 import { openSqliteStore } from '../app/store/sqlite.ts'
@@ -121,6 +122,40 @@ for (const [kind, open] of Object.entries(implementations)) {
       t.ok(general.length > 0 && general.length <= 100)
       await loadDemoData(store)
       t.equal(await store.countUsers(), before + 300, 'demo data is not added to a store that has users')
+    })
+
+    await t.test('app deployments: published all at once, idempotent, conflicting content refused, retired, counted', async (t) => {
+      const op = (body: string, clientId: string | null = null) =>
+        ({ hash: createHash('sha256').update(body).digest('hex'), body, name: body.split(/[ {(]/)[1] ?? null, type: 'query', clientId })
+      const users = op('query Users { users(first: 1) { edges { node { id } } } }')
+      const me = op('query Me { me { id } }', 'relay-md5-id')
+      const first = { name: 'ios', version: '1.0.0', contentHash: 'c1', operations: [users, me] }
+      t.equal(await store.publishDeployment(first), 'published')
+      t.equal(await store.publishDeployment(first), 'unchanged', 'the same name, version and content again: nothing to do')
+      await t.rejects(store.publishDeployment({ ...first, contentHash: 'c2', operations: [users] }), { code: 'CONFLICT' })
+      t.equal(await store.publishDeployment({ name: 'android', version: '7', contentHash: 'c3', operations: [users] }), 'published')
+      const rows = await store.deploymentOperations()
+      t.same(rows.filter((r) => r.app === 'ios').map((r) => [r.name, r.clientId, r.state]).sort(),
+        [['Me', 'relay-md5-id', 'active'], ['Users', null, 'active']])
+      t.equal(rows.filter((r) => r.hash === users.hash).length, 2, 'an operation two apps ship is stored once, linked twice')
+
+      await store.recordUsage([
+        { app: 'ios', version: '1.0.0', hash: users.hash, requests: 3, lastUsedAt: '2026-03-01T00:00:00.000Z' },
+        { app: 'ios', version: '1.0.0', hash: me.hash, requests: 2, lastUsedAt: '2026-02-01T00:00:00.000Z' }
+      ])
+      await store.recordUsage([{ app: 'ios', version: '1.0.0', hash: users.hash, requests: 1, lastUsedAt: '2026-01-01T00:00:00.000Z' }])
+      const ios = (await store.listDeployments()).find((d) => d.name === 'ios')
+      t.match(ios, { version: '1.0.0', state: 'active', operations: 2, requests: 6, lastUsedAt: '2026-03-01T00:00:00.000Z', retiredAt: null },
+        'usage adds up; the latest use is kept when an older batch arrives late')
+
+      t.equal(await store.retireDeployment('ios', '1.0.0'), true)
+      t.equal(await store.retireDeployment('ios', '9.9.9'), false, 'an unknown version: nothing retired')
+      const retired = (await store.listDeployments()).find((d) => d.name === 'ios')!
+      t.equal(retired.state, 'retired')
+      t.ok(retired.retiredAt)
+      t.same((await store.deploymentOperations()).filter((r) => r.app === 'ios').map((r) => r.state), ['retired', 'retired'])
+      t.equal(await store.publishDeployment(first), 'published', 'the same content published again after retirement is back')
+      t.match((await store.listDeployments()).find((d) => d.name === 'ios'), { state: 'active', retiredAt: null })
     })
 
     await t.test('answers ping', async (t) => {

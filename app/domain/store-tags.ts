@@ -59,6 +59,7 @@ function roomRead (roomId: string, rows: readonly MessageRow[]): string[] {
 
 const unrelated = (why: string): UnrelatedDeclaration => ({ kind: 'unrelated', why })
 const credentials = unrelated('partner credentials and certificates: no GraphQL field shows them, and SOAP answers are not cached')
+const deployments = unrelated('app deployments: which persisted operations the service runs, not data an answer shows')
 
 export const storeTags: { readonly [M in Method]: Declaration<M> } = {
   // Every id asked for, found or not: a missing user becomes a found one once created.
@@ -110,6 +111,11 @@ export const storeTags: { readonly [M in Method]: Declaration<M> } = {
   findCertificateByIssuerSerial: credentials,
   certificatesOf: credentials,
   replaceCertificates: credentials,
+  publishDeployment: deployments,
+  retireDeployment: deployments,
+  listDeployments: deployments,
+  deploymentOperations: deployments,
+  recordUsage: deployments,
   watchChanges: unrelated('reports changes made elsewhere; reads and writes nothing itself'),
   ping: unrelated('reads no data'),
   close: unrelated('reads no data')

@@ -3,7 +3,7 @@
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import { isoNow, missingIssuerSerials, type ChangeListener, type ChangeWatch, type CertificateCredentials, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import { deploymentConflict, isoNow, missingIssuerSerials, type ChangeListener, type ChangeWatch, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -79,7 +79,43 @@ const MIGRATIONS: string[] = [
    CREATE TRIGGER users_truncate_publishes AFTER TRUNCATE ON users
      FOR EACH STATEMENT EXECUTE FUNCTION publish_all_answers_changed();
    CREATE TRIGGER messages_truncate_publishes AFTER TRUNCATE ON messages
-     FOR EACH STATEMENT EXECUTE FUNCTION publish_all_answers_changed();`
+     FOR EACH STATEMENT EXECUTE FUNCTION publish_all_answers_changed();`,
+  // App deployments: an app's name and version with the persisted operations it ships (stored once
+  // whichever versions share them), and their usage. Every change to a deployment is published as
+  // 'deployments' on the schema's channel, the instances' own included: each instance reloads the
+  // operations it serves from it (routes/graphql/app-deployments.ts).
+  `CREATE TABLE persisted_operations (
+     hash TEXT PRIMARY KEY,
+     body TEXT NOT NULL,
+     name TEXT,
+     type TEXT NOT NULL
+   );
+   CREATE TABLE app_deployments (
+     name TEXT NOT NULL,
+     version TEXT NOT NULL,
+     state TEXT NOT NULL CHECK (state IN ('pending', 'active', 'retired')),
+     content_hash TEXT NOT NULL,
+     published_at TIMESTAMPTZ NOT NULL,
+     retired_at TIMESTAMPTZ,
+     PRIMARY KEY (name, version)
+   );
+   CREATE TABLE app_deployment_operations (
+     name TEXT NOT NULL,
+     version TEXT NOT NULL,
+     hash TEXT NOT NULL REFERENCES persisted_operations (hash),
+     client_id TEXT,
+     requests BIGINT NOT NULL DEFAULT 0,
+     last_used_at TIMESTAMPTZ,
+     PRIMARY KEY (name, version, hash),
+     FOREIGN KEY (name, version) REFERENCES app_deployments (name, version)
+   );
+   CREATE FUNCTION publish_deployments_changed () RETURNS trigger LANGUAGE plpgsql AS $$
+   BEGIN
+     PERFORM pg_notify('answer_changes_' || TG_TABLE_SCHEMA, 'deployments');
+     RETURN NULL;
+   END $$;
+   CREATE TRIGGER app_deployments_publish_changes AFTER INSERT OR UPDATE OR DELETE ON app_deployments
+     FOR EACH STATEMENT EXECUTE FUNCTION publish_deployments_changed();`
 ]
 
 /** The payload of a notification that says "everything may have changed" (a TRUNCATE). */
@@ -129,6 +165,16 @@ const q = {
     `SELECT ${CERTIFICATE_COLUMNS} WHERE c.thumbprint = $1`),
   findCertificateByIssuerSerial: query('find_certificate_by_issuer_serial',
     `SELECT ${CERTIFICATE_COLUMNS} WHERE c.issuer_serial = $1 LIMIT 2`),
+  findDeployment: query('find_deployment', 'SELECT state, content_hash AS "contentHash" FROM app_deployments WHERE name = $1 AND version = $2 FOR UPDATE'),
+  listDeployments: query('list_deployments', `SELECT d.name, d.version, d.state, d.content_hash AS "contentHash",
+    ${ISO('d.published_at')} AS "publishedAt", ${ISO('d.retired_at')} AS "retiredAt", COUNT(o.hash)::int AS operations,
+    COALESCE(SUM(o.requests), 0)::bigint AS requests, ${ISO('MAX(o.last_used_at)')} AS "lastUsedAt"
+    FROM app_deployments d LEFT JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
+    GROUP BY d.name, d.version ORDER BY d.published_at DESC, d.name, d.version`),
+  deploymentOperations: query('deployment_operations', `SELECT d.name AS app, d.version, d.state, p.hash, p.body, p.name, p.type,
+    o.client_id AS "clientId" FROM app_deployments d
+    JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
+    JOIN persisted_operations p ON p.hash = o.hash WHERE d.state <> 'pending'`),
   certificatesOf: query('certificates_of', 'SELECT fingerprint, thumbprint, issuer_serial AS "issuerSerial", login, pem, ' +
     `${ISO('added_at')} AS "addedAt" ` +
     'FROM partner_certificates WHERE login = $1 ORDER BY added_at DESC, fingerprint')
@@ -306,6 +352,57 @@ export async function openPostgresStore (options: PostgresOptions): Promise<Stor
           [c.fingerprint, c.thumbprint, c.issuerSerial, login, c.pem, c.addedAt])
       }
     }),
+    publishDeployment: ({ name, version, contentHash, operations }) => transaction(async (client) => {
+      // Two publishers of one name and version at once: the second waits on the first's row lock (or
+      // its primary key), then sees it.
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`${name}\n${version}`])
+      const found = await client.query<{ state: string; contentHash: string }>(q.findDeployment([name, version]))
+      const known = found.rows[0]
+      if (known) {
+        if (known.contentHash !== contentHash) throw deploymentConflict(name, version)
+        if (known.state !== 'retired') return 'unchanged' as const
+        // The same content published again after its retirement: back in service (a retirement undone).
+        await client.query("UPDATE app_deployments SET state = 'active', retired_at = NULL WHERE name = $1 AND version = $2",
+          [name, version])
+        return 'published' as const
+      }
+      await client.query("INSERT INTO app_deployments (name, version, state, content_hash, published_at) VALUES ($1, $2, 'pending', $3, now())",
+        [name, version, contentHash])
+      // Two statements for the whole manifest, whatever its size.
+      await client.query(`INSERT INTO persisted_operations (hash, body, name, type)
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) ON CONFLICT (hash) DO NOTHING`,
+      [operations.map((op) => op.hash), operations.map((op) => op.body), operations.map((op) => op.name),
+        operations.map((op) => op.type)])
+      await client.query(`INSERT INTO app_deployment_operations (name, version, hash, client_id)
+        SELECT $1, $2, u.hash, u.client_id FROM unnest($3::text[], $4::text[]) AS u(hash, client_id)`,
+      [name, version, operations.map((op) => op.hash), operations.map((op) => op.clientId)])
+      await client.query("UPDATE app_deployments SET state = 'active' WHERE name = $1 AND version = $2", [name, version])
+      return 'published' as const
+    }),
+    async retireDeployment (name, version) {
+      const { rowCount } = await pool.query(
+        "UPDATE app_deployments SET state = 'retired', retired_at = COALESCE(retired_at, now()) WHERE name = $1 AND version = $2",
+        [name, version])
+      return (rowCount ?? 0) > 0
+    },
+    async listDeployments () {
+      return (await pool.query<Deployment & { requests: string }>(q.listDeployments([]))).rows
+        .map((row) => ({ ...row, requests: Number(row.requests) }))
+    },
+    async deploymentOperations () {
+      return (await pool.query<DeploymentOperationRow>(q.deploymentOperations([]))).rows
+    },
+    async recordUsage (usage) {
+      if (usage.length === 0) return
+      // One statement for the batch, whatever its size.
+      await pool.query(
+        `UPDATE app_deployment_operations o SET requests = o.requests + u.requests,
+           last_used_at = GREATEST(o.last_used_at, u.last_used_at)
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[]) AS u(name, version, hash, requests, last_used_at)
+         WHERE o.name = u.name AND o.version = u.version AND o.hash = u.hash`,
+        [usage.map((u) => u.app), usage.map((u) => u.version), usage.map((u) => u.hash),
+          usage.map((u) => u.requests), usage.map((u) => u.lastUsedAt)])
+    },
     watchChanges: (listener) => listenForChanges(connection, schema, listener),
     async ping () {
       await pool.query('SELECT 1')

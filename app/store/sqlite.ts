@@ -7,11 +7,13 @@ import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
 import {
+  deploymentConflict,
   isoNow,
   missingIssuerSerials,
   ROLES,
   type CertificateCredentials,
   type Credentials,
+  type DeploymentState,
   type MessageRow,
   type NewMessage,
   type NewUser,
@@ -59,7 +61,34 @@ const MIGRATIONS: string[] = [
   // An X509IssuerSerial key reference (WSS4J's default) finds a certificate by its issuer and serial
   // number; rows registered before get theirs when the store opens (backfillIssuerSerials).
   `ALTER TABLE partner_certificates ADD COLUMN issuer_serial TEXT;
-   CREATE INDEX partner_certificates_issuer_serial ON partner_certificates (issuer_serial);`
+   CREATE INDEX partner_certificates_issuer_serial ON partner_certificates (issuer_serial);`,
+  // App deployments: an app's name and version with the persisted operations it ships (stored once
+  // whichever versions share them), and their usage.
+  `CREATE TABLE persisted_operations (
+     hash TEXT PRIMARY KEY,
+     body TEXT NOT NULL,
+     name TEXT,
+     type TEXT NOT NULL
+   );
+   CREATE TABLE app_deployments (
+     name TEXT NOT NULL,
+     version TEXT NOT NULL,
+     state TEXT NOT NULL CHECK (state IN ('pending', 'active', 'retired')),
+     content_hash TEXT NOT NULL,
+     published_at TEXT NOT NULL,
+     retired_at TEXT,
+     PRIMARY KEY (name, version)
+   );
+   CREATE TABLE app_deployment_operations (
+     name TEXT NOT NULL,
+     version TEXT NOT NULL,
+     hash TEXT NOT NULL REFERENCES persisted_operations (hash),
+     client_id TEXT,
+     requests INTEGER NOT NULL DEFAULT 0,
+     last_used_at TEXT,
+     PRIMARY KEY (name, version, hash),
+     FOREIGN KEY (name, version) REFERENCES app_deployments (name, version)
+   );`
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
@@ -136,6 +165,11 @@ function returned (row: SqlRow | undefined): SqlRow {
   return row
 }
 
+function deploymentState (value: string): DeploymentState {
+  if (value === 'pending' || value === 'active' || value === 'retired') return value
+  throw new Error(`sqlite: ${value} is not a deployment state`)
+}
+
 function isUniqueViolation (err: unknown): boolean {
   return err instanceof Error && /UNIQUE constraint failed: users\.email/.test(err.message)
 }
@@ -210,6 +244,24 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
     deleteCertificates: prepare('DELETE FROM partner_certificates WHERE login = ?'),
     insertCertificate: prepare(
       'INSERT INTO partner_certificates (fingerprint, thumbprint, issuer_serial, login, pem, added_at) VALUES (?, ?, ?, ?, ?, ?)'),
+    findDeployment: prepare('SELECT state, content_hash AS contentHash FROM app_deployments WHERE name = ? AND version = ?'),
+    insertDeployment: prepare("INSERT INTO app_deployments (name, version, state, content_hash, published_at) VALUES (?, ?, 'pending', ?, ?)"),
+    insertOperation: prepare('INSERT INTO persisted_operations (hash, body, name, type) VALUES (?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING'),
+    linkOperation: prepare('INSERT INTO app_deployment_operations (name, version, hash, client_id) VALUES (?, ?, ?, ?)'),
+    activateDeployment: prepare("UPDATE app_deployments SET state = 'active' WHERE name = ? AND version = ?"),
+    reactivateDeployment: prepare("UPDATE app_deployments SET state = 'active', retired_at = NULL WHERE name = ? AND version = ?"),
+    retireDeployment: prepare("UPDATE app_deployments SET state = 'retired', retired_at = ? WHERE name = ? AND version = ? AND state <> 'retired'"),
+    deploymentExists: prepare('SELECT 1 FROM app_deployments WHERE name = ? AND version = ?'),
+    listDeployments: prepare(`SELECT d.name, d.version, d.state, d.content_hash AS contentHash, d.published_at AS publishedAt,
+      d.retired_at AS retiredAt, COUNT(o.hash) AS operations, COALESCE(SUM(o.requests), 0) AS requests, MAX(o.last_used_at) AS lastUsedAt
+      FROM app_deployments d LEFT JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
+      GROUP BY d.name, d.version ORDER BY d.published_at DESC, d.name, d.version`),
+    deploymentOperations: prepare(`SELECT d.name AS app, d.version, d.state, p.hash, p.body, p.name, p.type, o.client_id AS clientId
+      FROM app_deployments d JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
+      JOIN persisted_operations p ON p.hash = o.hash WHERE d.state <> 'pending'`),
+    recordUsage: prepare(`UPDATE app_deployment_operations SET requests = requests + ?,
+      last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < ? THEN ? ELSE last_used_at END
+      WHERE name = ? AND version = ? AND hash = ?`),
     ping: prepare('SELECT 1'),
     dataVersion: prepare('PRAGMA data_version')
   }
@@ -353,6 +405,62 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
         db.exec('ROLLBACK')
         throw err
       }
+    },
+    async publishDeployment ({ name, version, contentHash, operations }) {
+      return transaction(() => {
+        const known = stmt.findDeployment.get(name, version)
+        if (known) {
+          if (text(known, 'contentHash') !== contentHash) throw deploymentConflict(name, version)
+          if (text(known, 'state') !== 'retired') return 'unchanged'
+          // The same content published again after its retirement: back in service (a retirement undone).
+          stmt.reactivateDeployment.run(name, version)
+          return 'published'
+        }
+        stmt.insertDeployment.run(name, version, contentHash, isoNow())
+        for (const op of operations) {
+          stmt.insertOperation.run(op.hash, op.body, op.name, op.type)
+          stmt.linkOperation.run(name, version, op.hash, op.clientId)
+        }
+        stmt.activateDeployment.run(name, version)
+        return 'published'
+      })
+    },
+    async retireDeployment (name, version) {
+      return transaction(() => {
+        if (!stmt.deploymentExists.get(name, version)) return false
+        stmt.retireDeployment.run(isoNow(), name, version)
+        return true
+      })
+    },
+    async listDeployments () {
+      return stmt.listDeployments.all().map((row) => ({
+        name: text(row, 'name'),
+        version: text(row, 'version'),
+        state: deploymentState(text(row, 'state')),
+        contentHash: text(row, 'contentHash'),
+        operations: Number(row.operations),
+        requests: Number(row.requests),
+        lastUsedAt: textOrNull(row, 'lastUsedAt'),
+        publishedAt: text(row, 'publishedAt'),
+        retiredAt: textOrNull(row, 'retiredAt')
+      }))
+    },
+    async deploymentOperations () {
+      return stmt.deploymentOperations.all().map((row) => ({
+        app: text(row, 'app'),
+        version: text(row, 'version'),
+        state: deploymentState(text(row, 'state')),
+        hash: text(row, 'hash'),
+        body: text(row, 'body'),
+        name: textOrNull(row, 'name'),
+        type: text(row, 'type'),
+        clientId: textOrNull(row, 'clientId')
+      }))
+    },
+    async recordUsage (usage) {
+      transaction(() => {
+        for (const u of usage) stmt.recordUsage.run(u.requests, u.lastUsedAt, u.lastUsedAt, u.app, u.version, u.hash)
+      })
     },
     watchChanges (listener) {
       // PRAGMA data_version changes when another connection (another process) commits, never for this

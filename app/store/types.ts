@@ -1,5 +1,6 @@
 // The one store interface. Both implementations (node:sqlite, PostgreSQL) pass the same test suite.
 import { X509Certificate, createHash } from 'node:crypto'
+import { AppError } from '../errors.ts'
 
 export type Role = 'USER' | 'ADMIN' | 'SERVICE'
 export const ROLES: readonly Role[] = ['USER', 'ADMIN', 'SERVICE']
@@ -52,6 +53,50 @@ export interface NewMessage {
   content: string
   authorId: string
   createdAt?: string
+}
+
+/** An operation an app deployment ships: stored once, whichever deployments hold it. */
+export interface DeployedOperation {
+  /** The sha256 hex of `body`: the operation's identity. */
+  hash: string
+  body: string
+  name: string | null
+  type: string
+  /** The id the app's manifest gave it when not its sha256 (Relay's md5, say): what its clients send. */
+  clientId: string | null
+}
+
+export type DeploymentState = 'pending' | 'active' | 'retired'
+
+/** An app deployment: an app's name and version, the operations it ships, and what they were used for. */
+export interface Deployment {
+  name: string
+  version: string
+  state: DeploymentState
+  /** sha256 of its operations' hashes and ids, sorted: the same content publishes as the same. */
+  contentHash: string
+  operations: number
+  /** Requests counted for its operations (on every instance, written in batches). */
+  requests: number
+  lastUsedAt: string | null
+  publishedAt: string
+  retiredAt: string | null
+}
+
+/** One operation of one deployment, with the deployment's state (what the registry loads). */
+export interface DeploymentOperationRow extends DeployedOperation {
+  app: string
+  version: string
+  state: DeploymentState
+}
+
+/** Requests counted for one operation of one deployment since the last write. */
+export interface DeploymentUsage {
+  app: string
+  version: string
+  hash: string
+  requests: number
+  lastUsedAt: string
 }
 
 /** What deleting a user removed with it (the store cascades to their messages). */
@@ -147,6 +192,20 @@ export interface Store {
   /** Replaces the certificates of a login with these (at most two: the current one and the previous one). */
   replaceCertificates (login: string, certificates: readonly PartnerCertificate[]): Promise<void>
   /**
+   * Publishes an app deployment with its operations, all or nothing: stored pending, then active.
+   * 'unchanged' when that name and version is active with the same content (a no-op); published again
+   * when it was retired with the same content; AppError CONFLICT when it is there with other content.
+   */
+  publishDeployment (deployment: { name: string; version: string; contentHash: string; operations: readonly DeployedOperation[] }): Promise<'published' | 'unchanged'>
+  /** Retires an active deployment; false when no deployment has that name and version. */
+  retireDeployment (name: string, version: string): Promise<boolean>
+  /** Every deployment, newest first, with its usage. */
+  listDeployments (): Promise<Deployment[]>
+  /** The operations of every deployment that is not pending (active ones to serve, retired ones to name). */
+  deploymentOperations (): Promise<DeploymentOperationRow[]>
+  /** Adds counted requests (and the latest use) to deployments' operations. */
+  recordUsage (usage: readonly DeploymentUsage[]): Promise<void>
+  /**
    * Reports commits this store did not make itself (another process: `npm run partner:create`, a
    * migration, an operator's SQL) until stopped. See ChangeListener.
    */
@@ -154,6 +213,11 @@ export interface Store {
   /** Resolves when the store answers a trivial query. */
   ping (): Promise<void>
   close (): Promise<void>
+}
+
+/** A name and version published again with other content: a new version must be a new version. */
+export function deploymentConflict (name: string, version: string): AppError {
+  return new AppError('CONFLICT', `App deployment ${name} ${version} is published already with other operations: publish a new version`)
 }
 
 export function isoNow (): string {
