@@ -196,7 +196,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     responseCache,
     instrumentation: {
       phases: app.tracing?.pipeline,
-      answered: graphqlMetrics(app.metricsRegistry, () => room.inspection.subscriptionStats())
+      answered: graphqlMetrics(app.metricsRegistry, () => room.inspection)
     }
   })
   app.decorate('graphqlRoom', room.inspection)

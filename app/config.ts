@@ -123,6 +123,13 @@ export interface Config {
   queryUi: boolean
   persistedOnly: boolean
   persistedManifest: string | null
+  /** App deployments (routes/graphql/app-deployments.ts). */
+  deployments: {
+    /** The active operations' texts an instance holds in memory, at most: a publish past it is refused. */
+    maxBytes: number
+    /** How often an instance writes the requests it counted per deployment to the store. */
+    usageFlushMs: number
+  }
   apqMaxEntries: number
   /** Estimated bytes of registered APQ texts kept in this process (Redis bounds its registry by APQ_MAX_ENTRIES). */
   apqMaxBytes: number
@@ -284,6 +291,8 @@ const schema = {
     QUERY_UI: { type: 'boolean' },
     PERSISTED_ONLY: { type: 'boolean' },
     PERSISTED_MANIFEST: { type: 'string' },
+    DEPLOYMENTS_MAX_BYTES: { type: 'integer', minimum: 0, default: 16777216 },
+    DEPLOYMENT_USAGE_FLUSH_MS: { type: 'integer', minimum: 100, maximum: 600000, default: 2000 },
     APQ_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
     APQ_MAX_BYTES: { type: 'integer', minimum: 0, default: 33554432 },
     APQ_MAX_DOCUMENT_BYTES: { type: 'integer', minimum: 0, default: 16384 },
@@ -374,6 +383,8 @@ export class ConfigError extends Error {
  * a `.env` planted wherever the service happens to be started could carry a JWT_SECRET.
  */
 const PROJECT_ENV_FILE = fileURLToPath(new URL('../.env', import.meta.url))
+/** The example operations' manifest the development profile serves: found from any working directory. */
+const EXAMPLE_MANIFEST = fileURLToPath(new URL('../persisted/manifest.json', import.meta.url))
 
 /**
  * The process environment, over the settings of the project root's `.env` file when there is one
@@ -610,7 +621,12 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     introspection: pick(e.INTROSPECTION, true, false),
     queryUi: pick(e.QUERY_UI, true, false),
     persistedOnly: pick(e.PERSISTED_ONLY, false, true),
-    persistedManifest: optional(e.PERSISTED_MANIFEST),
+    // The development profile serves the example operations from its first start (with its demo data),
+    // published as the app deployment `manifest`; PERSISTED_MANIFEST= (empty) turns that off.
+    persistedManifest: e.PERSISTED_MANIFEST !== undefined
+      ? optional(e.PERSISTED_MANIFEST)
+      : !prod && pick(e.DEMO_DATA, true, false) ? EXAMPLE_MANIFEST : null,
+    deployments: { maxBytes: e.DEPLOYMENTS_MAX_BYTES, usageFlushMs: e.DEPLOYMENT_USAGE_FLUSH_MS },
     apqMaxEntries: e.APQ_MAX_ENTRIES,
     apqMaxBytes: e.APQ_MAX_BYTES,
     apqMaxDocumentBytes: e.APQ_MAX_DOCUMENT_BYTES,

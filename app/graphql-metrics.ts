@@ -22,7 +22,7 @@ function leadingOperation (source: unknown): OperationSeen | null {
   return match ? { name: match[2]!, type: match[1]! } : null
 }
 
-/** What the gauges read from the room when scraped. */
+/** Open subscriptions and sockets on this instance. */
 export interface SubscriptionCounts {
   webSockets: number
   /** Subscriptions delivering events over WebSocket. */
@@ -37,8 +37,16 @@ export type CountAnswer = (
   params: { query?: unknown; operationName?: unknown } | null
 ) => void
 
+/** What the metrics read from the room when scraped (its inspection surface). */
+export interface RoomReadings {
+  subscriptionStats (): SubscriptionCounts
+  /** Every active app deployment, with the requests served for it since the last call. */
+  takeDeploymentUsage (): { name: string; version: string; requests: number }[]
+}
+
 /* eslint-disable no-new -- a prom-client metric registers itself in `registers` when constructed */
-export function graphqlMetrics (registry: Registry, subscriptionStats: () => SubscriptionCounts): CountAnswer {
+export function graphqlMetrics (registry: Registry, room: () => RoomReadings): CountAnswer {
+  const subscriptionStats = () => room().subscriptionStats()
   const operations = new Tally(['operation_name', 'operation_type', 'outcome'])
   new Counter({
     name: 'graphql_operations_total',
@@ -71,6 +79,26 @@ export function graphqlMetrics (registry: Registry, subscriptionStats: () => Sub
     help: 'Open GraphQL WebSocket connections on this instance',
     registers: [registry],
     collect () { this.set(subscriptionStats().webSockets) }
+  })
+
+  // One series per active app deployment (0 until used), dropped when it is retired: the label set is
+  // bounded by what administrators publish, not by what clients send.
+  let deploymentSeries = new Map<string, { app: string; version: string }>()
+  new Counter({
+    name: 'graphql_app_deployment_requests_total',
+    help: 'Persisted operations served for each active app deployment (app name and version, as published)',
+    labelNames: ['app', 'version'] as const,
+    registers: [registry],
+    collect () {
+      const active = new Map<string, { app: string; version: string }>()
+      for (const { name, version, requests } of room().takeDeploymentUsage()) {
+        const labels = { app: name, version }
+        active.set(`${name} ${version}`, labels)
+        this.inc(labels, requests)
+      }
+      for (const [key, labels] of deploymentSeries) if (!active.has(key)) this.remove(labels)
+      deploymentSeries = active
+    }
   })
 
   const knownNames = new Set<string>()

@@ -1,9 +1,15 @@
 // npm run schema:export  — writes the live SDL to the committed
 // schema.graphql at the repository root (the contract clients read).
 // npm run schema:check   — compares the live schema with the committed one using graphql-js's
-//                          breaking-change detection; exits 1 on a breaking change or when they drifted.
+//                          breaking-change detection, and checks the operations of every published app
+//                          version (app deployments, read from the configured store) against the live
+//                          schema; exits 1 on a breaking change, an app version it would break, or drift.
 import { readFileSync, writeFileSync } from 'node:fs'
 import { buildSchema, findBreakingChanges, findDangerousChanges, parse, print } from 'graphql'
+import { loadConfigOrExit, type Config } from '../app/config.ts'
+import { openStore } from '../app/store/index.ts'
+import type { Store } from '../app/store/types.ts'
+import { deploymentsBrokenBy } from '../routes/graphql/app-deployments.ts'
 
 const SOURCE = new URL('../routes/graphql/schema.graphql', import.meta.url)
 export const EXPORTED = new URL('../schema.graphql', import.meta.url)
@@ -33,26 +39,52 @@ export function compareWithCommitted (
   }
 }
 
+/**
+ * `schema:check`: the committed contract's breaking changes, then the active app deployments' operations
+ * the live schema cannot serve (naming each app version and operation). Returns the exit code.
+ */
+export async function runCheck (
+  store: Store,
+  limits: Config['limits'],
+  out: (line: string) => void,
+  err: (line: string) => void,
+  committedText = readFileSync(EXPORTED, 'utf8'),
+  liveText = exportedSDL()
+): Promise<number> {
+  const { breaking, dangerous, drifted } = compareWithCommitted(committedText, liveText)
+  for (const line of dangerous) out(`dangerous  ${line}`)
+  for (const line of breaking) out(`BREAKING   ${line}`)
+  const brokenDeployments = await deploymentsBrokenBy(buildSchema(liveText), store, limits)
+  for (const line of brokenDeployments) out(`BREAKS APP ${line}`)
+  if (breaking.length > 0) {
+    err(`${breaking.length} breaking change(s) against the committed schema.graphql: make the change additive, or version it deliberately`)
+  }
+  if (brokenDeployments.length > 0) {
+    err(`${brokenDeployments.length} operation(s) of published app versions would fail: keep what they use, or retire those versions first`)
+  }
+  if (breaking.length > 0 || brokenDeployments.length > 0) return 1
+  if (drifted) {
+    err('schema.graphql is out of date (non-breaking changes): run `npm run schema:export` and commit it')
+    return 1
+  }
+  out('schema.graphql matches the live schema, and every published app version\'s operations run on it')
+  return 0
+}
+
 if (import.meta.main) {
   const command = process.argv[2]
   if (command === 'export') {
     writeFileSync(EXPORTED, exportedSDL())
     console.log('wrote schema.graphql')
   } else if (command === 'check') {
-    const { breaking, dangerous, drifted } = compareWithCommitted()
-    for (const line of dangerous) console.log(`dangerous  ${line}`)
-    for (const line of breaking) console.log(`BREAKING   ${line}`)
-    if (breaking.length > 0) {
-      console.error(
-        `${breaking.length} breaking change(s) against the committed schema.graphql: make the change additive, or version it deliberately`
-      )
-      process.exit(1)
+    // The app deployments are read from the configured store (SQLITE_PATH or DATABASE_URL), as the service would.
+    const config = loadConfigOrExit()
+    const store = await openStore(config)
+    try {
+      process.exitCode = await runCheck(store, config.limits, console.log, console.error)
+    } finally {
+      await store.close()
     }
-    if (drifted) {
-      console.error('schema.graphql is out of date (non-breaking changes): run `npm run schema:export` and commit it')
-      process.exit(1)
-    }
-    console.log('schema.graphql matches the live schema')
   } else {
     console.error('usage: schema-tool.ts export|check')
     process.exit(2)

@@ -1,7 +1,8 @@
 // The room's Fastify-free core, built over its ports (ports.ts) in dependency order by `createRoomCore`:
 //
-//   plans (pipeline.ts: createPlans) → persisted registry (persisted-registry.ts; plans registered
-//     texts) → pipeline (pipeline.ts; resolves documents through the registry) → the HTTP exchange
+//   plans (pipeline.ts: createPlans) → the app deployments' catalog (app-deployments.ts; pins the
+//     operations it serves) → persisted registry (persisted-registry.ts; plans registered texts) →
+//     pipeline (pipeline.ts; resolves documents through the registry) → the HTTP exchange
 //     (http-exchange.ts) and the streaming carriers (streaming.ts: WebSocket sessions, event streams)
 //
 // Built in that order, nothing waits for anything built later. The door (index.ts) translates requests
@@ -9,15 +10,21 @@
 import type { GraphQLSchema } from 'graphql'
 import type { FormatOptions } from '../../app/error-format.ts'
 import type { ApqStore } from './apq-store.ts'
+import {
+  createDeploymentCatalog,
+  deploymentVerbs,
+  manifestFileDeployment,
+  publishManifest,
+  type DeploymentCatalog
+} from './app-deployments.ts'
 import { createHttpExchange } from './http-exchange.ts'
-import { emptyManifest, loadManifests } from './persisted-manifest.ts'
 import { createPersistedQueries } from './persisted-registry.ts'
 import { createPipeline, createPlans, type Pipeline } from './pipeline.ts'
 import type { GraphQLPorts } from './ports.ts'
 import { createStreaming, type Streaming } from './streaming.ts'
 
 export interface WarmUpReport {
-  /** Operations planned (parsed, validated, analysed) and compiled at start. */
+  /** Operations of the active app deployments planned (parsed, validated, analysed) and compiled at start. */
   compiled: number
   ms: number
 }
@@ -35,11 +42,17 @@ export interface RoomCore {
   exchange: ReturnType<typeof createHttpExchange>
   /** WebSocket sessions and event streams (streaming.ts). */
   streaming: Streaming
+  /** The active app deployments' operations this instance serves, reloaded as they change. */
+  deployments: DeploymentCatalog
+  /** The app deployments' verbs for an administrator over HTTP (app-deployments.ts). */
+  deploymentVerbs: ReturnType<typeof deploymentVerbs>
   /**
-   * Plans and compiles every manifest operation, kept for the life of the process; a text the service
-   * cannot run (schema drift, a limit such as MAX_DEPTH) is a broken deploy: thrown, refused at start.
+   * Publishes each PERSISTED_MANIFEST file as an app deployment named after its file (a no-op when
+   * published already; a text the service cannot run, such as schema drift or a limit like MAX_DEPTH,
+   * is a broken deploy: thrown, refused at start), then loads every active deployment, planned and
+   * compiled before the first request, and follows their changes.
    */
-  warmUp (): WarmUpReport
+  warmUp (): Promise<WarmUpReport>
 }
 
 /**
@@ -54,19 +67,22 @@ export function createRoomCore (ports: GraphQLPorts, schema: () => GraphQLSchema
   }
   const plans = createPlans(schema, config.limits)
 
-  // Persisted queries: the deploy-time manifests (PERSISTED_MANIFEST, comma-separated files) and
-  // automatic registration (APQ: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode).
+  // Persisted queries: the active app deployments (the catalog: published by release pipelines, and
+  // PERSISTED_MANIFEST's comma-separated files as deployments named after them) and automatic
+  // registration (APQ: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode).
   const files = (config.persistedManifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
-  // Hashes and single operations are checked here; validity for this service when the plans are pinned.
-  const manifest = files.length > 0 ? loadManifests(files) : emptyManifest()
-  if (config.persistedOnly && manifest.operations.length === 0) {
-    ports.log.warn(
-      {},
-      'persisted-only mode without a manifest (PERSISTED_MANIFEST): every GraphQL operation will be refused'
-    )
-  }
+  // Read and checked now: a manifest the service cannot honour stops the start before anything listens.
+  const manifestFiles = files.map((file) => manifestFileDeployment(file, schema(), config.limits))
+  const deployments = createDeploymentCatalog({
+    store: ports.domain.store,
+    pin: plans.pin,
+    unpin: plans.unpin,
+    maxBytes: config.deployments.maxBytes,
+    usageFlushMs: config.deployments.usageFlushMs,
+    log: ports.log
+  })
   const persisted = createPersistedQueries({
-    manifest,
+    registered: deployments.registered,
     persistedOnly: config.persistedOnly,
     apq,
     apqMaxEntries: config.apqMaxEntries,
@@ -86,23 +102,34 @@ export function createRoomCore (ports: GraphQLPorts, schema: () => GraphQLSchema
     instrumentation: ports.instrumentation
   })
 
-  const warmUp = (): WarmUpReport => {
+  const warmUp = async (): Promise<WarmUpReport> => {
     const started = performance.now()
-    for (const operation of manifest.operations) {
+    for (const [i, { name, version, manifest }] of manifestFiles.entries()) {
       try {
-        pipeline.pin(operation.text)
+        await publishManifest(ports.domain.store, {
+          name, version, manifest, schema: schema(), limits: config.limits, maxBytes: config.deployments.maxBytes
+        })
       } catch (err) {
-        const nested = (err as { errors?: { message: string }[] }).errors
-        const reason = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
-        throw new Error(
-          `Persisted operation ${operation.name ?? '(anonymous)'} ${operation.id} is not valid for this service: ${reason}`
-        )
+        throw new Error(`Persisted query manifest ${files[i]}: ${(err as Error).message}`)
       }
     }
-    return { compiled: manifest.operations.length, ms: Math.round((performance.now() - started) * 10) / 10 }
+    await deployments.refresh()
+    deployments.start()
+    if (config.persistedOnly && deployments.stats.operations === 0) {
+      ports.log.warn({}, 'persisted-only mode without an active app deployment (npm run app -- publish, or PERSISTED_MANIFEST): every GraphQL operation will be refused')
+    }
+    return { compiled: deployments.stats.operations, ms: Math.round((performance.now() - started) * 10) / 10 }
   }
 
   const exchange = createHttpExchange({ config, pipeline, errorOptions, responseCache: ports.responseCache, schema })
   const streaming = createStreaming({ ports, schema, pipeline, errorOptions })
-  return { ports, schema, pipeline, errorOptions, exchange, streaming, warmUp }
+  const verbs = deploymentVerbs({
+    store: ports.domain.store,
+    schema,
+    limits: config.limits,
+    maxBytes: config.deployments.maxBytes,
+    catalog: deployments,
+    log: ports.log
+  })
+  return { ports, schema, pipeline, errorOptions, exchange, streaming, deployments, deploymentVerbs: verbs, warmUp }
 }

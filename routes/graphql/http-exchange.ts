@@ -34,6 +34,7 @@ import { withinAnswerCap } from './answer-size.ts'
 import { createHttpCache, etagOf } from './http-cache.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
 import type { Pipeline } from './pipeline.ts'
+import { clientAppOf } from './app-deployments.ts'
 import { createCachedAnswers, type Answered, type CachedAnswersOptions, type GraphQLResponseBody } from './cached-answers.ts'
 
 /** One HTTP request to /graphql, as the exchange reads it. */
@@ -265,6 +266,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
         transport: input.method === 'GET' ? 'GET' : 'POST',
         caller: input.caller,
         ip: input.ip,
+        client: clientAppOf(input.headers),
         paidByRequest
       })
       out.operation ??= admission.operation

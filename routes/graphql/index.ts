@@ -31,6 +31,7 @@ import type { AppError } from '../../app/errors.ts'
 import { errorAnswer } from '../../app/fastify-errors.ts'
 import type { ResponseCache } from '../../app/cache/response-cache.ts'
 import type { DomainDeps } from '../../app/domain/context.ts'
+import type { DeploymentRequests } from './app-deployments.ts'
 import { memoryApqStore, redisApqStore } from './apq-store.ts'
 import { createRoomCore, type RoomCore, type WarmUpReport } from './core.ts'
 import { requestRefusal, type HttpExchangeInput, type HttpExchangeResult } from './http-exchange.ts'
@@ -73,6 +74,8 @@ export interface GraphQLRoomInspection {
   readonly persistedWarmUp: WarmUpReport | null
   /** The open WebSockets, as ws holds them (tests watch the server's side of a connection). */
   webSocketClients (): ReadonlySet<WebSocket>
+  /** Requests served per app deployment since the last call (the metrics' counter adds them up). */
+  takeDeploymentUsage (): DeploymentRequests[]
 }
 
 declare module 'fastify' {
@@ -118,6 +121,7 @@ export function createGraphQLRoom (options: GraphQLRoomOptions): GraphQLRoom {
     get exchange () { return registered().exchange },
     subscriptionStats: () => (state.core ? state.core.streaming.stats() : NO_SUBSCRIPTIONS),
     webSocketClients: () => state.webSocketClients(),
+    takeDeploymentUsage: () => (state.core ? state.core.deployments.takeUsage() : []),
     get persistedWarmUp () { return state.persistedWarmUp }
   }
   return { plugin: (app) => graphqlRoom(app, options, state), inspection }
@@ -255,6 +259,35 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   const handler = async (request: FastifyRequest, reply: FastifyReply) =>
     sendResult(request, reply, await exchange(exchangeInput(request)))
   app.post('/graphql', { onRequest: identify }, handler)
+
+  // App deployments for release pipelines (app-deployments.ts `deploymentVerbs`: administrators only,
+  // refused before the body is read; a manifest may be as large as DEPLOYMENTS_MAX_BYTES).
+  const verbs = core.deploymentVerbs
+  const admitAdministrator: onRequestHookHandler = (request, _reply, done) => {
+    try {
+      request.caller = verbs.admit(ports.authenticate(request.headers.authorization))
+    } catch (err) {
+      return done(err as AppError)
+    }
+    done()
+  }
+  const adminRoute = {
+    onRequest: admitAdministrator,
+    bodyLimit: Math.max(config.bodyLimitBytes, config.deployments.maxBytes)
+  }
+  type Named = { Params: { name: string; version: string } }
+  app.get<{ Querystring: { staleDays?: string } }>('/admin/app-deployments', adminRoute, (request) => {
+    const staleDays = request.query.staleDays === undefined ? null : Number(request.query.staleDays)
+    const validStaleDays = staleDays !== null && Number.isInteger(staleDays) && staleDays >= 0 ? staleDays : null
+    return verbs.list(request.caller, validStaleDays)
+  })
+  app.post('/admin/app-deployments/check', adminRoute, async (request) => verbs.check(request.caller, request.body))
+  app.put<Named>('/admin/app-deployments/:name/:version', adminRoute, async (request, reply) => {
+    const published = await verbs.publish(request.caller, request.params.name, request.params.version, request.body)
+    return reply.code(published.outcome === 'published' ? 201 : 200).send(published)
+  })
+  app.post<Named>('/admin/app-deployments/:name/:version/retire', adminRoute,
+    async (request) => verbs.retire(request.caller, request.params.name, request.params.version))
   // graphql-sse's single connection mode starts with a PUT: refused by the exchange.
   app.put('/graphql', handler)
   // Also the WebSocket endpoint (registerWebSocket gives the route its upgrade handler).
@@ -278,14 +311,17 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
     })
   }
 
-  // onReady: every resolver is in place (and wrapped by @auth), and nothing listens yet. Each manifest
-  // operation gets its plan and compilation now (core.warmUp: a text the service cannot run is refused at start).
+  // onReady: every resolver is in place (and wrapped by @auth), and nothing listens yet. The manifest files
+  // are published as app deployments, and every active deployment's operation gets its plan and
+  // compilation now (core.warmUp: a manifest text the service cannot run is refused at start).
+  app.addHook('onClose', () => core.deployments.stop())
   app.addHook('onReady', async () => {
-    state.persistedWarmUp = core.warmUp()
+    const warmUp = await core.warmUp()
+    state.persistedWarmUp = warmUp
     ports.log.info(
       {
-        operations: state.persistedWarmUp.compiled,
-        ms: state.persistedWarmUp.ms,
+        operations: warmUp.compiled,
+        ms: warmUp.ms,
         apq: apq ? (app.redis.client ? 'redis' : 'memory') : 'off',
         persistedOnly: config.persistedOnly
       },

@@ -103,50 +103,72 @@ export function emptyManifest (): Manifest {
   return { operations: [], byId: new Map() }
 }
 
+/** One operation of a manifest, as read: its text's sha256, the id the manifest gave it, its text and kind. */
+export interface ManifestEntry {
+  /** sha256 hex of `text`. */
+  hash: string
+  /** The id the manifest lists it under (its sha256 in any spelling, or Relay's md5 or sha1). */
+  id: string
+  text: string
+  name: string | null
+  type: OperationTypeNode
+}
+
+/**
+ * Reads a manifest (in any of the formats above), verifying that every id is the hash of its text and
+ * that every text is a single operation. Throws the first problem, naming the operation.
+ */
+export function readManifest (json: unknown): ManifestEntry[] {
+  return entriesOf(json).map((entry) => {
+    const wrongId = verifyId(entry.id, entry.text)
+    if (wrongId) throw new Error(wrongId)
+    let described: { name: string | null; type: OperationTypeNode }
+    try {
+      described = describeOperation(entry.text)
+    } catch (err) {
+      throw new Error(`operation "${entry.id}" cannot be registered: ${(err as Error).message}`)
+    }
+    if (
+      (entry.name !== undefined && entry.name !== described.name) ||
+      (entry.type !== undefined && entry.type !== described.type)
+    ) {
+      throw new Error(
+        `operation "${entry.id}" is listed as ${entry.type} ${entry.name} but its text holds ${described.type} ${described.name}`
+      )
+    }
+    return { hash: sha256Hex(entry.text), id: entry.id, text: entry.text, ...described }
+  })
+}
+
+/** The JSON of a manifest file; throws naming the file. */
+export function readManifestFile (file: string): ManifestEntry[] {
+  try {
+    return readManifest(JSON.parse(readFileSync(file, 'utf8')))
+  } catch (err) {
+    throw new Error(`Persisted query manifest ${file}: ${(err as Error).message}`)
+  }
+}
+
+/** Adds an operation to a lookup under its sha256 (in both spellings) and the id its manifest gave it. */
+export function addToManifest (manifest: Manifest, entry: Pick<ManifestEntry, 'hash' | 'id' | 'text' | 'name' | 'type'>): PersistedOperation {
+  const id = `sha256:${entry.hash}`
+  let operation = manifest.byId.get(id)
+  if (!operation) {
+    operation = { id, text: entry.text, name: entry.name, type: entry.type }
+    manifest.operations.push(operation)
+    manifest.byId.set(id, operation)
+    manifest.byId.set(entry.hash, operation)
+  }
+  manifest.byId.set(entry.id, operation)
+  return operation
+}
+
 /**
  * Reads manifest files into one lookup, verifying every hash and that every text is a single
  * operation. Any problem is a startup error naming the file and id.
  */
 export function loadManifests (files: string[]): Manifest {
   const manifest = emptyManifest()
-  for (const file of files) {
-    const fail = (why: string): never => { throw new Error(`Persisted query manifest ${file}: ${why}`) }
-    let json: unknown
-    try {
-      json = JSON.parse(readFileSync(file, 'utf8'))
-    } catch (err) {
-      fail((err as Error).message)
-    }
-    let entries: ReturnType<typeof entriesOf> = []
-    try { entries = entriesOf(json) } catch (err) { fail((err as Error).message) }
-    for (const entry of entries) {
-      const wrongId = verifyId(entry.id, entry.text)
-      if (wrongId) fail(wrongId)
-      let described: { name: string | null; type: OperationTypeNode }
-      try {
-        described = describeOperation(entry.text)
-      } catch (err) {
-        return fail(`operation "${entry.id}" cannot be registered: ${(err as Error).message}`)
-      }
-      if (
-        (entry.name !== undefined && entry.name !== described.name) ||
-        (entry.type !== undefined && entry.type !== described.type)
-      ) {
-        fail(
-          `operation "${entry.id}" is listed as ${entry.type} ${entry.name} but its text holds ${described.type} ${described.name}`
-        )
-      }
-      const hex = sha256Hex(entry.text)
-      const id = `sha256:${hex}`
-      let operation = manifest.byId.get(id)
-      if (!operation) {
-        operation = { id, text: entry.text, ...described }
-        manifest.operations.push(operation)
-        manifest.byId.set(id, operation)
-        manifest.byId.set(hex, operation)
-      }
-      manifest.byId.set(entry.id, operation)
-    }
-  }
+  for (const file of files) for (const entry of readManifestFile(file)) addToManifest(manifest, entry)
   return manifest
 }

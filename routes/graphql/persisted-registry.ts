@@ -1,11 +1,13 @@
-// The persisted registry: resolves a request to the document text it runs, from the deploy-time
-// manifest (persisted-manifest.ts) or automatic registration (apq-store.ts), or refuses it.
+// The persisted registry: resolves a request to the document text it runs, from the active app
+// deployments (app-deployments.ts: published by release pipelines, PERSISTED_MANIFEST files among them)
+// or automatic registration (apq-store.ts), or refuses it.
 import type { OperationTypeNode } from 'graphql'
 import { AppError } from '../../app/errors.ts'
 import { LruMap } from '../../app/lru-map.ts'
 import { apqEntryBytes, type ApqStore } from './apq-store.ts'
 import {
   PersistedMessages,
+  type ClientApp,
   persistedIdOf,
   persistedQueryExtension,
   sha256Hex,
@@ -13,13 +15,14 @@ import {
   type PersistedQueries,
   type ResolvedDocument
 } from './persisted.ts'
-import type { Manifest } from './persisted-manifest.ts'
+import type { RegisteredOperations } from './app-deployments.ts'
 
 // ---------------------------------------------------------------------------------------------
 // The resolver
 
 export interface PersistedQueriesOptions {
-  manifest: Manifest
+  /** The operations of the active app deployments (the catalog, reloaded as deployments change). */
+  registered: RegisteredOperations
   persistedOnly: boolean
   /** Automatic registration; null when off (always off in persisted-only mode). */
   apq: ApqStore | null
@@ -34,7 +37,7 @@ export interface PersistedQueriesOptions {
 }
 
 export function createPersistedQueries (options: PersistedQueriesOptions): PersistedQueries {
-  const { manifest, persistedOnly, apqMaxDocumentBytes } = options
+  const { registered: deployed, persistedOnly, apqMaxDocumentBytes } = options
   const apq = persistedOnly ? null : options.apq
   // Registered texts this instance has seen, parsed, by hash: a hit costs no parse and no round trip.
   const apqFacts = new LruMap<string, PersistedOperation>(options.apqMaxEntries, options.apqMaxBytes)
@@ -59,23 +62,35 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
     return operation
   }
 
+  /** A deployed operation a request named: counted for its app deployment when the request says who it is. */
+  const deployedText = (operation: PersistedOperation, client: ClientApp | null | undefined) => {
+    if (client !== undefined) deployed.count(operation, client)
+    return registered(operation.text)
+  }
+  const notFound = (id: string) => {
+    const retired = deployed.retiredWith(id)
+    return new AppError('PERSISTED_QUERY_NOT_FOUND', retired ? PersistedMessages.retired(id, retired) : PersistedMessages.notFound(id))
+  }
+
   return {
-    async resolve (params, allowIntrospection = false) {
+    async resolve (params, allowIntrospection = false, client) {
       const { query } = params
       const queryId = persistedIdOf(params)
       if (queryId !== undefined) {
         // The hot path: one Map lookup, no hashing, no parsing.
-        const operation = manifest.byId.get(queryId) ??
-          (apq && queryId.startsWith('sha256:') ? await apqOperation(queryId.slice(7), undefined) : undefined)
-        if (!operation) throw new AppError('PERSISTED_QUERY_NOT_FOUND', PersistedMessages.notFound(queryId))
-        return registered(operation.text)
+        const operation = deployed.find(queryId)
+        if (operation) return deployedText(operation, client)
+        const automatic = apq && queryId.startsWith('sha256:') ? await apqOperation(queryId.slice(7), undefined) : undefined
+        if (!automatic) throw notFound(queryId)
+        return registered(automatic.text)
       }
 
       const pq = persistedQueryExtension(params.extensions)
       if (pq) {
         const hash = pq.sha256Hash as string
-        const fromManifest = manifest.byId.get(hash)
-        if (fromManifest) return registered(fromManifest.text)
+        const fromDeployment = deployed.find(hash)
+        if (fromDeployment) return deployedText(fromDeployment, client)
+        if (persistedOnly && deployed.retiredWith(hash)) throw notFound(hash)
         if (persistedOnly) throw new AppError('PERSISTED_QUERY_NOT_FOUND', PersistedMessages.notFoundPersistedOnly)
         if (query === undefined || query === null) {
           const operation = apq ? await apqOperation(hash, undefined) : undefined

@@ -20,6 +20,15 @@ import { createHash } from 'node:crypto'
 import type { OperationTypeNode } from 'graphql'
 import { AppError } from '../../app/errors.ts'
 
+/**
+ * The app a request says it comes from (Apollo's apollographql-client-name/-version, or
+ * graphql-client-name/-version): its requests are counted for that app deployment (app-deployments.ts).
+ */
+export interface ClientApp {
+  name: string
+  version: string
+}
+
 export interface GraphQLRequestParams {
   query?: unknown
   queryId?: unknown
@@ -49,7 +58,9 @@ export interface PersistedQueries {
    * request's own `query` otherwise, refused in persisted-only mode unless `allowIntrospection`
    * (then marked `introspectionOnly`).
    */
-  resolve (params: GraphQLRequestParams, allowIntrospection?: boolean): Promise<ResolvedDocument>
+  resolve (
+    params: GraphQLRequestParams, allowIntrospection?: boolean, client?: ClientApp | null
+  ): Promise<ResolvedDocument>
 }
 
 /** One registered operation. The text is the exact string the pipeline plans (its plan cache key). */
@@ -66,6 +77,8 @@ export const PersistedMessages = {
   required:
     'Only persisted queries are accepted: send a registered id (documentId, queryId, doc_id or id; or extensions.persistedQuery.sha256Hash) instead of a query',
   notFound: (id: string) => `Persisted query not found: no operation is registered as "${id.slice(0, 80)}"`,
+  retired: (id: string, deployments: readonly string[]) =>
+    `Persisted query not found: the operation "${id.slice(0, 80)}" was retired with ${deployments.slice(0, 5).join(', ')}${deployments.length > 5 ? ` and ${deployments.length - 5} more` : ''}`,
   notFoundApq: 'Persisted query not found: resend the request with the full query to register it',
   notFoundPersistedOnly: 'Persisted query not found: this service accepts only operations registered at deploy time',
   mismatch: 'The query does not match extensions.persistedQuery.sha256Hash (the sha256 hex digest of the query text)',

@@ -39,6 +39,7 @@ import {
   PersistedMessages,
   hasPersistedQueryExtension,
   persistedIdOf,
+  type ClientApp,
   type GraphQLRequestParams,
   type PersistedQueries
 } from './persisted.ts'
@@ -57,6 +58,8 @@ export interface OperationRequest {
   transport: Transport
   caller: Caller | null
   ip: string
+  /** The app the request says it comes from (its client name and version headers): its deployment's usage. */
+  client?: ClientApp | null
   /**
    * Whether an HTTP request (whose route hook spent the request budget) carries this operation alone.
    * Default: yes, except on a WebSocket; false for the operations of a batch after its first.
@@ -84,8 +87,10 @@ export type PlanCacheLimits = Config['limits']
 export interface Plans {
   /** The plan of a text: from the cache, or made (and cached) now. Throws when the text cannot run. */
   plan (source: string): DocumentPlan
-  /** Makes and compiles the plan of a deploy-time text, kept for the life of the process (never evicted). */
+  /** Makes and compiles the plan of a deploy-time text, kept until unpinned (never evicted). */
   pin (source: string): void
+  /** Lets a pinned text go (its app deployment was retired): planned again, and cached, if it runs again. */
+  unpin (source: string): void
   /**
    * The operation's compilation (of the text `source`), made now when it has none: the cached plan then weighs more.
    */
@@ -118,8 +123,10 @@ export interface PipelineOptions {
 export interface Pipeline {
   /** The plan of a text: from the cache, or made (and cached) now. Throws when the text cannot run. */
   plan (source: string): DocumentPlan
-  /** Makes and compiles the plan of a deploy-time text, kept for the life of the process (never evicted). */
+  /** Makes and compiles the plan of a deploy-time text, kept until unpinned (never evicted). */
   pin (source: string): void
+  /** Lets a pinned text go (its app deployment was retired): planned again, and cached, if it runs again. */
+  unpin (source: string): void
   /** Checks and prices an operation, spends its cost units; throws (having spent nothing else) when refused. */
   admit (request: OperationRequest): Promise<Admission>
   /**
@@ -259,6 +266,9 @@ export function createPlans (schema: () => GraphQLSchema, limits: PlanCacheLimit
       for (const operation of made.operations) compiledOf(schema(), operation)
       pinned.set(source, made)
     },
+    unpin (source) {
+      pinned.delete(source)
+    },
     compiled: (operation, source) => compiledOf(schema(), operation, () => reweigh(source)),
     get stats () { return { entries: cache.size, bytes: cache.weight } }
   }
@@ -302,10 +312,12 @@ export function createPipeline (options: PipelineOptions): Pipeline {
   /**
    * The operation a request names: its document resolved, planned, and the operation chosen (with the document's text).
    */
+  /** `client`: the request's app, when the request is admitted (its deployment's usage is counted then). */
   async function operationOf (
     params: GraphQLRequestParams,
     caller: Caller | null,
-    transport?: Transport
+    transport?: Transport,
+    client?: ClientApp | null
   ): Promise<{ operation: OperationPlan; source: string }> {
     const operationName = params.operationName ?? null
     if (operationName !== null && typeof operationName !== 'string') {
@@ -326,7 +338,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     ) {
       throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     }
-    const document = await options.persisted.resolve(params, caller?.role === 'ADMIN')
+    const document = await options.persisted.resolve(params, caller?.role === 'ADMIN', client)
     if (transport === 'GET' && !document.registered) throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     const operation = selectOperation(plans.plan(document.text), operationName)
     if (document.introspectionOnly && !operation.onlyIntrospects) {
@@ -340,11 +352,12 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     transport,
     caller,
     ip,
+    client = null,
     paidByRequest = transport !== 'WS'
   }: OperationRequest): Promise<Admission> {
     // HTTP requests have paid at the route; a WebSocket (or a batch) carries many operations on one request.
     if (!paidByRequest) await options.spendRequest(caller, ip)
-    const { operation, source } = await operationOf(params, caller, transport)
+    const { operation, source } = await operationOf(params, caller, transport, client)
     if (!ALLOWED[transport].has(operation.type)) refuseOnTransport(operation.type, transport)
     if (operation.introspects && !options.introspection && caller?.role !== 'ADMIN') {
       throw new AppError('INTROSPECTION_DISABLED', Messages.introspectionDisabled)
@@ -395,6 +408,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
   return {
     plan: plans.plan,
     pin: plans.pin,
+    unpin: plans.unpin,
     admit: admitted,
     async operationType (params, caller) {
       try {

@@ -95,7 +95,12 @@ function routesOf (app: FastifyInstance): { path: string; methods: string[] }[] 
 // GraphQL answers 413; the SOAP binding answers a fault carrying PAYLOAD_TOO_LARGE (faults have their own statuses).
 test('every route that takes a body refuses one over BODY_LIMIT_BYTES (413 or a PAYLOAD_TOO_LARGE fault)', async (t) => {
   const limit = 4096
-  const { app } = await buildTestApp(t, { BODY_LIMIT_BYTES: String(limit), RATE_LIMIT_REQUESTS: '100000' })
+  // The app deployment routes take manifests up to DEPLOYMENTS_MAX_BYTES, from an administrator only
+  // (anyone else is refused before the body is read): the same bound here, and an administrator's token.
+  const { app, token } = await buildTestApp(t, {
+    BODY_LIMIT_BYTES: String(limit), DEPLOYMENTS_MAX_BYTES: String(limit), RATE_LIMIT_REQUESTS: '100000'
+  })
+  const admin = `Bearer ${token('1', 'ADMIN')}`
   await app.ready()
   const withBody = routesOf(app).filter((r) => r.methods.some((m) => ['POST', 'PUT', 'PATCH', 'DELETE'].includes(m)))
   t.ok(withBody.some((r) => r.path === '/graphql'), `routes with a body: ${withBody.map((r) => r.path).join(', ')}`)
@@ -112,7 +117,7 @@ test('every route that takes a body refuses one over BODY_LIMIT_BYTES (413 or a 
         const response = await app.inject({
           method: method as 'POST',
           url: route.path,
-          headers: { 'content-type': type },
+          headers: { 'content-type': type, authorization: admin },
           payload
         })
         statuses.push(response.statusCode)

@@ -1,0 +1,93 @@
+// App deployments' refusals and bounds on one listening instance: every kind of bad manifest is refused
+// with its reason and publishes nothing; the byte bound refuses a publish past it; the HTTP verbs spend
+// the caller's request budget and log who published. (Two instances on PostgreSQL and Redis:
+// test/cluster/app-deployments.test.ts.)
+import { test } from 'tap'
+import { buildSchema } from 'graphql'
+import { buildApp } from '../../app/app.ts'
+import { openSqliteStore } from '../../app/store/sqlite.ts'
+import { loadDemoData } from '../../app/store/sample-data.ts'
+import { mintToken } from '../../cli/mint-token.ts'
+import { checkManifest, publishManifest } from '../../routes/graphql/app-deployments.ts'
+import { sha256Hex } from '../../routes/graphql/persisted.ts'
+import { schemaSDL } from '../../routes/graphql/schema.ts'
+import { capturedLog, testConfig } from '../helpers/app.ts'
+
+const apollo = (operations: { id: string; body: string }[]) =>
+  ({ format: 'apollo-persisted-query-manifest', version: 1, operations })
+const entry = (body: string) => ({ id: sha256Hex(body), body })
+const USERS = 'query Users { users { id } }'
+
+test('a manifest that does not check is refused with every reason, and nothing is published', async (t) => {
+  const config = testConfig({ MAX_DEPTH: '2' })
+  const schema = buildSchema(schemaSDL)
+  const problemsOf = (manifest: unknown) => checkManifest(manifest, schema, config.limits).problems
+  t.match(problemsOf('not a manifest'), [/./], 'not an object')
+  t.match(problemsOf({ format: 'some-other-format', operations: [] }), [/format/], 'an unknown format')
+  t.match(problemsOf(apollo([])), ['the manifest holds no operation'])
+  t.match(problemsOf(apollo([{ id: sha256Hex('query Other { users { id } }'), body: USERS }])),
+    [/does not match the sha256 of its text/], 'a hash that is not its text\'s')
+  t.match(problemsOf(apollo([entry('query A { users { id } } query B { users { id } }')])), [/2 operations/])
+  t.match(problemsOf(apollo([entry('query Broken { users { id')])), [/does not parse/])
+  const deep = 'subscription Deep { messageAdded(roomId: "general") { author { id } } }'
+  t.match(problemsOf(apollo([entry(USERS), entry(deep), entry('query Unknown { nobody }')])), [
+    /^subscription Deep \(sha256:[0-9a-f]{12}…\): .*depth/,
+    /^query Unknown \(sha256:[0-9a-f]{12}…\): Cannot query field "nobody"/
+  ], 'every refused operation is named, a subscription the limits refuse too')
+
+  const store = openSqliteStore(':memory:')
+  t.teardown(() => store.close())
+  await t.rejects(publishManifest(store, {
+    name: 'ios', version: '1', manifest: apollo([entry(USERS), entry(deep)]), schema, limits: config.limits, maxBytes: 1 << 20
+  }), { code: 'BAD_USER_INPUT', message: /Deep/ })
+  await t.rejects(publishManifest(store, {
+    name: 'ios app', version: '1', manifest: apollo([entry(USERS)]), schema, limits: config.limits, maxBytes: 1 << 20
+  }), { code: 'BAD_USER_INPUT', message: /name must be 1 to 100 letters/ })
+  t.same(await store.listDeployments(), [], 'nothing published')
+})
+
+test('the active operations stay within DEPLOYMENTS_MAX_BYTES: a publish past it is refused', async (t) => {
+  const config = testConfig()
+  const schema = buildSchema(schemaSDL)
+  const store = openSqliteStore(':memory:')
+  t.teardown(() => store.close())
+  const publish = (version: string, body: string, maxBytes: number) =>
+    publishManifest(store, { name: 'web', version, manifest: apollo([entry(body)]), schema, limits: config.limits, maxBytes })
+  const maxBytes = Buffer.byteLength(USERS) + 10
+  t.match(await publish('1', USERS, maxBytes), { outcome: 'published' })
+  const second = 'query UsersAgain { users { id name } }'
+  await t.rejects(publish('2', second, maxBytes), { code: 'BAD_USER_INPUT', message: /over DEPLOYMENTS_MAX_BYTES/ })
+  t.same((await store.listDeployments()).map((d) => d.version), ['1'])
+  await store.retireDeployment('web', '1')
+  t.match(await publish('2', second, maxBytes), { outcome: 'published' }, 'retired versions do not count')
+})
+
+test('the HTTP verbs spend the caller\'s request budget and log the administrator who published', async (t) => {
+  const { lines, stream } = capturedLog()
+  const config = testConfig({ LOG_LEVEL: 'info', RATE_LIMIT_REQUESTS: '3' })
+  const store = openSqliteStore(':memory:')
+  await loadDemoData(store)
+  const app = await buildApp(config, { store, logger: { stream } })
+  t.teardown(async () => {
+    await app.close()
+    await store.close()
+  })
+  const url = await app.listen({ host: '127.0.0.1', port: 0 })
+  const admin = mintToken(config.jwt, '1', 'ADMIN')
+  const put = await fetch(`${url}/admin/app-deployments/web/1.0.0`, {
+    method: 'PUT',
+    headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+    body: JSON.stringify(apollo([entry(USERS)]))
+  })
+  t.equal(put.status, 201)
+  t.same((await (await fetch(`${url}/graphql?queryId=sha256:${sha256Hex(USERS)}`)).json()).data.users.length, 5,
+    'served by this instance as soon as the publish answers')
+  const list = () => fetch(`${url}/admin/app-deployments`, { headers: { authorization: `Bearer ${admin}` } })
+  t.equal((await list()).status, 200)
+  t.equal((await list()).status, 200)
+  const limited = await list()
+  t.equal(limited.status, 429, 'the fourth request of the window')
+  t.equal((await limited.json()).errors[0].extensions.code, 'RATE_LIMITED')
+  await new Promise((resolve) => setTimeout(resolve, 300)) // the log's batch is handed on every 200 ms
+  t.match(lines.find((line) => line.includes('app deployment published')), /"caller":"1".*"app":"web","version":"1\.0\.0"/)
+})
