@@ -105,12 +105,15 @@ const options = {
   // A smoke's one round per row only has to show the row runs and answers correctly: half a second serves
   // hundreds of requests, and a smoke of every row, most of it spent starting servers, stays in CI's budget.
   durationSec: num(args.duration, smoke ? 0.5 : 10),
-  warmupSec: num(args.warmup, smoke ? 0 : 2),
+  // A smoke warms each row up only until it has served a few requests at its concurrency: a cold row's
+  // first requests open its pools (PostgreSQL connections), which on a busy machine took longer than
+  // the half-second round, and a round with no answer fails.
+  warmupSec: num(args.warmup, smoke ? 0.1 : 2),
   // V8 optimises a request path after it has run it many times, not after some seconds: a slow machine
   // needs longer to get there (measured here: about 25000 requests before the service's cost per request
   // stops falling), so warm-up lasts until a row has served this many requests (or WARMUP_MAX_SEC). A
   // deployment under --target is warm already: its warm-up is the --warmup seconds alone.
-  warmupRequests: num(args['warmup-requests'], smoke || target ? 0 : 25000),
+  warmupRequests: num(args['warmup-requests'], smoke ? 20 : target ? 0 : 25000),
   rounds: Math.max(1, Math.round(num(args.rounds, smoke ? 1 : 10))),
   connections: num(args.connections, smoke ? 4 : 50),
   users: num(args.users, smoke ? 1000 : 10000),
