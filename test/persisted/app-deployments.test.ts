@@ -3,6 +3,7 @@
 // the caller's request budget and log who published. (Two instances on PostgreSQL and Redis:
 // test/cluster/app-deployments.test.ts.)
 import { test } from 'tap'
+import { writeFileSync } from 'node:fs'
 import { buildSchema } from 'graphql'
 import { buildApp } from '../../app/app.ts'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
@@ -11,7 +12,8 @@ import { mintToken } from '../../cli/mint-token.ts'
 import { checkManifest, publishManifest } from '../../routes/graphql/app-deployments.ts'
 import { sha256Hex } from '../../routes/graphql/persisted.ts'
 import { schemaSDL } from '../../routes/graphql/schema.ts'
-import { capturedLog, testConfig } from '../helpers/app.ts'
+import { runApp } from '../../cli/app-deployments.ts'
+import { capturedLog, listenTestApp, testConfig } from '../helpers/app.ts'
 
 const apollo = (operations: { id: string; body: string }[]) =>
   ({ format: 'apollo-persisted-query-manifest', version: 1, operations })
@@ -90,4 +92,30 @@ test('the HTTP verbs spend the caller\'s request budget and log the administrato
   t.equal((await limited.json()).errors[0].extensions.code, 'RATE_LIMITED')
   await new Promise((resolve) => setTimeout(resolve, 300)) // the log's batch is handed on every 200 ms
   t.match(lines.find((line) => line.includes('app deployment published')), /"caller":"1".*"app":"web","version":"1\.0\.0"/)
+})
+
+test('on the embedded store, a version published by the command beside the running service is served within 5 s', async (t) => {
+  const dir = t.testdir()
+  const env = { SQLITE_PATH: `${dir}/service.db`, PERSISTED_ONLY: 'true' }
+  const service = openSqliteStore(env.SQLITE_PATH)
+  await loadDemoData(service)
+  const { app, url } = await listenTestApp(t, env, { store: service, demo: false })
+  t.teardown(async () => {
+    await app.close()
+    await service.close()
+  })
+  const get = async () => (await fetch(`${url}/graphql?queryId=sha256:${sha256Hex(USERS)}`)).json()
+  t.equal((await get()).errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND')
+
+  const file = `${dir}/manifest.json`
+  writeFileSync(file, JSON.stringify(apollo([entry(USERS)])))
+  // The command opens the file on a connection of its own, as `npm run app` in another process does.
+  t.equal(await runApp(['publish', '--name', 'web', '--version', '1', file], testConfig(env), () => {}), 0)
+  const started = Date.now()
+  let answer = await get()
+  while (answer.errors && Date.now() - started < 5000) {
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    answer = await get()
+  }
+  t.equal(answer.data?.users.length, 5, `served ${Date.now() - started} ms after the command published it`)
 })
