@@ -443,9 +443,14 @@ export function deploymentVerbs (options: VerbOptions) {
   return {
     /** Refuses anyone but an administrator: the door asks before it reads a body (a manifest can be large). */
     admit: administrator,
-    async list (caller: Caller | null, staleDays: number | null) {
+    /** `staleDays` as the query string gives it: absent, or a whole number of days. */
+    async list (caller: Caller | null, staleDays: string | undefined) {
       administrator(caller)
-      return { deployments: await listDeployments(store, staleDays) }
+      const days = staleDays === undefined ? null : Number(staleDays)
+      if (days !== null && !(/^\d{1,5}$/.test(staleDays!) && Number.isInteger(days))) {
+        throw new AppError('BAD_USER_INPUT', 'staleDays must be a whole number of days', { field: 'staleDays' })
+      }
+      return { deployments: await listDeployments(store, days) }
     },
     check (caller: Caller | null, manifest: unknown) {
       administrator(caller)

@@ -276,11 +276,8 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
     bodyLimit: Math.max(config.bodyLimitBytes, config.deployments.maxBytes)
   }
   type Named = { Params: { name: string; version: string } }
-  app.get<{ Querystring: { staleDays?: string } }>('/admin/app-deployments', adminRoute, (request) => {
-    const staleDays = request.query.staleDays === undefined ? null : Number(request.query.staleDays)
-    const validStaleDays = staleDays !== null && Number.isInteger(staleDays) && staleDays >= 0 ? staleDays : null
-    return verbs.list(request.caller, validStaleDays)
-  })
+  app.get<{ Querystring: { staleDays?: string } }>('/admin/app-deployments', adminRoute,
+    (request) => verbs.list(request.caller, request.query.staleDays))
   app.post('/admin/app-deployments/check', adminRoute, async (request) => verbs.check(request.caller, request.body))
   app.put<Named>('/admin/app-deployments/:name/:version', adminRoute, async (request, reply) => {
     const published = await verbs.publish(request.caller, request.params.name, request.params.version, request.body)

@@ -119,3 +119,24 @@ test('on the embedded store, a version published by the command beside the runni
   }
   t.equal(answer.data?.users.length, 5, `served ${Date.now() - started} ms after the command published it`)
 })
+
+test('GET /admin/app-deployments: staleDays marks what has not been used for that many days; a bad value is refused', async (t) => {
+  const { url, token } = await listenTestApp(t)
+  const admin = { authorization: `Bearer ${token('1', 'ADMIN')}` }
+  const put = await fetch(`${url}/admin/app-deployments/web/1`, {
+    method: 'PUT', headers: { ...admin, 'content-type': 'application/json' }, body: JSON.stringify(apollo([entry(USERS)]))
+  })
+  t.equal(put.status, 201)
+  const list = async (query: string) => {
+    const response = await fetch(`${url}/admin/app-deployments${query}`, { headers: admin })
+    return { status: response.status, body: await response.json() }
+  }
+  t.match((await list('')).body.deployments, [{ name: 'web', version: '1', state: 'active', requests: 0, lastUsedAt: null, stale: null }])
+  t.match((await list('?staleDays=0')).body.deployments, [{ stale: true }], 'published before now and never used')
+  t.match((await list('?staleDays=30')).body.deployments, [{ stale: false }], 'published less than 30 days ago')
+  for (const bad of ['abc', '-1', '1.5', '']) {
+    const refused = await list(`?staleDays=${bad}`)
+    t.equal(refused.status, 400, `staleDays=${bad}`)
+    t.equal(refused.body.errors[0].extensions.code, 'BAD_USER_INPUT')
+  }
+})
