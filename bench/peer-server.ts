@@ -14,6 +14,12 @@
 // it served one. `PEER=apollo-redis-cached|yoga-redis-cached`: the same caches on Redis (REDIS_URL), as a
 // deployment of several instances would run them: Apollo's on a Keyv Redis store through its
 // KeyvAdapter, Yoga's with @envelop/response-cache-redis; keys under REDIS_PREFIX.
+//
+// `PEER=node-soap`: what a partner team would pick for SOAP, node-soap's server (soap.listen on plain Node
+// http), serving the service's own v1 contract (the WSDL it publishes, so the envelopes are the same) and
+// answering GetUser from the same store statement the service's loader runs. No WS-Security at all: the
+// header the benchmark sends is ignored, so the service is compared doing every check against a peer
+// doing none.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { ApolloServer, HeaderMap } from '@apollo/server'
 import { ApolloServerPluginCacheControl } from '@apollo/server/plugin/cacheControl'
@@ -24,8 +30,11 @@ import { createRedisCache } from '@envelop/response-cache-redis'
 import { createKeyv } from '@keyv/redis'
 import { Redis } from 'ioredis'
 import { createYoga, createSchema } from 'graphql-yoga'
+import soap from 'soap'
 import { loadConfig } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
+import { SERVICE_VERSIONS } from '../routes/soap/operations.ts'
+import { buildWsdl } from '../routes/soap/wsdl.ts'
 
 const config = loadConfig()
 const store = await openStore(config)
@@ -113,16 +122,37 @@ function yogaHandler (cache: PeerCache): Handler {
   return (request, response) => yoga(request, response)
 }
 
-const PEERS = ['apollo', 'yoga', 'apollo-cached', 'yoga-cached', 'apollo-redis-cached', 'yoga-redis-cached']
+/** node-soap serving v1's contract at its path; GetUser reads the user as the service's loader does. */
+function listenNodeSoap (server: ReturnType<typeof createServer>): void {
+  const version = SERVICE_VERSIONS[0]!
+  const wsdl = buildWsdl(version, config.soap.namespaceBase, `http://${config.host}:${config.port}${version.path}`)
+  const GetUser = async ({ id }: { id: string }) => {
+    const user = (await store.usersByIds([String(id)]))[0]
+    // node-soap answers a Fault for a thrown { Fault } object (its documented way), not for an Error.
+    // eslint-disable-next-line no-throw-literal
+    if (!user) throw { Fault: { faultcode: 'soap:Client', faultstring: 'User not found' } }
+    return { user: { id: user.id, name: user.name, email: user.email } }
+  }
+  const port = { GetUser }
+  soap.listen(server, {
+    path: version.path,
+    xml: wsdl,
+    services: { [version.serviceName]: { [`${version.serviceName}Soap`]: port, [`${version.serviceName}Soap12`]: port } },
+    suppressStack: true
+  })
+}
+
+const PEERS = ['apollo', 'yoga', 'apollo-cached', 'yoga-cached', 'apollo-redis-cached', 'yoga-redis-cached', 'node-soap']
 const peer = process.env.PEER ?? ''
 if (!PEERS.includes(peer)) throw new Error(`PEER must be one of ${PEERS.join(', ')}`)
 const cache: PeerCache = peer.endsWith('-redis-cached') ? 'redis' : peer.endsWith('-cached') ? 'memory' : 'none'
-const handle = peer.startsWith('apollo') ? await apolloHandler(cache) : yogaHandler(cache)
+const handle = peer === 'node-soap' ? null : peer.startsWith('apollo') ? await apolloHandler(cache) : yogaHandler(cache)
 
 const server = createServer((request, response) => {
   if (request.url === '/health/ready') return void response.end('{"status":"ready"}')
-  void handle(request, response)
+  if (handle) void handle(request, response)
 })
+if (peer === 'node-soap') listenNodeSoap(server)
 const stop = () => server.close(() => { void store.close().then(() => process.exit(0), () => process.exit(1)) })
 process.once('SIGTERM', stop)
 process.once('SIGINT', stop)

@@ -253,18 +253,34 @@ export const DEPLOYED_TARGETS: { row: string; against: string; target: number; w
   { row: 'cached-persisted-get-deployed', against: 'yoga-cached-user-get-deployed', target: 1.5, what: "≥ 1.5 × Yoga's hit on Redis" }
 ]
 
-const DEPLOYED_HEADER = ['deployed', '× req/s', 'CPU ×', 'target (CPU ×)', 'verdict']
+/**
+ * The SOAP binding's targets (issue: partners at wire speed), judged like the deployed ones: `against`'s
+ * CPU µs/req over `row`'s, the median over rounds measured back to back. Shown, not checked by bench:check.
+ */
+export const SOAP_TARGETS: typeof DEPLOYED_TARGETS = [
+  { row: 'soap-get-user', against: 'node-soap-get-user', target: 1.5, what: 'with every check on, ≥ 1.5 × node-soap with none' },
+  { row: 'soap-get-user', against: 'rest-user', target: 0.6, what: 'a SOAP GetUser ≥ 0.6 × the plain route' },
+  { row: 'soap-get-user-signed', against: 'soap-get-user', target: 0.5, what: 'the signed GetUser ≥ 0.5 × the unsigned one' }
+]
 
-/** The deployed targets that both rows of ran, and the two-instance row against one instance; null when none. */
-function deployedRows (report: RunReport): string[][] | null {
+const TARGET_HEADER = ['', '× req/s', 'CPU ×', 'target (CPU ×)', 'verdict']
+
+/** The targets of `targets` that both rows of ran: row ÷ against, req/s and CPU, and the verdict. */
+function targetRows (report: RunReport, targets: typeof DEPLOYED_TARGETS): string[][] {
   const ok = (name: string) => report.results.find((r) => r.name === name && r.status === 'ok')
-  const rows = DEPLOYED_TARGETS.flatMap(({ row, against, target, what }) => {
+  return targets.flatMap(({ row, against, target, what }) => {
     const [a, b] = [ok(row), ok(against)]
     if (!a || !b) return []
     const { rps, cpu } = roundRatios(a, b)
     return [[`${row} ÷ ${against}`, fixed(rps, 2), fixed(cpu, 2), `≥ ${target.toFixed(2)}: ${what}`,
       cpu === null ? '–' : cpu >= target ? 'met' : 'missed']]
   })
+}
+
+/** The deployed targets that both rows of ran, and the two-instance row against one instance; null when none. */
+function deployedRows (report: RunReport): string[][] | null {
+  const ok = (name: string) => report.results.find((r) => r.name === name && r.status === 'ok')
+  const rows = targetRows(report, DEPLOYED_TARGETS)
   const cluster = ok('cached-persisted-get-deployed-x2')
   if (cluster) {
     const each = (cluster.details?.instanceCpuMicrosPerRequest as (number | null)[] | undefined) ?? []
@@ -279,14 +295,26 @@ function deployedRows (report: RunReport): string[][] | null {
   return rows.length > 0 ? rows : null
 }
 
+const headed = (title: string) => [title, ...TARGET_HEADER.slice(1)]
+
 export function deployedTextTable (report: RunReport): string | null {
   const body = deployedRows(report)
-  return body ? alignedTable(DEPLOYED_HEADER, body) : null
+  return body ? alignedTable(headed('deployed'), body) : null
 }
 
 export function deployedMarkdownTable (report: RunReport): string | null {
   const body = deployedRows(report)
-  return body ? markdownOf(DEPLOYED_HEADER, body) : null
+  return body ? markdownOf(headed('deployed'), body) : null
+}
+
+export function soapTextTable (report: RunReport): string | null {
+  const body = targetRows(report, SOAP_TARGETS)
+  return body.length > 0 ? alignedTable(headed('SOAP'), body) : null
+}
+
+export function soapMarkdownTable (report: RunReport): string | null {
+  const body = targetRows(report, SOAP_TARGETS)
+  return body.length > 0 ? markdownOf(headed('SOAP'), body) : null
 }
 
 /** The cached rows' hit ratios and their comparisons against the issue's targets; null when none ran. */

@@ -26,6 +26,8 @@ import {
   cacheTextTable,
   deployedMarkdownTable,
   deployedTextTable,
+  soapMarkdownTable,
+  soapTextTable,
   checkThresholds,
   type GuardedFloors,
   fanoutMarkdownTable,
@@ -61,8 +63,10 @@ import {
   discoverPersisted,
   PERSISTED_MANIFEST,
   discoverSoap,
+  makeSignerCertificate,
   SOAP_PUBLIC_URL,
-  soapScenario
+  soapScenario,
+  soapScenarios
 } from './transports.ts'
 
 if (Number(process.versions.node.split('.')[0]) < 24) {
@@ -195,6 +199,8 @@ interface Seeded {
   ids: string[]
   adminId: string
   partner: { login: string; password: string } | null
+  /** The partner's key and certificate for the signed SOAP row. */
+  signer: { key: string; cert: string } | null
 }
 
 async function seedStore (): Promise<Seeded> {
@@ -209,9 +215,10 @@ async function seedStore (): Promise<Seeded> {
     const [admin] = await db.insertUsers([
       { name: 'Bench Admin', email: `bench.admin.${process.pid}@example.com`, role: 'ADMIN' }
     ])
-    const partner = await createBenchPartner(db, baseEnv.PARTNER_SECRET_KEY!)
+    const signer = makeSignerCertificate(work)
+    const partner = await createBenchPartner(db, baseEnv.PARTNER_SECRET_KEY!, signer?.cert)
     log(`seeded sqlite: ${options.users} users, ${options.messages} messages in ${Date.now() - started} ms`)
-    return { ids, adminId: admin!.id, partner }
+    return { ids, adminId: admin!.id, partner, signer }
   } finally {
     await db.close()
   }
@@ -321,6 +328,7 @@ interface Round {
 
 function round (server: ServerProcess, scenario: HttpScenario, durationSec: number): Promise<Round> {
   const url = server.url
+  scenario.beforeRound?.()
   const cpuBefore = server.cpuSplitMicros()
   const clientBefore = process.cpuUsage()
   return new Promise((resolve, reject) => {
@@ -822,7 +830,8 @@ async function main (): Promise<number> {
     users: seeded.ids.map((id) => ({ id, token: mintToken(jwt, id, 'USER') })),
     adminToken: mintToken(jwt, seeded.adminId, 'ADMIN'),
     rooms: ROOMS,
-    runId: `${process.pid}${Date.now().toString(36)}`
+    runId: `${process.pid}${Date.now().toString(36)}`,
+    ...(seeded.signer ? { soapSigner: seeded.signer } : {})
   }
 
   let soapUnavailable: string | null = null
@@ -870,6 +879,7 @@ async function main (): Promise<number> {
   const [usersList, usersPage, userById, persistedGet, cachedPersistedGet, cachedMixed, messagesAuthors, createUser] =
     serviceScenarios(data)
   const peers = peerScenarios(data)
+  const soap = soapScenarios(data, soapUnavailable)
   const [guardedList, guardedUserGet, guardedUser] = guardedScenarios(data)
   // The deployed topology (PostgreSQL and Redis): the plain routes on PostgreSQL, and the service's rows
   // again, each made anew (its own rotation over the users), beside their embedded twins in their groups.
@@ -894,7 +904,7 @@ async function main (): Promise<number> {
       limit: limit!,
       rest: restList!,
       guarded: [guardedList!],
-      scenarios: [usersList!, usersPage!, ...peers.list, ...deployedList]
+      scenarios: [usersList!, usersPage!, ...soap.list, ...peers.list, ...deployedList]
     },
     {
       label: 'user',
@@ -907,7 +917,7 @@ async function main (): Promise<number> {
         persistedGet!,
         cachedPersistedGet!,
         cachedMixed!,
-        soapScenario(data, soapUnavailable),
+        ...soap.user,
         ...peers.user,
         ...peers.cached,
         ...deployedUser
@@ -1039,6 +1049,8 @@ async function main (): Promise<number> {
   if (cache) log(`${cache}\n`)
   const deployedTable = deployedTextTable(report)
   if (deployedTable) log(`${deployedTable}\n`)
+  const soapTable = soapTextTable(report)
+  if (soapTable) log(`${soapTable}\n`)
   for (const note of report.notes) log(`note: ${note}`)
 
   if (!smoke || args['results-dir']) {
@@ -1052,7 +1064,7 @@ async function main (): Promise<number> {
       copyFileSync(join(resultsDir, `${stamp}.svg`), join(resultsDir, 'latest.svg'))
       writeFileSync(
         join(resultsDir, 'latest.md'),
-        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${[markdownTable(report), fanoutMarkdownTable(report), cacheMarkdownTable(report), deployedMarkdownTable(report)].filter(Boolean).join('\n\n')}\n`
+        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${[markdownTable(report), fanoutMarkdownTable(report), cacheMarkdownTable(report), deployedMarkdownTable(report), soapMarkdownTable(report)].filter(Boolean).join('\n\n')}\n`
       )
     }
     log(

@@ -31,8 +31,10 @@ export interface BenchData {
    * rows spend the same.
    */
   costs?: { user: number; list: number }
-  /** A partner login for the SOAP scenario, when the SOAP transport exists. */
+  /** A partner login for the SOAP scenarios, when the SOAP transport exists. */
   soap?: { path: string; login: string; password: string }
+  /** The same partner's key and certificate (PEM) for the signed SOAP row; absent without openssl. */
+  soapSigner?: { key: string; cert: string }
 }
 
 export interface RequestSpec {
@@ -61,6 +63,11 @@ export interface HttpScenario {
   description: string
   /** The next request; called once per request sent, so ids, tokens and e-mails rotate. */
   next(): RequestSpec
+  /**
+   * Called before each round (the warm-up's included), outside the measured time: a row whose requests
+   * are dear to make (signed SOAP) makes them here, so the load generator keeps up during the round.
+   */
+  beforeRound?(): void
   /** Full check of one response to `request`: null when correct, otherwise what is wrong. */
   verify(request: RequestSpec, response: Sample): string | null
   /** Checked on every response during the measured rounds. */

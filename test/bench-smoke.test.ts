@@ -401,6 +401,12 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
     'persisted-get-deployed',
     'cached-mixed-deployed',
     'soap-get-user-deployed',
+    // The partners' rows: each way a partner authenticates (the signed one's messages made before each
+    // round and each accepted once), ListUsers paging, and node-soap answering the same envelopes.
+    'soap-get-user-text',
+    'soap-get-user-signed',
+    'soap-list-users',
+    'node-soap-get-user',
     'cached-persisted-get-deployed-x2',
     'apollo-users-list',
     'yoga-users-list',
@@ -454,6 +460,8 @@ test('npm run bench -- --smoke: every scenario runs against the real service and
   )
   t.match(output, /cached-persisted-get-deployed ÷ cached-persisted-get\s+\d+\.\d+\s+\d+\.\d+\s+≥ 0\.87: /,
     "the deployed table: the issue's ratios by CPU, with their targets")
+  t.match(output, /soap-get-user ÷ node-soap-get-user\s+\d+\.\d+\s+\d+\.\d+\s+≥ 1\.50: /,
+    "the SOAP table: the issue's ratios by CPU, with their targets")
   t.type(byName.get('cached-persisted-get-deployed-x2')!.details?.ratioToOneInstance, 'number', 'two instances against one')
   t.ok(byName.get('users-list')!.ratioToRest! > 0, 'ratios are computed from the same run')
   for (const [name, guarded] of [

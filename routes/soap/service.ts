@@ -214,7 +214,8 @@ export function createSoapService (options: SoapServiceOptions) {
 
   function checkActions (declared: Array<string | undefined>, expected: string, operation: Operation): void {
     for (const raw of declared) {
-      if (raw === undefined) continue
+      // The usual case first: the action quoted, as toolkits send it (a comparison, no regular expression).
+      if (raw === undefined || (raw.length === expected.length + 2 && raw === `"${expected}"`)) continue
       const action = raw.trim().replace(/^"(.*)"$/, '$1')
       // An empty SOAPAction ("") means "the request URI": it names no operation and contradicts none.
       if (action !== '' && action !== expected) {

@@ -449,7 +449,7 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
     // First the SignatureValue over SignedInfo (read alike by both parsers, down to its last element).
     const domSignedInfo = domElementOf(doc, signedInfo![0]!, parents, true)
     const signedInfoCanonical = canonical(domSignedInfo, info.c14n, info.prefixes)
-    if (!verifyRsa(info.hash, Buffer.from(signedInfoCanonical, 'utf8'), partner.certificate.publicKey, value)) {
+    if (!verifyRsa(info.hash, Buffer.from(signedInfoCanonical, 'utf8'), partner.publicKey, value)) {
       throw failedCheck('The SignatureValue does not verify with the registered certificate')
     }
     // Then each signed element, at its place in our tree, read alike (names and Ids), digested. A
