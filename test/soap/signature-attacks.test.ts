@@ -16,14 +16,13 @@ import soap from 'soap'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
-import { countingStore } from '../helpers/counting-store.ts'
+import { countingStore, domainMethods } from '../helpers/counting-store.ts'
 import { TEST_PARTNER_SECRET_KEY, type TestLike } from '../helpers/app.ts'
 import { SOAP11, listenSoapApp, post, readFault } from './helpers.ts'
 import { makeCertificate, signedEnvelope, type TestCertificate } from './x509.ts'
 
 const NS = 'urn:graphql-query-service:soap/v1/UserService'
 const XML = { 'content-type': 'text/xml; charset=utf-8' }
-const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCertificateByThumbprint', 'findCertificateByIssuerSerial', 'findCredentials'])
 /** The server CPU a refused forgery may cost, at most (user + system, this process: the server is in it). */
 const FORGERY_CPU_BOUND_MS = 100
 
@@ -43,7 +42,7 @@ async function setup (t: TestLike) {
   const refused = async (xml: string) => {
     const before = calls.length
     const response = await post(`${url}/v1/UserService`, xml, XML)
-    const ran = calls.slice(before).map((c) => c.method).filter((m) => !AUTHENTICATION_CALLS.has(m))
+    const ran = domainMethods(calls.slice(before))
     return { status: response.status, fault: response.status === 200 ? null : readFault(response.text), ran }
   }
   return { url, base, signer, attacker, refused }
@@ -112,13 +111,20 @@ test('a forged wide message costs a bounded server CPU; a forgery fails on its S
   t.equal((wide.match(/<Reference /g) ?? []).length, 8, '8 References')
   t.ok(wide.length > 300_000, `${wide.length} bytes`)
 
-  const before = process.cpuUsage()
-  const { fault, ran } = await refused(wide)
-  const cpu = process.cpuUsage(before)
-  const cpuMs = (cpu.user + cpu.system) / 1000
-  t.match(fault, { code: /^wsse:/, errorCode: 'UNAUTHENTICATED' }, 'refused')
-  t.same(ran, [], 'nothing ran')
-  t.ok(cpuMs < FORGERY_CPU_BOUND_MS, `the forged wide message cost ${cpuMs.toFixed(1)} ms of CPU (bound ${FORGERY_CPU_BOUND_MS} ms)`)
+  // The least of three sends of the same forgery (each is refused before anything is remembered, so each
+  // does the same work): this process also runs the test and other suites run beside it, and a bound on
+  // the work a message can cause must not fail for a collection or a neighbour's burst.
+  const costs: number[] = []
+  for (let i = 0; i < 3; i++) {
+    const before = process.cpuUsage()
+    const { fault, ran } = await refused(wide)
+    const cpu = process.cpuUsage(before)
+    costs.push((cpu.user + cpu.system) / 1000)
+    t.match(fault, { code: /^wsse:/, errorCode: 'UNAUTHENTICATED' }, 'refused')
+    t.same(ran, [], 'nothing ran')
+  }
+  const cpuMs = Math.min(...costs)
+  t.ok(cpuMs < FORGERY_CPU_BOUND_MS, `the forged wide message cost ${cpuMs.toFixed(1)} ms of CPU (bound ${FORGERY_CPU_BOUND_MS} ms; least of ${costs.map((c) => c.toFixed(1)).join(', ')})`)
 
   // A forgery of ordinary size: refused by the SignatureValue, before any Reference is digested.
   const forged = naming(signedWith(attacker, '', create('forged@example.com'), []), attacker, signer)

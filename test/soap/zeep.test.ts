@@ -18,7 +18,7 @@ import { test } from 'tap'
 import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
-import { countingStore } from '../helpers/counting-store.ts'
+import { countingStore, domainMethods } from '../helpers/counting-store.ts'
 import { TEST_PARTNER_SECRET_KEY, type TestLike } from '../helpers/app.ts'
 import { listenSoapApp, post, readFault } from './helpers.ts'
 import { makeCertificate, type TestCertificate } from './x509.ts'
@@ -28,7 +28,6 @@ const PYTHON = '/usr/bin/python3'
 const CLIENT = new URL('./zeep-client.py', import.meta.url).pathname
 const PACKAGES = 'python3-zeep and python3-xmlsec (Debian: apt-get install python3-zeep python3-xmlsec; .ci/system-deps.sh installs them)'
 const XML = { 'content-type': 'text/xml; charset=utf-8' }
-const AUTHENTICATION_CALLS = new Set(['findCertificate', 'findCertificateByThumbprint', 'findCertificateByIssuerSerial', 'findCredentials'])
 
 export interface ZeepArgs {
   wsdl: string
@@ -73,7 +72,7 @@ async function setup (t: TestLike, env: Record<string, string> = {}) {
   await createPartnerAccount(base, TEST_PARTNER_SECRET_KEY, { login: 'zeep-partner', certificate: partner.cert, userId: '1' })
   const { store, calls } = countingStore(base)
   const app = await listenSoapApp(t, env, { store })
-  const domainCalls = () => calls.map((c) => c.method).filter((m) => !AUTHENTICATION_CALLS.has(m))
+  const domainCalls = () => domainMethods(calls)
   return { ...app, dir, partner, base, calls, domainCalls }
 }
 
