@@ -7,12 +7,11 @@
 // one RSA signature (about 0.5 ms). The service verifies it as it verifies any partner's: the row's
 // samples are checked before the load, and a refused message counts as a failure.
 import { createHash, createPrivateKey, randomUUID, sign, type KeyObject } from 'node:crypto'
+import { NS } from '../routes/soap/envelope.ts'
+import { WSSE_NS } from '../routes/soap/faults.ts'
+import { DS_NS, EXC_C14N } from '../routes/soap/signature.ts'
+import { WSU_NS } from '../routes/soap/ws-security.ts'
 
-const SOAP11 = 'http://schemas.xmlsoap.org/soap/envelope/'
-const WSSE = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd'
-const WSU = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
-const DS = 'http://www.w3.org/2000/09/xmldsig#'
-const EXC_C14N = 'http://www.w3.org/2001/10/xml-exc-c14n#'
 const X509V3 = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509v3'
 const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'
 /** How long a message says it is valid (the service judges freshness by Created, WSSE_MAX_AGE_SEC). */
@@ -22,7 +21,7 @@ const sha256 = (text: string) => createHash('sha256').update(text).digest('base6
 
 /** A Reference to `#id` as exclusive C14N writes it (empty elements as start and end tags). */
 function reference (id: string, digest: string): string {
-  return `<Reference URI="#${id}"><Transforms><Transform Algorithm="${DS}enveloped-signature"></Transform>` +
+  return `<Reference URI="#${id}"><Transforms><Transform Algorithm="${DS_NS}enveloped-signature"></Transform>` +
     `<Transform Algorithm="${EXC_C14N}"></Transform></Transforms>` +
     '<DigestMethod Algorithm="http://www.w3.org/2001/04/xmlenc#sha256"></DigestMethod>' +
     `<DigestValue>${digest}</DigestValue></Reference>`
@@ -45,17 +44,17 @@ export function createRequestSigner (keyPem: string, certPem: string): (body: st
     const created = new Date(now).toISOString()
     const expires = new Date(now + EXPIRES_AFTER_MS).toISOString()
     // Each text below is already its own exclusive C14N (namespaces on the element, attributes in order).
-    const timestamp = `<Timestamp xmlns="${WSU}" Id="_1"><Created>${created}</Created><Expires>${expires}</Expires></Timestamp>`
-    const canonicalBody = `<soap:Body xmlns:soap="${SOAP11}" Id="_0">${body}</soap:Body>`
-    const signedInfo = `<SignedInfo xmlns="${DS}"><CanonicalizationMethod Algorithm="${EXC_C14N}"></CanonicalizationMethod>` +
+    const timestamp = `<Timestamp xmlns="${WSU_NS}" Id="_1"><Created>${created}</Created><Expires>${expires}</Expires></Timestamp>`
+    const canonicalBody = `<soap:Body xmlns:soap="${NS.soap11}" Id="_0">${body}</soap:Body>`
+    const signedInfo = `<SignedInfo xmlns="${DS_NS}"><CanonicalizationMethod Algorithm="${EXC_C14N}"></CanonicalizationMethod>` +
       '<SignatureMethod Algorithm="http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"></SignatureMethod>' +
       reference('_0', sha256(canonicalBody)) + reference('_1', sha256(timestamp)) + '</SignedInfo>'
     const signature = sign('sha256', Buffer.from(signedInfo), key).toString('base64')
-    return `<soap:Envelope xmlns:soap="${SOAP11}"><soap:Header>` +
-      `<wsse:Security xmlns:wsse="${WSSE}" xmlns:wsu="${WSU}" soap:mustUnderstand="1">` +
+    return `<soap:Envelope xmlns:soap="${NS.soap11}"><soap:Header>` +
+      `<wsse:Security xmlns:wsse="${WSSE_NS}" xmlns:wsu="${WSU_NS}" soap:mustUnderstand="1">` +
       `<wsse:BinarySecurityToken EncodingType="${BASE64_BINARY}" ValueType="${X509V3}" wsu:Id="${tokenId}">${der}</wsse:BinarySecurityToken>` +
       timestamp +
-      `<Signature xmlns="${DS}">${signedInfo}<SignatureValue>${signature}</SignatureValue>` +
+      `<Signature xmlns="${DS_NS}">${signedInfo}<SignatureValue>${signature}</SignatureValue>` +
       `<KeyInfo><wsse:SecurityTokenReference><wsse:Reference URI="#${tokenId}" ValueType="${X509V3}"/></wsse:SecurityTokenReference></KeyInfo>` +
       '</Signature></wsse:Security></soap:Header>' +
       `<soap:Body Id="_0">${body}</soap:Body></soap:Envelope>`

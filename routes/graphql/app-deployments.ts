@@ -360,9 +360,10 @@ export function createDeploymentCatalog (options: CatalogOptions) {
     count (operation, client) {
       const served = byId.get(operation.id)
       if (!served) return
-      const own = client && served.deployments.includes(keyOf(client.name, client.version))
+      // The deployment the client names, when it holds the operation; otherwise every one that does.
+      const named = client ? keyOf(client.name, client.version) : null
       const at = Date.now()
-      for (const deployment of own ? [keyOf(client.name, client.version)] : served.deployments) {
+      for (const deployment of named && served.deployments.includes(named) ? [named] : served.deployments) {
         const key = `${deployment} ${operation.id}`
         const usage = pending.get(key)
         if (usage) {

@@ -28,6 +28,19 @@ export function processEnv (env: Record<string, string>): Record<string, string>
   }
 }
 
+/** Runs a shell script as a README reader would (bash, `set -e`, from the repository), killed after 60 s. */
+export async function runScript (script: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const bash = spawn('bash', ['-c', `set -e\n${script}`], { cwd: REPO, env: processEnv({}), stdio: ['ignore', 'pipe', 'pipe'] })
+  let stdout = ''
+  let stderr = ''
+  bash.stdout.on('data', (d) => { stdout += d })
+  bash.stderr.on('data', (d) => { stderr += d })
+  const timer = setTimeout(() => bash.kill('SIGKILL'), 60_000)
+  const code = await new Promise<number | null>((resolve) => bash.on('exit', resolve))
+  clearTimeout(timer)
+  return { code, stdout, stderr }
+}
+
 /** Spawns `command` (node app/server.ts by default) and collects its output; ended by the test's teardown. */
 export function spawnService (
   t: TestLike,

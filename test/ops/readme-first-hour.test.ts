@@ -3,9 +3,8 @@
 // GET), run by bash as written. Only the port and the store's path differ: the development server the
 // README starts is on 3000, and the test must neither collide with one nor write into the repository.
 import { test } from 'tap'
-import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { processEnv, REPO, startService } from '../helpers/server-process.ts'
+import { REPO, runScript, startService } from '../helpers/server-process.ts'
 
 /** The ```sh blocks from "The development server" up to the response cache: the first examples. */
 function firstExamples (): string[] {
@@ -17,19 +16,8 @@ function firstExamples (): string[] {
 }
 
 /** Runs one block with bash; its stdout (the test fails on a non-zero exit). */
-async function run (block: string, port: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const bash = spawn('bash', ['-c', `set -e\n${block.replaceAll(':3000', `:${port}`)}`], {
-    cwd: REPO, env: processEnv({}), stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let stdout = ''
-  let stderr = ''
-  bash.stdout.on('data', (d) => { stdout += d })
-  bash.stderr.on('data', (d) => { stderr += d })
-  const timer = setTimeout(() => bash.kill('SIGKILL'), 60_000)
-  const code = await new Promise<number | null>((resolve) => bash.on('exit', resolve))
-  clearTimeout(timer)
-  return { code, stdout, stderr }
-}
+/** A README block run by bash, its calls to port 3000 sent to `port`. */
+const run = (block: string, port: string) => runScript(block.replaceAll(':3000', `:${port}`))
 
 test('the README\'s first examples work in order on a first development start, with no restart', async (t) => {
   const dir = t.testdir()

@@ -3,9 +3,8 @@
 // port and the store's path are changed, so the test neither collides with a running service nor
 // writes into the repository.
 import { test } from 'tap'
-import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { freePort, processEnv, REPO } from '../helpers/server-process.ts'
+import { freePort, REPO, runScript } from '../helpers/server-process.ts'
 
 /** The README's ```sh block that starts the production profile. */
 function productionStart (): string {
@@ -31,20 +30,10 @@ test('the README\'s production start works as written', async (t) => {
   const blockPort = /\bPORT=(\d+)/.exec(block)?.[1]
   t.ok(blockPort && blockPort !== '3000', 'sets a PORT of its own, not the development server\'s 3000')
   t.notMatch(block, /:3000\b/, 'and calls no service on 3000')
-  const script =
-    'set -e\n' +
-    block
-      .replaceAll(`PORT=${blockPort}`, `PORT=${port}`)
-      .replaceAll(`:${blockPort}`, `:${port}`)
-      .replaceAll('data/production.db', `${dir}/production.db`)
-  const bash = spawn('bash', ['-c', script], { cwd: REPO, env: processEnv({}), stdio: ['ignore', 'pipe', 'pipe'] })
-  let stdout = ''
-  let stderr = ''
-  bash.stdout.on('data', (d) => { stdout += d })
-  bash.stderr.on('data', (d) => { stderr += d })
-  const timer = setTimeout(() => bash.kill('SIGKILL'), 60_000)
-  const code = await new Promise<number | null>((resolve) => bash.on('exit', resolve))
-  clearTimeout(timer)
+  const { code, stdout, stderr } = await runScript(block
+    .replaceAll(`PORT=${blockPort}`, `PORT=${port}`)
+    .replaceAll(`:${blockPort}`, `:${port}`)
+    .replaceAll('data/production.db', `${dir}/production.db`))
   t.equal(code, 0, `the block ran to its end:\n${stderr}`)
   // curl's answer has no newline: it runs from '{"data"' to the service's next log line.
   const start = stdout.indexOf('{"data":')
