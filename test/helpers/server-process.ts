@@ -73,14 +73,25 @@ export function spawnService (
   return { child, exited, stdout: () => stdout, stderr: () => stderr }
 }
 
-/** Spawns the service and waits until it listens; `url` is the address it logged. */
+/**
+ * Spawns the service and waits until it listens; `url` is the address it logged, or, when the test gives
+ * PORT (a service logging at warn prints no address), the one where it answers /health/live.
+ */
 export async function startService (
   t: TestLike,
   env: Record<string, string>,
   options: { command?: string[]; cwd?: string } = {}
 ): Promise<SpawnedService & { url: string }> {
   const spawned = spawnService(t, env, options)
+  const givenPort = Number(env.PORT ?? 0)
+  let started = false
   const url = await new Promise<string>((resolve, reject) => {
+    const listen = (address: string) => {
+      started = true
+      clearTimeout(timer)
+      spawned.child.stdout.off('data', listening)
+      resolve(address)
+    }
     const timer = setTimeout(
       () => reject(new Error(`the service did not start:\n${spawned.stdout()}${spawned.stderr()}`)),
       20000
@@ -92,13 +103,22 @@ export async function startService (
       },
       () => {}
     )
-    spawned.child.stdout.on('data', () => {
+    // Removed once the address is found: searching everything written so far at every chunk is quadratic,
+    // and a test that loads the service (a hundred thousand access lines) would slow its own reading of
+    // the pipe until the service's unwritten lines grew its memory.
+    const listening = () => {
       const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(spawned.stdout())
-      if (match) {
-        clearTimeout(timer)
-        resolve(match[1]!)
+      if (match) listen(match[1]!)
+    }
+    spawned.child.stdout.on('data', listening)
+    if (givenPort > 0) {
+      const address = `http://127.0.0.1:${givenPort}`
+      const probe = () => {
+        if (started || spawned.child.exitCode !== null) return
+        fetch(`${address}/health/live`).then((res) => (res.ok ? listen(address) : setTimeout(probe, 50)), () => setTimeout(probe, 50))
       }
-    })
+      probe()
+    }
   })
   return { ...spawned, url }
 }
