@@ -16,24 +16,47 @@ import { clientAddress } from './peers.ts'
 const LOG_FLUSH_MS = 200
 /** Lines are handed on once this many characters are gathered: one write(2) for a hundred requests or so. */
 const LOG_BATCH_CHARS = 16 * 1024
+/**
+ * What may wait in memory for standard output to be read, in bytes. Past it, lines are dropped and counted:
+ * a log reader that stalls (a paused pipe, a blocked collector) must not grow the process until it is
+ * killed. Measured: 100000 requests with nobody reading grew a service by 115 MiB before this bound.
+ */
+export const LOG_BUFFER_MAX_BYTES = 16 * 1024 * 1024
+
+/** Lines dropped because standard output was not read, since the process started (a metric reads it). */
+let droppedLines = 0
+export const droppedLogLines = (): number => droppedLines
 
 /**
  * Standard output, written off the request's path: lines are gathered in memory and handed to pino's
  * asynchronous destination (sonic-boom) as one string per batch, which it writes with one write(2).
  * A line handed to sonic-boom on its own costs more than the whole line's formatting: its write()
  * measures the UTF-8 length of everything still pending on every call (measured: 6 µs of a persisted
- * GET's CPU at 4 KiB batches). Every line is kept: a batch is handed on when it is full, every
- * LOG_FLUSH_MS, and on exit (an uncaught error included), where it is written synchronously. A
- * SIGKILL or a crash of V8 itself loses what was gathered (docs/operations.md).
+ * GET's CPU at 4 KiB batches). Every line is kept while standard output is read: a batch is handed on
+ * when it is full, every LOG_FLUSH_MS, and on exit (an uncaught error included), where it is written
+ * synchronously. A SIGKILL or a crash of V8 itself loses what was gathered (docs/operations.md), and
+ * an unread standard output what exceeds LOG_BUFFER_MAX_BYTES (counted, and told in one line once
+ * lines are written again, with the count since start).
  */
 function batchedStdout (): pino.DestinationStream {
   // One per process: every app built in it writes to the same descriptor.
   if (stdout) return stdout
-  const sonic = pino.destination({ dest: 1, sync: false })
+  const sonic = pino.destination({ dest: 1, sync: false, maxLength: LOG_BUFFER_MAX_BYTES })
   let lines: string[] = []
   let chars = 0
+  let told = 0
+  sonic.on('drop', (batch: string) => {
+    for (let i = batch.indexOf('\n'); i !== -1; i = batch.indexOf('\n', i + 1)) droppedLines++
+  })
   const handOn = () => {
     if (lines.length === 0) return
+    if (droppedLines > told) {
+      // Ahead of the batch, with the count since start (as the metric): if the reader is still stalled it
+      // is dropped with the batch, and the next batch tells the new count.
+      told = droppedLines
+      lines.unshift(`{"level":40,"time":${Date.now()},"pid":${process.pid},"hostname":${JSON.stringify(hostname())},` +
+        `"dropped":${told},"msg":"log lines dropped: standard output was not read"}\n`)
+    }
     const batch = lines.join('')
     lines = []
     chars = 0

@@ -10,6 +10,7 @@ import { createServer } from 'node:http'
 import fp from 'fastify-plugin'
 import { Counter, Registry, collectDefaultMetrics } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { droppedLogLines } from '../app/logging.ts'
 import { appendRouteHook } from '../app/route-hooks.ts'
 import { connectionCaps, guardListener } from '../app/descriptors.ts'
 
@@ -150,6 +151,17 @@ export default fp(async function metrics (app: FastifyInstance) {
     labelNames: ['route'] as const,
     registers: [registry],
     collect () { rejections.flushInto(this) }
+  })
+  let droppedTold = 0
+  new Counter({
+    name: 'log_lines_dropped_total',
+    help: 'Log lines dropped because standard output was not read while the lines waiting for it reached their bound',
+    registers: [registry],
+    collect () {
+      const dropped = droppedLogLines()
+      this.inc(dropped - droppedTold)
+      droppedTold = dropped
+    }
   })
   const faults = new Tally(['route', 'status_code'])
   new Counter({
