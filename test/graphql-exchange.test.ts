@@ -25,7 +25,7 @@ function etagOfSent (contentType: string, json: string): string {
   const at = json.lastIndexOf(',"extensions":')
   return etagOf(contentType, textHash(`${json.slice(0, at)}}`), json.slice(at + ',"extensions":'.length, -1))
 }
-import type { Admission, Pipeline } from '../routes/graphql/pipeline.ts'
+import type { Admission, Pipeline, Priced } from '../routes/graphql/pipeline.ts'
 
 type FakePipeline = HttpExchangeOptions['pipeline']
 
@@ -46,9 +46,10 @@ const schema = buildSchema(`
  * 1000, 5000 for an ADMIN) and answers
  * `{ hello: <variables.who> }`, or with `viewer` the id of the caller it was executed as (as a resolver
  * reading the caller would); a query naming `limited` is refused as the request budget refuses
- * (RATE_LIMITED, retry in 7 s), one naming `failing` answers with an error.
+ * (RATE_LIMITED, retry in 7 s), one naming `failing` answers with an error. With `charge`, each
+ * admission is paid by it (as through Redis: `whilePaying` told first), and refused when it throws.
  */
-function fakePipeline () {
+function fakePipeline (charge?: () => Promise<void>) {
   const seen = {
     admitted: [] as Parameters<Pipeline['admit']>[0][],
     executed: 0,
@@ -77,6 +78,12 @@ function fakePipeline () {
         cost: { requested: 4, budget: request.caller?.role === 'ADMIN' ? 5000 : 1000, remaining: remaining -= 4 },
         variables: request.params.variables ?? {}
       }
+      // A charge paid through a shared counter: the pipeline sends it, tells `whilePaying`, then waits.
+      if (charge) {
+        const paid = charge()
+        request.whilePaying?.(admission as unknown as Priced)
+        await paid
+      }
       return admission as unknown as Admission
     },
     async execute (admission, _root, _reads, as = admission.caller) {
@@ -95,8 +102,10 @@ function fakePipeline () {
   return { pipeline, seen }
 }
 
-function exchangeOver (env: Record<string, string> = {}, responseCache: ResponseCache | null = null) {
-  const { pipeline, seen } = fakePipeline()
+function exchangeOver (
+  env: Record<string, string> = {}, responseCache: ResponseCache | null = null, charge?: () => Promise<void>
+) {
+  const { pipeline, seen } = fakePipeline(charge)
   const exchange = createHttpExchange({
     config: loadConfig({ MAX_BATCH_SIZE: '3', CACHE_MAX_AGE_SEC: '60', ...env }),
     pipeline,
@@ -244,6 +253,63 @@ test('with the response cache: a repeated query is a hit (Age, not executed) car
   const other = answered(await exchange(post({ query: '{ hello }', variables: { who: 'bob' } })))
   t.equal(other.headers.age, undefined, 'other variables, another entry')
   t.equal(seen.executed, 2)
+})
+
+test('with the charge on its way (Redis): the cache is read meanwhile, its entry served and counted only once paid', async (t) => {
+  const events: string[] = []
+  const now = () => 1_000_000
+  const store = new MemoryCacheStore({ ttlMs: 60_000, now })
+  const storeGet = store.get.bind(store)
+  store.get = (key) => { events.push('cache read'); return storeGet(key) }
+  const cache = new ResponseCache(store, { ttlMs: 60_000, now })
+  /** Each charge waits until the test answers it: `pay()` or `refuse()`. */
+  let pay = () => {}
+  let refuse = () => {}
+  const charge = () => new Promise<void>((resolve, reject) => {
+    events.push('charge sent')
+    pay = () => { events.push('paid'); resolve() }
+    refuse = () => reject(new AppError('RATE_LIMITED', 'Cost rate limit exceeded', { retryAfter: 3 }))
+  })
+  const { exchange, seen } = exchangeOver({}, cache, charge)
+  const request = () => exchange(post({ query: '{ hello }', variables: { who: 'ada' } }))
+  const whilePaying = async () => { await new Promise((resolve) => setImmediate(resolve)) }
+
+  const first = request()
+  await whilePaying()
+  pay()
+  t.equal(answered(await first).json.data.hello, 'ada', 'a miss, executed once paid')
+  t.same(events, ['charge sent', 'cache read', 'paid'], 'the cache read while paying (the fill begins from what it found)')
+
+  events.length = 0
+  const second = request()
+  await whilePaying()
+  t.same(events, ['charge sent', 'cache read'], 'the entry is read while the charge is on its way')
+  t.equal(cache.stats().hits, 0, 'and not counted before the request is admitted')
+  pay()
+  const hit = answered(await second)
+  t.equal(hit.status, 200)
+  t.equal(hit.headers.age, '0', 'served from the cache once paid')
+  t.equal(seen.executed, 1)
+  t.equal(cache.stats().hits, 1)
+
+  events.length = 0
+  const third = request()
+  await whilePaying()
+  t.same(events, ['charge sent', 'cache read'])
+  refuse()
+  const refused = answered(await third)
+  t.equal(refused.status, 429, 'a refused charge is the answer')
+  t.same(refused.json.errors.map((e: any) => e.extensions.code), ['RATE_LIMITED'])
+  t.equal(refused.json.data, undefined, 'nothing of the entry read meanwhile is sent')
+  t.equal(cache.stats().hits, 1, 'nor counted')
+  t.equal(seen.executed, 1, 'nothing executed')
+
+  events.length = 0
+  const mutation = exchange(post({ query: 'mutation { touch }' }))
+  await whilePaying()
+  pay()
+  await mutation
+  t.same(events, ['charge sent', 'paid'], 'what is never cached reads nothing while paying')
 })
 
 test('with the response cache: mutations, introspection and answers with errors are never cached', async (t) => {

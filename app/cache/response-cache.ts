@@ -60,6 +60,9 @@ export interface Computed {
   store: boolean
 }
 
+/** The store's answer to a read begun before its request was admitted (ResponseCache.readEarly). */
+export type EarlyRead = Promise<CachedAnswer | number | null>
+
 /** A lookup: the entry (a hit), or a miss with the sequence a fill of the key may begin from (null: ask). */
 export type Lookup = { entry: CachedAnswer; since?: undefined } | { entry: null; since: number | null }
 
@@ -168,9 +171,19 @@ export class ResponseCache {
     return (await this.find(key)).entry
   }
 
+  /**
+   * Begins `find`'s read of the store now, for a request whose payment is still on its way (with Redis,
+   * both go out in one write): `find(key, early)` then uses it, and only then counts it. A read begun
+   * early that is never used (the request was refused) counts nowhere and is served to nobody.
+   */
+  readEarly (key: string): EarlyRead {
+    return this.#serving ? this.#get(key) : Promise.resolve(null)
+  }
+
   /** `lookup`, with a miss's sequence: what its fill may begin from (`fill`'s `since`). */
-  async find (key: string): Promise<Lookup> {
-    const found = this.#serving ? await this.#get(key) : null
+  async find (key: string, early?: EarlyRead): Promise<Lookup> {
+    // Whether to serve is asked at use: a read begun before the cache stopped serving is not served.
+    const found = this.#serving ? await (early ?? this.#get(key)) : null
     if (found !== null && typeof found === 'object') {
       this.#stats.hits++
       return { entry: found }

@@ -4,13 +4,13 @@
 // costs a client exactly what an execution does.
 import { createHash } from 'node:crypto'
 import { printSchema, type GraphQLSchema } from 'graphql'
-import { cacheKey, type CachedAnswer, type ResponseCache } from '../../app/cache/response-cache.ts'
+import { cacheKey, type CachedAnswer, type EarlyRead, type ResponseCache } from '../../app/cache/response-cache.ts'
 import type { ReadSet } from '../../app/domain/read-tags.ts'
 import { formatResult, type FormatOptions, type GraphQLAnswer } from '../../app/error-format.ts'
 import { cacheScopeOf, callerDependence } from './answer-scope.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import type { Visibility } from './http-cache.ts'
-import type { Admission, Pipeline } from './pipeline.ts'
+import type { Admission, Pipeline, Priced } from './pipeline.ts'
 
 /** An answer as sent: the execution's outcome plus our extensions (cost). */
 export interface GraphQLResponseBody extends GraphQLAnswer {
@@ -46,9 +46,20 @@ export interface CachedAnswersOptions {
 }
 
 /** A cached answer is a query's that reads the service's data: never a mutation's, nor introspection's. */
-const cacheable = (admission: Admission) => admission.operation.type === 'query' && !admission.operation.introspects
+const cacheable = ({ operation }: Priced) => operation.type === 'query' && !operation.introspects
 
-/** `answerAdmitted(admission)`: the admitted operation's answer, from the cache or executed. */
+/** Where a query's answer is kept: its cache key, and who may share it (answer-scope.ts). */
+interface Place {
+  key: string
+  scope: string
+  /** The store's answer, read while the request was paying (Pipeline's `whilePaying`). */
+  early?: EarlyRead
+}
+
+/**
+ * `answerAdmitted(admission)`: the admitted operation's answer, from the cache or executed; with Redis, its
+ * read of the cache begun while the operation's charge is on its way (`readWhilePaying`).
+ */
 export function createCachedAnswers (options: CachedAnswersOptions) {
   const { pipeline, errorOptions, responseCache, schema, maxAnswerBytes } = options
 
@@ -61,17 +72,26 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
     (schemaHash ??= createHash('sha256').update(printSchema(schema())).digest('base64url').slice(0, 16))
 
   /**
+   * Where a priced query's answer is kept: the operation (on this schema), its coerced variables, and who
+   * may share its answer; undefined when it is not cached.
+   */
+  function placeOf (priced: Priced): Place | undefined {
+    if (!responseCache || !cacheable(priced)) return undefined
+    const scope = cacheScopeOf(priced.operation, priced.caller, schema())
+    return { key: cacheKey(`${schemaVersion()}:${priced.operation.key}`, priced.variables, scope), scope }
+  }
+
+  /**
    * An admitted query through the response cache: its entry when one is valid (a hit: nothing executes),
    * else executed once for every concurrent request of the same key, recording what it reads, and kept
-   * unless it has errors or is over the answer cap. The key: the operation (on this schema), its coerced
-   * variables, and who may share its answer (answer-scope.ts).
+   * unless it has errors or is over the answer cap.
    */
-  async function throughCache (cache: ResponseCache, admission: Admission): Promise<Answered> {
+  async function throughCache (
+    cache: ResponseCache, admission: Admission, { key, scope, early }: Place
+  ): Promise<Answered> {
     const extensions = { cost: admission.cost }
-    const scope = cacheScopeOf(admission.operation, admission.caller, schema())
     const visibility: Visibility = scope === 'public' ? 'public' : 'private'
-    const key = cacheKey(`${schemaVersion()}:${admission.operation.key}`, admission.variables, scope)
-    const found = await cache.find(key)
+    const found = await cache.find(key, early)
     const hit = found.entry
     if (hit) {
       pipeline.cached(admission, 'hit')
@@ -97,11 +117,23 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
     return { body, cached: { entry: filled.entry, age }, visibility }
   }
 
-  return async function answerAdmitted (admission: Admission): Promise<Answered> {
-    if (responseCache && cacheable(admission)) return throughCache(responseCache, admission)
-    const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
-    body.extensions = { cost: admission.cost }
-    if (admission.operation.type !== 'query') return { body }
-    return { body, visibility: callerDependence(admission.operation, schema()) === 'none' ? 'public' : 'private' }
+  return {
+    /**
+     * Begins the cache's read of a priced query's answer while its charge is on its way (given to the
+     * pipeline as `whilePaying`): the place to pass to `answerAdmitted` once it is admitted.
+     */
+    readWhilePaying (priced: Priced): Place | undefined {
+      const place = placeOf(priced)
+      if (place) place.early = responseCache!.readEarly(place.key)
+      return place
+    },
+    /** The admitted operation's answer, from the cache or executed; `place`: what `readWhilePaying` began. */
+    async answerAdmitted (admission: Admission, place = placeOf(admission)): Promise<Answered> {
+      if (responseCache && place) return throughCache(responseCache, admission, place)
+      const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
+      body.extensions = { cost: admission.cost }
+      if (admission.operation.type !== 'query') return { body }
+      return { body, visibility: callerDependence(admission.operation, schema()) === 'none' ? 'public' : 'private' }
+    }
   }
 }

@@ -173,7 +173,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
   // the cap is replaced by an error before any byte of it is written.
   const maxAnswer = config.limits.maxResponseBytes
   // An admitted operation's answer: from the response cache, or executed (cached-answers.ts).
-  const answerAdmitted = createCachedAnswers({
+  const { answerAdmitted, readWhilePaying } = createCachedAnswers({
     pipeline, errorOptions, responseCache, schema, maxAnswerBytes: maxAnswer
   })
   // With the response cache on, its shared entries answer If-None-Match (on any instance, after the
@@ -261,16 +261,19 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     paidByRequest = true
   ): Promise<Answered> {
     try {
+      // A hit from Redis would otherwise wait two round trips in turn, the charge's and the lookup's.
+      let place: ReturnType<typeof readWhilePaying>
       const admission = await pipeline.admit({
         params,
         transport: input.method === 'GET' ? 'GET' : 'POST',
         caller: input.caller,
         ip: input.ip,
         client: clientAppOf(input.headers),
-        paidByRequest
+        paidByRequest,
+        whilePaying: (priced) => { place = readWhilePaying(priced) }
       })
       out.operation ??= admission.operation
-      return await answerAdmitted(admission)
+      return await answerAdmitted(admission, place)
     } catch (err) {
       return { body: { errors: formatThrown(err, errorOptions) } }
     }

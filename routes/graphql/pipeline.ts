@@ -65,7 +65,18 @@ export interface OperationRequest {
    * Default: yes, except on a WebSocket; false for the operations of a batch after its first.
    */
   paidByRequest?: boolean
+  /**
+   * Told once the operation is priced, while its charge is still on its way to a shared counter (Redis):
+   * a read that may overlap the payment starts here, so both go out in one write and come back in one
+   * read (the response cache's lookup: cached-answers.ts). Not told when the charge is answered at once
+   * (in-process counters) or refused before it leaves. What it starts is used only once the operation
+   * is admitted, and must not be what the budget pays for (execution).
+   */
+  whilePaying?: (priced: Priced) => void
 }
+
+/** An operation priced and checked, its charge not yet answered. */
+export type Priced = Pick<Admission, 'caller' | 'operation' | 'variables'>
 
 /** An operation that passed every check and has paid: ready to execute or subscribe. */
 export interface Admission {
@@ -353,7 +364,8 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     caller,
     ip,
     client = null,
-    paidByRequest = transport !== 'WS'
+    paidByRequest = transport !== 'WS',
+    whilePaying
   }: OperationRequest): Promise<Admission> {
     // HTTP requests have paid at the route; a WebSocket (or a batch) carries many operations on one request.
     if (!paidByRequest) await options.spendRequest(caller, ip)
@@ -365,7 +377,13 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     const variables = coerceVariables(operation, params.variables)
     // In-process counters answer at once: no turn of the event loop waits for them.
     const charged = options.chargeCost(caller, ip, operation.cost(variables))
-    const cost = charged instanceof Promise ? await charged : charged
+    let cost: CostReport
+    if (charged instanceof Promise) {
+      whilePaying?.({ caller, operation, variables })
+      cost = await charged
+    } else {
+      cost = charged
+    }
     // Compiled once paid for: the compilation is bounded by the budget just checked (each field costs at least 1).
     const compiled = plans.compiled(operation, source)
     return { caller, operation, compiled, variables, cost }
