@@ -45,7 +45,7 @@ export interface CertificatePartner {
   caller: Caller
   login: string
   certificate: X509Certificate
-  /** The certificate's public key, read once (X509Certificate.publicKey makes a new KeyObject on each read). */
+  /** Its public key, read once per certificate text (X509Certificate.publicKey makes a new KeyObject each read). */
   publicKey: KeyObject
 }
 
@@ -57,9 +57,9 @@ export function fingerprintOf (certificate: X509Certificate): string {
 /** A certificate as parsed once, with what each use checks. */
 interface ParsedCertificate {
   certificate: X509Certificate
+  publicKey: KeyObject
   validFrom: number
   validTo: number
-  rsa: boolean
 }
 
 // Certificates already parsed, by their text (PEM, or the Base64 of the DER): parsing one costs about
@@ -83,11 +83,21 @@ function parseCertificate (pem: string | Buffer): ParsedCertificate {
   }
   const parsed = {
     certificate,
+    publicKey: certificate.publicKey,
     validFrom: Date.parse(certificate.validFrom),
-    validTo: Date.parse(certificate.validTo),
-    rsa: certificate.publicKey.asymmetricKeyType === 'rsa'
+    validTo: Date.parse(certificate.validTo)
   }
   parsedCertificates.set(key, parsed, 2 * key.length + certificate.raw.length + 1024)
+  return parsed
+}
+
+/** parseCertificate, and the rule of usableCertificate. */
+function usableParsed (pem: string | Buffer, now: number): ParsedCertificate {
+  const parsed = parseCertificate(pem)
+  const { certificate, publicKey, validFrom, validTo } = parsed
+  if (validFrom > now) throw new Error(`the certificate is not valid before ${certificate.validFrom}`)
+  if (validTo < now) throw new Error(`the certificate expired on ${certificate.validTo}`)
+  if (publicKey.asymmetricKeyType !== 'rsa') throw new Error('only RSA certificates are accepted')
   return parsed
 }
 
@@ -96,11 +106,7 @@ function parseCertificate (pem: string | Buffer): ParsedCertificate {
  * and at each use, so an expired or not-yet-valid certificate authenticates nobody.
  */
 export function usableCertificate (pem: string | Buffer, now: number): X509Certificate {
-  const { certificate, validFrom, validTo, rsa } = parseCertificate(pem)
-  if (validFrom > now) throw new Error(`the certificate is not valid before ${certificate.validFrom}`)
-  if (validTo < now) throw new Error(`the certificate expired on ${certificate.validTo}`)
-  if (!rsa) throw new Error('only RSA certificates are accepted')
-  return certificate
+  return usableParsed(pem, now).certificate
 }
 
 /** The SHA-1 thumbprint a ThumbprintSHA1 key identifier names a certificate by: lowercase hex. */
@@ -124,16 +130,16 @@ export async function findCertificatePartner (
       ? await store.findCertificateByThumbprint(certificate.thumbprint)
       : await store.findCertificateByIssuerSerial(certificate.issuerSerial)
   if (!row) return null
-  let registered: X509Certificate
+  let registered: ParsedCertificate
   try {
-    registered = usableCertificate(row.pem, now)
+    registered = usableParsed(row.pem, now)
   } catch {
     return null
   }
   return {
     caller: { id: row.userId, role: row.role },
     login: row.login,
-    certificate: registered,
+    certificate: registered.certificate,
     publicKey: registered.publicKey
   }
 }
