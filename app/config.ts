@@ -101,6 +101,11 @@ export interface Config {
     rateWindowMs: number
     rateRequests: number
     rateCostUnits: number
+    /**
+     * How instances share the budgets through Redis: `leases` (each takes a share of a caller's window
+     * ahead, spent with no round trip) or `per-request` (a round trip for every request). Unused without Redis.
+     */
+    rateCounting: 'leases' | 'per-request'
   }
 
   trustProxy: string[]
@@ -278,6 +283,7 @@ const schema = {
     RATE_LIMIT_WINDOW_MS: { type: 'integer', minimum: 1000, default: 60000 },
     RATE_LIMIT_REQUESTS: { type: 'integer', minimum: 1, default: 100 },
     RATE_LIMIT_COST: { type: 'integer', minimum: 1, default: 100000 },
+    RATE_LIMIT_COUNTING: { type: 'string', enum: ['leases', 'per-request'], default: 'leases' },
     TRUST_PROXY: { type: 'string', default: '' },
     PRESSURE_MAX_EVENT_LOOP_DELAY_MS: { type: 'integer', minimum: 0, default: 200 },
     PRESSURE_MAX_EVENT_LOOP_UTILIZATION: { type: 'number', minimum: 0, maximum: 1, default: 0 },
@@ -605,7 +611,8 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       maxCountTarget: e.MAX_COUNT_TARGET,
       rateWindowMs: e.RATE_LIMIT_WINDOW_MS,
       rateRequests: e.RATE_LIMIT_REQUESTS,
-      rateCostUnits: e.RATE_LIMIT_COST
+      rateCostUnits: e.RATE_LIMIT_COST,
+      rateCounting: e.RATE_LIMIT_COUNTING
     },
     trustProxy: list(e.TRUST_PROXY),
     pressure: {

@@ -2,7 +2,8 @@
 // rate-limit headers, code RATE_LIMITED): requests (every API route including SOAP) and cost units
 // (spent by each GraphQL operation once its cost is known). The caller is the user when
 // authenticated, the client IP otherwise (X-Forwarded-For only from trusted proxies: Fastify's
-// trustProxy). Counters are shared through Redis when configured.
+// trustProxy). Counters are shared through Redis when configured, by leases or per request
+// (RATE_LIMIT_COUNTING: app/limits/window-counters.ts).
 //
 // The request budget is our own route hook, not @fastify/rate-limit: the library awaits four promises
 // per request (key, allow list, store, the hook itself) even when its store answers at once, which
@@ -15,20 +16,14 @@ import { AppError } from '../app/errors.ts'
 import type { CostReport, CostUnitsLeft } from '../app/limits/cost-report.ts'
 import { clientAddress } from '../app/peers.ts'
 import { appendRouteHook } from '../app/route-hooks.ts'
-import {
-  localCounters,
-  redisCounters,
-  sharedCounters,
-  type WindowCount,
-  type WindowCounters
-} from '../app/limits/window-counters.ts'
+import { SharedCounters, leaseScript, localCounters, type Taken, type WindowCounters } from '../app/limits/window-counters.ts'
 
 /**
  * The caller's budgets, for what the request hook does not cover: transports call these members through
  * the object at each call, so a test can replace one (to count or slow down spending) and be obeyed.
  */
 export interface Budgets {
-  /** The window counters both budgets are kept in (in-process, or shared through Redis). */
+  /** The window counters of both budgets (in-process, or shared through Redis: app/limits/window-counters.ts). */
   counters: WindowCounters
   /** Spends one request of the caller's request budget; throws RATE_LIMITED when it is exhausted. */
   spendRequest (caller: Caller | null, ip: string): Promise<void>
@@ -39,8 +34,8 @@ export interface Budgets {
   /**
    * What every transport calls once an operation is priced: refuses it over the caller's per-operation
    * budget (COST_LIMIT_EXCEEDED), spends its cost units, refuses it when the window is exhausted
-   * (RATE_LIMITED). Returns the price report sent to the caller: at once from in-process counters (no
-   * promise on the request's path), as a promise from Redis.
+   * (RATE_LIMITED). Returns the price report sent to the caller: at once from in-process counters or a
+   * share of the window this instance holds (no promise on the request's path), as a promise from Redis.
    */
   chargeCost (caller: Caller | null, ip: string, cost: number): CostReport | Promise<CostReport>
 }
@@ -76,30 +71,29 @@ export default fp(async function rateLimits (app: FastifyInstance) {
   const { limits } = app.config
   let lastWarning = 0
   const { client: redis, key: redisKey } = app.redis
-  const counters = redis
-    ? sharedCounters(redisCounters(redis, redisKey('rl:')), localCounters(), (err) => {
-      // One line per window at most: an outage must not flood the logs.
-      if (Date.now() - lastWarning > limits.rateWindowMs) {
-        lastWarning = Date.now()
-        app.log.warn(
-          { err: (err as Error).message },
-          'rate-limit counters unavailable in Redis; enforcing per instance'
-        )
+  const prefix = redisKey('rl:')
+  let counters: WindowCounters = localCounters()
+  if (redis) {
+    const lease = leaseScript(redis)
+    counters = new SharedCounters((key, want, limit, windowMs) => lease(prefix + key, want, limit, windowMs), {
+      counting: limits.rateCounting,
+      onFallback (err) {
+        // One line per window at most: an outage must not flood the logs.
+        if (Date.now() - lastWarning > limits.rateWindowMs) {
+          lastWarning = Date.now()
+          app.log.warn({ err: (err as Error).message }, 'rate-limit counters unavailable in Redis; enforcing per instance')
+        }
       }
     })
-    : localCounters()
+  }
 
   const max = limits.rateRequests
   const windowSec = Math.round(limits.rateWindowMs / 1000)
-  /** Counts one request of the caller: at once from in-process counters, after a round trip from Redis. */
-  const countRequest = (caller: Caller | null, ip: string, amount = 1): WindowCount | Promise<WindowCount> => {
-    const key = counterKey('req', caller, ip)
-    return counters.incrNow
-      ? counters.incrNow(key, amount, limits.rateWindowMs)
-      : counters.incr(key, amount, limits.rateWindowMs)
-  }
-  const overBudget = ({ total, resetMs }: WindowCount): AppError | undefined => {
-    if (total <= max) return undefined
+  /** Takes `amount` requests of the caller's budget (0: would one more be admitted?). */
+  const takeRequests = (caller: Caller | null, ip: string, amount = 1): Taken | Promise<Taken> =>
+    counters.take(counterKey('req', caller, ip), amount, max, limits.rateWindowMs)
+  const overBudget = ({ admitted, resetMs }: Taken): AppError | undefined => {
+    if (admitted) return undefined
     const resetSec = Math.ceil(resetMs / 1000)
     return new AppError(
       'RATE_LIMITED',
@@ -108,19 +102,19 @@ export default fp(async function rateLimits (app: FastifyInstance) {
     )
   }
   /** Sets the budget headers; the error to answer with when the request is over the budget. */
-  const judge = (reply: FastifyReply, count: WindowCount): AppError | undefined => {
-    const resetSec = Math.ceil(count.resetMs / 1000)
+  const judge = (reply: FastifyReply, taken: Taken): AppError | undefined => {
+    const resetSec = Math.ceil(taken.resetMs / 1000)
     reply.header('x-ratelimit-limit', max)
-    reply.header('x-ratelimit-remaining', Math.max(0, max - count.total))
+    reply.header('x-ratelimit-remaining', taken.remaining)
     reply.header('x-ratelimit-reset', resetSec)
-    const refused = overBudget(count)
+    const refused = overBudget(taken)
     if (refused) reply.header('retry-after', resetSec)
     return refused
   }
   const requestBudget: onRequestHookHandler = (request, reply, done) => {
-    const count = countRequest(request.caller, clientAddress(request))
-    if (!(count instanceof Promise)) return done(judge(reply, count))
-    count.then((c) => done(judge(reply, c)), (err: Error) => done(err))
+    const taken = takeRequests(request.caller, clientAddress(request))
+    if (!(taken instanceof Promise)) return done(judge(reply, taken))
+    taken.then((c) => done(judge(reply, c)), (err: Error) => done(err))
   }
   // Appended to each route's own onRequest hooks, so it runs after the route has identified the caller.
   app.addHook('onRoute', (route) => {
@@ -128,8 +122,8 @@ export default fp(async function rateLimits (app: FastifyInstance) {
     route.onRequest = appendRouteHook(route.onRequest, requestBudget)
   })
 
-  const costRefusal = (requested: number, { remaining, resetMs }: CostUnitsLeft, budget: number): CostReport => {
-    if (remaining < 0) {
+  const costRefusal = (requested: number, budget: number, { admitted, remaining, resetMs }: Taken): CostReport => {
+    if (!admitted) {
       const retryAfter = Math.ceil(resetMs / 1000)
       throw new AppError(
         'RATE_LIMITED',
@@ -139,27 +133,23 @@ export default fp(async function rateLimits (app: FastifyInstance) {
     }
     return { requested, budget, remaining }
   }
+  const unitsLeft = ({ remaining, resetMs }: Taken): CostUnitsLeft => ({ remaining, resetMs })
   const budgets: Budgets = {
     counters,
     // The same budget for what arrives without a request of its own (each WebSocket operation).
     async spendRequest (caller, ip) {
-      const refused = overBudget(await countRequest(caller, ip))
+      const refused = overBudget(await takeRequests(caller, ip))
       if (refused) throw refused
     },
-    // Counting 0 reads the window as it stands: would one more request be over? (SOAP asks before work
+    // Taking 0 spends nothing and says whether one more request would be admitted. (SOAP asks before work
     // that it spends on the client address only afterwards, when the message authenticated nobody.)
     async checkRequestBudget (caller, ip) {
-      const count = await countRequest(caller, ip, 0)
-      const refused = overBudget({ ...count, total: count.total + 1 })
+      const refused = overBudget(await takeRequests(caller, ip, 0))
       if (refused) throw refused
     },
     spendCostUnits (caller, ip, cost) {
-      const key = counterKey('cost', caller, ip)
-      const left = ({ total, resetMs }: WindowCount): CostUnitsLeft =>
-        ({ remaining: limits.rateCostUnits - total, resetMs })
-      return counters.incrNow
-        ? left(counters.incrNow(key, cost, limits.rateWindowMs))
-        : counters.incr(key, cost, limits.rateWindowMs).then(left)
+      const spent = counters.spend(counterKey('cost', caller, ip), cost, limits.rateCostUnits, limits.rateWindowMs)
+      return spent instanceof Promise ? spent.then(unitsLeft) : unitsLeft(spent)
     },
     chargeCost (caller, ip, requested) {
       const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
@@ -170,11 +160,11 @@ export default fp(async function rateLimits (app: FastifyInstance) {
           { cost: requested, budget }
         )
       }
-      // Looked up on the object at each call, so a test can slow the spending down.
-      const left = budgets.spendCostUnits(caller, ip, requested)
-      return left instanceof Promise
-        ? left.then((units) => costRefusal(requested, units, budget))
-        : costRefusal(requested, left, budget)
+      // All or nothing: a refused operation spends no units.
+      const taken = counters.take(counterKey('cost', caller, ip), requested, limits.rateCostUnits, limits.rateWindowMs)
+      return taken instanceof Promise
+        ? taken.then((t) => costRefusal(requested, budget, t))
+        : costRefusal(requested, budget, taken)
     }
   }
   app.decorate('budgets', budgets)

@@ -87,11 +87,11 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
 
 test('a client that leaves while its subscription is being checked starts nothing', async (t) => {
   const { url, app } = await listenTestApp(t)
-  // Slow down the one asynchronous check (the cost-unit budget, shared through Redis in production).
-  const spend = app.budgets.spendCostUnits
-  app.budgets.spendCostUnits = async (...args) => {
+  // Slow down the one asynchronous check (the cost charge, a round trip to Redis in production).
+  const charge = app.budgets.chargeCost
+  app.budgets.chargeCost = async (...args) => {
     await new Promise((resolve) => setTimeout(resolve, 200))
-    return spend(...args)
+    return charge(...args)
   }
   const ws = await rawSocket(url, 'graphql-transport-ws')
   ws.send({ type: 'connection_init' })
