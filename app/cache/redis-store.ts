@@ -1,187 +1,208 @@
-// The response cache's store in Redis, shared by every instance (when REDIS_URL is set). The scheme of
-// response-cache.ts, each step one round trip (a Lua script, atomic):
-// - `<prefix>rc:seq`: the write sequence. Each invalidation takes the next value, at least Redis's
-//   clock in microseconds, so the sequence never goes back even if the key is lost;
-// - `<prefix>rc:mark:<tag>`: the sequence of the tag's last invalidation;
-// - `<prefix>rc:floor`: the sequence of the last invalidation of everything (invalidateAll): an entry
-//   that began before it counts as invalidated, whatever its tags;
-// - `<prefix>rc:answer:<SHA-256 of the key>`: an entry, `[since, createdAt, digest, ...tags]` as JSON, a
-//   newline, the body (the name changes with the layout: an instance never reads another version's);
-// Every key expires: entries `ttlMs` after their computation began at most, marks and the sequence
-// `ttlMs` (plus a margin) after their last write, by which time every entry that began before it has
-// expired. Redis must not evict these keys early (maxmemory-policy noeviction): an evicted mark would
-// let an invalidated entry be served again until it expires.
+// The response cache's store in Redis, shared by every instance (REDIS_URL, or a Redis of its own:
+// RESPONSE_CACHE_REDIS_URL). The scheme of response-cache.ts, laid out so that a hit is one plain MGET:
+//
+// - `{rc:<s>}:a:<SHA-256 of the key>`: an entry, `[since, createdAt, digest, ...tags]` as JSON, a newline,
+//   the body; it expires when its TTL ends;
+// - `{rc:<s>}:seq`: the write sequence of shard s, taken by each invalidation (at least Redis's clock in
+//   microseconds, so it never goes back even if the key is lost); a lookup reads it, and a fill begins
+//   from what it read;
+// - `{rc:<s>}:m:<tag>`: the tag's mark in shard s, the sequence of its last invalidation (0: none since
+//   the mark was made). Every entry is also checked on the mark of `*`, which `invalidateAll` sets.
+//
+// A lookup is `MGET entry seq marks…` of the tags this instance has seen the entry carry (it keeps them
+// for its recent keys: no answer, only tag names): the entry is served when every mark is there and
+// none is later than the entry's `since`. So a hit is one command with no script, and nothing is
+// served that an invalidation replaced: the mark is set before `invalidate` returns. A key first seen
+// on this instance costs one MGET more (its marks, once the entry has named its tags).
+//
+// A fill is one script: it stores the entry unless a mark is later than the sequence the fill began
+// from, and keeps each mark alive as long as the entry (a mark outlives every entry that relies on it).
+// On a Redis that may evict keys (a cache Redis of its own with `allkeys-lru`), a missing mark cannot
+// be told from an evicted one: the fill then makes the mark anew, later than its own beginning, and
+// stores nothing (the next fill of the key is stored), and a lookup that finds a mark missing misses.
+// An evicted entry is a miss; an evicted mark makes its entries misses; nothing stale is ever served.
+//
+// Shards (s) keep a lookup's keys in one hash slot, so a Redis Cluster serves each MGET and script from
+// one node: one shard on a single Redis, CLUSTER_SHARDS on a cluster, spread over its nodes by slot.
+// An entry lives in the shard its key hashes to; an invalidation marks its tags in every shard.
 import { createHash } from 'node:crypto'
-import type { Redis } from 'ioredis'
+import type { Cluster, Redis } from 'ioredis'
+import { LruMap } from '../lru-map.ts'
 import type { CacheStore, CachedAnswer } from './response-cache.ts'
 
 export interface RedisStoreOptions {
-  redis: Redis
+  redis: Redis | Cluster
   /** The configured prefix + name (plugins/redis.ts `redisKey`): every key this deployment writes. */
   redisKey: (name: string) => string
-  /** How long an entry may live (the cache's TTL): marks and the sequence are kept that long after a write. */
+  /** How long an entry may live (the cache's TTL): marks are kept a margin longer than any entry. */
   ttlMs: number
+  /** Shards: 1 on a single Redis, CLUSTER_SHARDS on a Redis Cluster (all instances must agree). */
+  shards?: number
+  /** The Redis may evict keys (a cache Redis of its own): a missing mark is not taken for "never invalidated". */
+  mayEvict?: boolean
+  /** Keys whose tags this instance remembers (so that a hit is one MGET). */
+  rememberedKeys?: number
 }
 
-/** Beyond the TTL, how long marks outlive the entries they concern (timers and clocks are not exact). */
-const MARK_MARGIN_MS = 5000
+/** Shards on a Redis Cluster: enough to spread the cache over a few dozen nodes; each write marks every one. */
+export const CLUSTER_SHARDS = 16
 
-// Entries with many tags are checked in slices: Lua's unpack has a limit on its arguments.
-// On a miss it answers the write sequence (a number: what BEGIN answers), so the fill that follows needs
-// no round trip of its own; a hit is the entry's text.
-const GET = `
-local function miss ()
-  local seq = redis.call('GET', KEYS[2])
-  if not seq then return 0 end
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return tonumber(seq)
-end
-local value = redis.call('GET', KEYS[1])
-if not value then return miss() end
-local head = cjson.decode(string.sub(value, 1, string.find(value, '\\n', 1, true) - 1))
-local since = head[1]
-local floor = redis.call('GET', ARGV[2])
-if floor and tonumber(floor) > since then
-  redis.call('DEL', KEYS[1])
-  return miss()
-end
-local i = 4
-while i <= #head do
-  local marks = {}
-  for j = i, math.min(i + 199, #head) do marks[#marks + 1] = ARGV[1] .. head[j] end
-  local seqs = redis.call('MGET', unpack(marks))
-  for j = 1, #marks do
-    if seqs[j] and tonumber(seqs[j]) > since then
-      redis.call('DEL', KEYS[1])
-      return miss()
-    end
-  end
-  i = i + 200
-end
-return value
-`
+/** The tag every entry is also checked on: invalidateAll marks it. */
+const EVERYTHING = '*'
 
-const SET = `
-local since = tonumber(ARGV[2])
-local floor = redis.call('GET', ARGV[5])
-if floor and tonumber(floor) > since then return 0 end
-for i = 6, #ARGV do
-  local seq = redis.call('GET', ARGV[1] .. ARGV[i])
-  if seq and tonumber(seq) > since then return 0 end
-end
-redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
-return 1
-`
+/**
+ * Beyond the TTL, how long marks outlive the entries they concern: a computation may run for the query
+ * deadline (10 s by default) between the sequence it began from and its fill, and clocks are not exact.
+ */
+const MARK_MARGIN_MS = 60_000
 
-const BEGIN = `
-local seq = redis.call('GET', KEYS[1])
-if not seq then return '0' end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return seq
-`
-
-// The next write sequence (KEYS[1]), kept ARGV[2] ms: at least Redis's clock in microseconds.
+// The next write sequence of a shard (KEYS[1]): at least Redis's clock in microseconds.
 const NEXT_SEQUENCE = `
 local time = redis.call('TIME')
 local seq = redis.call('INCR', KEYS[1])
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 if seq < now then
   seq = now
-  redis.call('SET', KEYS[1], seq)
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-`
+  redis.call('SET', KEYS[1], string.format('%d', seq))
+end`
 
-// Marks each tag (ARGV[3..], under the prefix ARGV[1]) with the next sequence.
+// Marks the tags (KEYS[2..], one shard's) with the shard's next sequence, kept ARGV[1] ms.
 const INVALIDATE = `${NEXT_SEQUENCE}
-for i = 3, #ARGV do redis.call('SET', ARGV[1] .. ARGV[i], seq, 'PX', ARGV[2]) end
-return seq
-`
+for i = 2, #KEYS do redis.call('SET', KEYS[i], string.format('%d', seq), 'PX', ARGV[1]) end
+return 1`
 
-// Records the next sequence as the floor (ARGV[1]): every entry begun before counts as invalidated.
-const INVALIDATE_ALL = `${NEXT_SEQUENCE}
-redis.call('SET', ARGV[1], seq, 'PX', ARGV[2])
-return seq
-`
+// Stores the entry (KEYS[1]: ARGV[3] for ARGV[2] ms) unless a mark (KEYS[3..]) is later than ARGV[1],
+// the sequence the fill began from; keeps the marks ARGV[4] ms. A missing mark: made 0 (nothing
+// invalidated since) when the Redis never evicts (ARGV[5] = '0'); else made with the next sequence,
+// and the entry is not stored (KEYS[2]: the shard's sequence).
+const FILL = `
+local since = tonumber(ARGV[1])
+local stored = 1
+for i = 3, #KEYS do
+  local mark = redis.call('GET', KEYS[i])
+  if not mark then
+    if ARGV[5] == '1' then
+      ${NEXT_SEQUENCE.trim().replaceAll('KEYS[1]', 'KEYS[2]')}
+      redis.call('SET', KEYS[i], string.format('%d', seq), 'PX', ARGV[4])
+      stored = 0
+    else
+      redis.call('SET', KEYS[i], '0', 'PX', ARGV[4])
+    end
+  elseif tonumber(mark) > since then
+    stored = 0
+  else
+    redis.call('PEXPIRE', KEYS[i], ARGV[4])
+  end
+end
+if stored == 1 then redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2]) end
+return stored`
 
-type Scripts = Redis & {
-  responseCacheGet (
-    entryKey: string, seqKey: string, markPrefix: string, floorKey: string, keepMs: number
-  ): Promise<string | number>
-  responseCacheSet (
-    entryKey: string, markPrefix: string, since: string, ttlMs: number, value: string, floorKey: string,
-    ...tags: string[]
-  ): Promise<number>
-  responseCacheBegin (seqKey: string, keepMs: number): Promise<string>
-  responseCacheInvalidate (seqKey: string, markPrefix: string, keepMs: number, ...tags: string[]): Promise<number>
-  responseCacheInvalidateAll (seqKey: string, floorKey: string, keepMs: number): Promise<number>
+type Scripts = {
+  responseCacheInvalidate (seqKey: string, ...marksAndKeepMs: string[]): Promise<number>
+  responseCacheFill (...keysAndArgs: string[]): Promise<number>
+}
+
+interface Shard {
+  seq: string
+  entryPrefix: string
+  markPrefix: string
 }
 
 export class RedisCacheStore implements CacheStore {
   readonly bytes = null
-  readonly #redis: Scripts
-  readonly #entryPrefix: string
-  readonly #markPrefix: string
-  readonly #seqKey: string
-  readonly #floorKey: string
+  readonly #redis: (Redis | Cluster) & Scripts
+  readonly #shards: Shard[]
   readonly #keepMs: number
+  readonly #mayEvict: boolean
+  /** The tags (with `*`) of entries this instance has seen, by entry key: what a lookup's MGET asks for. */
+  readonly #tagsOf: LruMap<string, readonly string[]>
 
   constructor (options: RedisStoreOptions) {
     const redis = options.redis
     // defineCommand sends EVALSHA, falling back to EVAL once per connection: the scripts are not resent each time.
-    if (!('responseCacheGet' in redis)) {
-      redis.defineCommand('responseCacheGet', { numberOfKeys: 2, lua: GET })
-      redis.defineCommand('responseCacheSet', { numberOfKeys: 1, lua: SET })
-      redis.defineCommand('responseCacheBegin', { numberOfKeys: 1, lua: BEGIN })
-      redis.defineCommand('responseCacheInvalidate', { numberOfKeys: 1, lua: INVALIDATE })
-      redis.defineCommand('responseCacheInvalidateAll', { numberOfKeys: 1, lua: INVALIDATE_ALL })
+    if (!('responseCacheFill' in redis)) {
+      redis.defineCommand('responseCacheInvalidate', { lua: INVALIDATE })
+      redis.defineCommand('responseCacheFill', { lua: FILL })
     }
-    this.#redis = redis as Scripts
-    this.#entryPrefix = options.redisKey('rc:answer:')
-    this.#markPrefix = options.redisKey('rc:mark:')
-    this.#seqKey = options.redisKey('rc:seq')
-    this.#floorKey = options.redisKey('rc:floor')
+    this.#redis = redis as (Redis | Cluster) & Scripts
+    const shards = options.shards ?? 1
+    this.#shards = Array.from({ length: shards }, (_, s) => ({
+      seq: options.redisKey(`{rc:${s}}:seq`),
+      entryPrefix: options.redisKey(`{rc:${s}}:a:`),
+      markPrefix: options.redisKey(`{rc:${s}}:m:`)
+    }))
     this.#keepMs = options.ttlMs + MARK_MARGIN_MS
+    this.#mayEvict = options.mayEvict ?? false
+    this.#tagsOf = new LruMap(options.rememberedKeys ?? 50_000, 16 * 1024 * 1024)
   }
 
-  async begin (): Promise<number> {
-    return Number(await this.#redis.responseCacheBegin(this.#seqKey, this.#keepMs))
+  async begin (key: string): Promise<number> {
+    return Number(await this.#redis.get(this.#placeOf(key).shard.seq) ?? 0)
   }
 
   async get (key: string): Promise<CachedAnswer | number> {
-    const value = await this.#redis.responseCacheGet(
-      this.#entryKey(key), this.#seqKey, this.#markPrefix, this.#floorKey, this.#keepMs
-    )
-    if (typeof value === 'number') return value
+    const { shard, entryKey } = this.#placeOf(key)
+    const known = this.#tagsOf.get(entryKey)
+    const marks = known ?? [EVERYTHING]
+    const [value, seq, ...seqs] = await this.#redis.mget(entryKey, shard.seq, ...marks.map((tag) => shard.markPrefix + tag))
+    const since = Number(seq ?? 0)
+    if (value == null) return since
     const newline = value.indexOf('\n')
-    const [, createdAt, digest, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, string, ...string[]]
-    return { body: value.slice(newline + 1), digest, createdAt, tags }
+    const [began, createdAt, digest, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, string, ...string[]]
+    const checked = [...tags, EVERYTHING]
+    if (!sameTags(checked, marks)) {
+      // Tags this instance did not know the entry to carry: their marks, read now (once per key and instance).
+      this.#remember(entryKey, checked)
+      const more = await this.#redis.mget(...checked.map((tag) => shard.markPrefix + tag))
+      return valid(more, began) ? { body: value.slice(newline + 1), digest, createdAt, tags } : since
+    }
+    return valid(seqs, began) ? { body: value.slice(newline + 1), digest, createdAt, tags } : since
   }
 
   async set (key: string, entry: CachedAnswer, since: number, ttlMs: number): Promise<boolean> {
+    const { shard, entryKey } = this.#placeOf(key)
+    const checked = [...entry.tags, EVERYTHING]
     const head = JSON.stringify([since, entry.createdAt, entry.digest, ...entry.tags])
-    const stored = await this.#redis.responseCacheSet(
-      this.#entryKey(key),
-      this.#markPrefix,
-      String(since),
-      Math.ceil(ttlMs),
-      `${head}\n${entry.body}`,
-      this.#floorKey,
-      ...entry.tags
+    const stored = await this.#redis.responseCacheFill(
+      String(2 + checked.length), entryKey, shard.seq, ...checked.map((tag) => shard.markPrefix + tag),
+      String(since), String(Math.ceil(ttlMs)), `${head}\n${entry.body}`, String(this.#keepMs), this.#mayEvict ? '1' : '0'
     )
+    this.#remember(entryKey, checked)
     return stored === 1
   }
 
   async invalidate (tags: readonly string[]): Promise<void> {
-    await this.#redis.responseCacheInvalidate(this.#seqKey, this.#markPrefix, this.#keepMs, ...tags)
+    await Promise.all(this.#shards.map((shard) => this.#redis.responseCacheInvalidate(
+      String(1 + tags.length), shard.seq, ...tags.map((tag) => shard.markPrefix + tag), String(this.#keepMs)
+    )))
   }
 
   async invalidateAll (): Promise<void> {
-    await this.#redis.responseCacheInvalidateAll(this.#seqKey, this.#floorKey, this.#keepMs)
+    await this.invalidate([EVERYTHING])
   }
 
-  /** A key name of bounded length whatever the variables (collision-resistant: keys hold callers' scopes). */
-  #entryKey (key: string): string {
-    return this.#entryPrefix + createHash('sha256').update(key).digest('base64url')
+  /** The shard of a key and its entry's name: a bounded name whatever the variables (collision-resistant: keys hold callers' scopes). */
+  #placeOf (key: string): { shard: Shard, entryKey: string } {
+    const digest = createHash('sha256').update(key).digest()
+    const shard = this.#shards[digest.readUInt32BE(0) % this.#shards.length]!
+    return { shard, entryKey: shard.entryPrefix + digest.toString('base64url') }
   }
+
+  #remember (entryKey: string, tags: readonly string[]): void {
+    let weight = entryKey.length + 64
+    for (const tag of tags) weight += tag.length + 16
+    this.#tagsOf.set(entryKey, tags, weight)
+  }
+}
+
+function sameTags (a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
+  return true
+}
+
+/** Every mark there, and none later than the entry's beginning. */
+function valid (marks: ReadonlyArray<string | null>, began: number): boolean {
+  for (const mark of marks) if (mark === null || Number(mark) > began) return false
+  return true
 }

@@ -32,8 +32,8 @@ export interface CachedAnswer {
 
 /** Where entries and marks live: in process (memory-store.ts) or in Redis (redis-store.ts). */
 export interface CacheStore {
-  /** The write sequence now: a fill that begins now is stored only if its tags are not invalidated after it. */
-  begin (): Promise<number>
+  /** The write sequence now (for `key`): a fill that begins now is stored only if its tags are not invalidated after it. */
+  begin (key: string): Promise<number>
   /**
    * The entry, unless it has expired or one of its tags was invalidated after it began. On a miss, the
    * store may answer the write sequence now (what `begin` would), read in the same step: a fill that
@@ -249,7 +249,7 @@ export class ResponseCache {
     try {
       // Not serving: computed for its caller only (what it read may already have changed elsewhere).
       // A sequence read by the lookup just before is as good as a new one (earlier: it refuses more).
-      if (this.#serving) since = known ?? await this.#store.begin()
+      if (this.#serving) since = known ?? await this.#store.begin(key)
     } catch (err) {
       this.#failed(err)
       since = null

@@ -7,7 +7,14 @@ export const readTags = {
   /** Any page or list of users: a create, an update or a delete can change what a list shows. */
   users: 'users',
   /** A room's messages (their authors are read as `user:<id>`: deleting a user deletes their messages). */
-  room: (roomId: string) => `room:${roomId}`
+  room: (roomId: string) => `room:${roomId}`,
+  /**
+   * Every row of a table: each read of the table carries its tag too, so a change too wide to name row by
+   * row (a bulk load, a TRUNCATE: the store's change log names the table instead) drops every answer that
+   * read the table, and no other.
+   */
+  usersTable: 'table:users',
+  messagesTable: 'table:messages'
 } as const
 
 /**

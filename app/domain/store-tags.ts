@@ -50,9 +50,11 @@ interface UnrelatedDeclaration {
 
 type Declaration<M extends Method> = ReadDeclaration<M> | WriteDeclaration<M> | UnrelatedDeclaration
 
+const USER_LIST = [readTags.users, readTags.usersTable] as const
+
 /** A room read: the room, and the author of every message read (deleting a user deletes their messages). */
 function roomRead (roomId: string, rows: readonly MessageRow[]): string[] {
-  const tags = [readTags.room(roomId)]
+  const tags = [readTags.room(roomId), readTags.messagesTable]
   for (const row of rows) tags.push(readTags.user(row.authorId))
   return tags
 }
@@ -63,11 +65,11 @@ const deployments = unrelated('app deployments: which persisted operations the s
 
 export const storeTags: { readonly [M in Method]: Declaration<M> } = {
   // Every id asked for, found or not: a missing user becomes a found one once created.
-  usersByIds: { kind: 'read', tags: ([ids]) => ids.map(readTags.user) },
+  usersByIds: { kind: 'read', tags: ([ids]) => [...ids.map(readTags.user), readTags.usersTable] },
   // A list or page of users, empty or not (the page's look-ahead row is one of the users it read).
-  listUsers: { kind: 'read', tags: () => [readTags.users] },
-  usersAfter: { kind: 'read', tags: () => [readTags.users] },
-  countUsers: { kind: 'read', tags: () => [readTags.users] },
+  listUsers: { kind: 'read', tags: () => USER_LIST },
+  usersAfter: { kind: 'read', tags: () => USER_LIST },
+  countUsers: { kind: 'read', tags: () => USER_LIST },
   // Every row read, the look-ahead row (the one that decides hasNextPage/hasPreviousPage) included.
   messagesByRoom: { kind: 'read', tags: ([roomId], rows) => roomRead(roomId, rows) },
   messagesPage: { kind: 'read', tags: ([roomId], rows) => roomRead(roomId, rows) },

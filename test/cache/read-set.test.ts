@@ -1,6 +1,7 @@
 // What a request read, recorded by its store as read tags (app/domain/store-tags.ts): the response
 // cache drops an answer when a write changes one of its tags, so every read must be recorded, through
-// every domain reader, and nothing when nobody asks.
+// every domain reader, and nothing when nobody asks. Every read also carries its table's tag (what a change
+// too wide to name row by row drops).
 import { test } from 'tap'
 import { createDomainContext, type DomainDeps } from '../../app/domain/context.ts'
 import { listMessages, listMessagesPage } from '../../app/domain/messages.ts'
@@ -33,22 +34,23 @@ test('a user read by id is recorded, found or not, alone or in a list of ids', a
   t.equal((await getUser(ctx, ann.id))?.name, 'Ann')
   t.equal(await getUser(ctx, 'nobody'), null)
   await getUsers(ctx, [bob.id, ann.id])
-  t.same([...reads].sort(), [readTags.user(ann.id), readTags.user(bob.id), readTags.user('nobody')].sort())
+  t.same([...reads].sort(), [readTags.user(ann.id), readTags.user(bob.id), readTags.user('nobody'), readTags.usersTable].sort())
 })
 
 test('a list or page of users is recorded as `users`, even when empty', async (t) => {
   const { recording } = await fixture()
+  const list = [readTags.users, readTags.usersTable]
   const listed = recording()
   await listUsers(listed.ctx, 10)
-  t.same([...listed.reads], [readTags.users])
+  t.same([...listed.reads], list)
   const paged = recording()
   t.equal((await listUsersPage(paged.ctx, { first: 1 })).edges.length, 1)
-  t.same([...paged.reads], [readTags.users])
+  t.same([...paged.reads], list)
   const empty = recording()
   const last = (await listUsersPage(recording().ctx, { first: 5 })).pageInfo.endCursor
   const page = await listUsersPage(empty.ctx, { first: 1, after: last })
   t.equal(page.edges.length, 0, 'past the last user')
-  t.same([...empty.reads], [readTags.users], 'an empty page is recorded: a create fills it')
+  t.same([...empty.reads], list, 'an empty page is recorded: a create fills it')
 })
 
 test('a listed user read again by id is answered from the list: `users` covers it (every user write changes it)', async (t) => {
@@ -56,12 +58,12 @@ test('a listed user read again by id is answered from the list: `users` covers i
   const { ctx, reads } = recording()
   await listUsers(ctx, 10)
   t.equal((await getUser(ctx, ann.id))?.name, 'Ann')
-  t.same([...reads], [readTags.users], 'no second read')
+  t.same([...reads], [readTags.users, readTags.usersTable], 'no second read')
 })
 
 test("a room's messages are recorded with their authors, by list and by page", async (t) => {
   const { ann, bob, recording } = await fixture()
-  const expected = [readTags.room('lobby'), readTags.user(ann.id), readTags.user(bob.id)].sort()
+  const expected = [readTags.room('lobby'), readTags.messagesTable, readTags.user(ann.id), readTags.user(bob.id)].sort()
   const listed = recording()
   t.equal((await listMessages(listed.ctx, 'lobby', 10)).length, 2)
   t.same([...listed.reads].sort(), expected)
@@ -71,7 +73,7 @@ test("a room's messages are recorded with their authors, by list and by page", a
   const empty = recording()
   await listMessages(empty.ctx, 'empty-room', 10)
   await listMessagesPage(empty.ctx, 'other-room', {})
-  t.same([...empty.reads].sort(), [readTags.room('empty-room'), readTags.room('other-room')].sort())
+  t.same([...empty.reads].sort(), [readTags.room('empty-room'), readTags.room('other-room'), readTags.messagesTable].sort())
 })
 
 test('nothing is recorded when nobody asks', async (t) => {

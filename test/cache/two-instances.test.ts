@@ -63,10 +63,13 @@ test('the response cache shared by two instances', async (t) => {
     const remaining = [first, again, other].map((r) => r.body.extensions.cost.remaining as number)
     const requested = first.body.extensions.cost.requested as number
     t.ok(requested > 0)
-    t.same(remaining, [remaining[0]!, remaining[0]! - requested, remaining[0]! - 2 * requested],
-      'each hit spends the operation\'s cost and reports what is left after it')
+    // (What is left is as the answering instance knows it: its own share of the window counts as left,
+    // the other's as spent: docs/guarantees.md, budgets across instances.)
+    t.equal(remaining[1], remaining[0]! - requested, 'each hit spends the operation\'s cost and reports what is left after it')
+    t.ok(remaining[2]! <= remaining[1]! - requested, 'on the other instance too')
     const requestsLeft = [first, again, other].map((r) => Number(r.headers['x-ratelimit-remaining']))
-    t.same(requestsLeft, [requestsLeft[0]!, requestsLeft[0]! - 1, requestsLeft[0]! - 2], 'and counts in the request budget')
+    t.equal(requestsLeft[1], requestsLeft[0]! - 1, 'and counts in the request budget')
+    t.ok(requestsLeft[2]! <= requestsLeft[1]! - 1)
     // Another caller (a fresh window of its own) is served the same shared entry, with its own cost report.
     const stranger = await gql(b.url, USER_NAME, { id }, { token: token(`stranger-${randomBytes(3).toString('hex')}`) })
     t.match(ageOf(stranger), /^\d+$/, 'the answer selects no guarded field: one entry for every caller')
