@@ -144,11 +144,13 @@ export class RedisCacheStore implements CacheStore {
     const { shard, entryKey } = this.#placeOf(key)
     const known = this.#tagsOf.get(entryKey)
     const marks = known ?? [EVERYTHING]
-    const [value, seq, ...seqs] = await this.#redis.mget(entryKey, shard.seq, ...marks.map((tag) => shard.markPrefix + tag))
+    const markKeys = marks.map((tag) => shard.markPrefix + tag)
+    const [value, seq, ...seqs] = await this.#redis.mget(entryKey, shard.seq, ...markKeys)
     const since = Number(seq ?? 0)
     if (value == null) return since
     const newline = value.indexOf('\n')
-    const [began, createdAt, digest, ...tags] = JSON.parse(value.slice(0, newline)) as [number, number, string, ...string[]]
+    const head = JSON.parse(value.slice(0, newline)) as [number, number, string, ...string[]]
+    const [began, createdAt, digest, ...tags] = head
     const checked = [...tags, EVERYTHING]
     if (!sameTags(checked, marks)) {
       // Tags this instance did not know the entry to carry: their marks, read now (once per key and instance).
@@ -181,7 +183,10 @@ export class RedisCacheStore implements CacheStore {
     await this.invalidate([EVERYTHING])
   }
 
-  /** The shard of a key and its entry's name: a bounded name whatever the variables (collision-resistant: keys hold callers' scopes). */
+  /**
+   * The shard of a key and its entry's name: bounded whatever the variables (and collision-resistant:
+   * keys hold callers' scopes).
+   */
   #placeOf (key: string): { shard: Shard, entryKey: string } {
     const digest = createHash('sha256').update(key).digest()
     const shard = this.#shards[digest.readUInt32BE(0) % this.#shards.length]!

@@ -32,7 +32,7 @@ export interface CachedAnswer {
 
 /** Where entries and marks live: in process (memory-store.ts) or in Redis (redis-store.ts). */
 export interface CacheStore {
-  /** The write sequence now (for `key`): a fill that begins now is stored only if its tags are not invalidated after it. */
+  /** The write sequence now (where `key` lives): a fill begun now is kept unless its tags are invalidated after. */
   begin (key: string): Promise<number>
   /**
    * The entry, unless it has expired or one of its tags was invalidated after it began. On a miss, the

@@ -139,7 +139,8 @@ async function watchCommands (t: Test) {
   })
   return {
     async take () {
-      await connections[0]!.ping() // MONITOR's lines arrive in order: once this ping's answer is in, earlier commands are seen
+      // MONITOR's lines arrive in order: once this ping's answer is in, earlier commands are seen.
+      await connections[0]!.ping()
       await new Promise((resolve) => setTimeout(resolve, 50))
       return seen.splice(0)
     }
