@@ -1,16 +1,18 @@
 // Changes made beside the service reach the response cache: what the store reports through its change
-// feed (Store.watchChanges: PostgreSQL's notifications, the embedded file's data version) is dropped
+// feed (Store.watchChanges: PostgreSQL's change log, the embedded file's data version) is dropped
 // from the cache like a write of the service's own. Writes through the service do not wait for this:
 // they tell the cache themselves before they are acknowledged (app/domain/store-tags.ts).
 //
-// The cache answers only while nothing reported is left unapplied: while the feed is down, or the
-// cache could not be told of a change (Redis unreachable), every request executes and nothing is
-// kept; once the feed is back, everything is dropped (what it missed cannot be known), then served.
+// This instance's cache answers only while nothing reported is left unapplied: while the feed is down,
+// or the cache could not be told of a change (Redis unreachable), its requests execute and it keeps
+// nothing. Once the feed is back it reports what it missed (the change log is read from where it ended),
+// which is dropped like any change, and the instance serves again: an instance starting or reconnecting
+// never empties the cache the other instances share.
 import type { ChangeWatch, Store } from '../store/types.ts'
 import type { ResponseCache } from './response-cache.ts'
 
-/** Past this many tags waiting, dropping everything is cheaper than naming each (a bulk load, a seed). */
-const MAX_PENDING_TAGS = 1000
+/** Tags told to the cache in one call at most (the change log names a table instead of more per statement). */
+const BATCH_TAGS = 1000
 /** A failed application is tried again after this long, doubling up to the last. */
 const RETRY_MS = [100, 5000] as const
 
@@ -45,14 +47,14 @@ export function followStoreChanges (
   async function apply (): Promise<void> {
     while (hasPending()) {
       if (stopped) return
-      const batch = pending
-      pending = new Set()
+      const batch = pending === 'all' ? 'all' : takeBatch(pending)
+      if (batch === 'all') pending = new Set()
       try {
         if (batch === 'all') await cache.invalidateAll()
-        else await cache.invalidate([...batch])
+        else await cache.invalidate(batch)
       } catch (err) {
         onError(err)
-        pending = merge(batch, pending)
+        pending = merge(pending, batch)
         cache.serve(false)
         applying = false
         retry = setTimeout(() => {
@@ -92,5 +94,16 @@ export function followStoreChanges (
 function merge (into: Set<string> | 'all', tags: Iterable<string> | 'all'): Set<string> | 'all' {
   if (into === 'all' || tags === 'all') return 'all'
   for (const tag of tags) into.add(tag)
-  return into.size > MAX_PENDING_TAGS ? 'all' : into
+  return into
+}
+
+/** Up to BATCH_TAGS of the pending tags, taken out of the set. */
+function takeBatch (pending: Set<string>): string[] {
+  const batch: string[] = []
+  for (const tag of pending) {
+    batch.push(tag)
+    pending.delete(tag)
+    if (batch.length === BATCH_TAGS) break
+  }
+  return batch
 }

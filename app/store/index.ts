@@ -1,5 +1,5 @@
 import type { Config } from '../config.ts'
-import { openPostgresStore } from './postgres.ts'
+import { CHANGES_KEEP_MS, openPostgresStore } from './postgres.ts'
 import { openSqliteStore } from './sqlite.ts'
 import type { Store } from './types.ts'
 
@@ -17,7 +17,7 @@ export interface OpenOptions {
 /** PostgreSQL when DATABASE_URL is set, otherwise the embedded node:sqlite file. */
 export async function openStore (
   config: Pick<Config, 'databaseUrl' | 'databasePoolSize' | 'databaseSchema' | 'sqlitePath'> &
-    Partial<Pick<Config, 'databaseApplicationName'>>,
+    Partial<Pick<Config, 'databaseApplicationName' | 'responseCache'>>,
   options: OpenOptions = {}
 ): Promise<Store> {
   if (config.databaseUrl) {
@@ -26,7 +26,9 @@ export async function openStore (
       poolSize: config.databasePoolSize,
       schema: config.databaseSchema,
       applicationName: config.databaseApplicationName,
-      ownWrites: options.service
+      ownWrites: options.service,
+      // The change log must cover what a cached answer may still hold: its TTL, and a minute more.
+      changesKeepMs: Math.max(CHANGES_KEEP_MS, (config.responseCache?.ttlMs ?? 0) + 60_000)
     })
   }
   return openSqliteStore(config.sqlitePath, { instanceLock: options.service })

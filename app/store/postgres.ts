@@ -3,7 +3,8 @@
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
-import { deploymentConflict, isoNow, missingIssuerSerials, type ChangeListener, type ChangeWatch, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import { followChangeLog } from './postgres-changes.ts'
+import { deploymentConflict, isoNow, missingIssuerSerials, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 const MIGRATIONS: string[] = [
   `CREATE TABLE users (
@@ -115,11 +116,104 @@ const MIGRATIONS: string[] = [
      RETURN NULL;
    END $$;
    CREATE TRIGGER app_deployments_publish_changes AFTER INSERT OR UPDATE OR DELETE ON app_deployments
-     FOR EACH STATEMENT EXECUTE FUNCTION publish_deployments_changed();`
+     FOR EACH STATEMENT EXECUTE FUNCTION publish_deployments_changed();`,
+  // The change log (postgres-changes.ts reads it): what a statement changed, as read tags, kept where an
+  // instance can read it again after a gap (a restart, a lost or silent connection), with its transaction
+  // id to catch up by. A NOTIFY on the schema's channel only rings the bell. One row per statement
+  // (transition tables), so a bulk change is one row, and one naming its table (`table:users`) past 1000
+  // tags. The triggers fire ALWAYS: also under session_replication_role = replica (logical replication,
+  // pg_restore's data-only loads, bulk loaders). The service's own writes log nothing (they told the
+  // caches before they were acknowledged) but app deployment changes, which every instance reloads from.
+  // The functions keep the migration's search_path, so a write made under any search_path is logged.
+  `DROP TRIGGER users_publish_changes ON users;
+   DROP TRIGGER messages_publish_changes ON messages;
+   DROP TRIGGER users_truncate_publishes ON users;
+   DROP TRIGGER messages_truncate_publishes ON messages;
+   DROP TRIGGER app_deployments_publish_changes ON app_deployments;
+   DROP FUNCTION publish_answer_changes ();
+   DROP FUNCTION publish_all_answers_changed ();
+   DROP FUNCTION publish_deployments_changed ();
+   CREATE TABLE change_log (
+     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+     xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+     at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+     tags TEXT[] NOT NULL
+   );
+   CREATE INDEX change_log_xid ON change_log (xid);
+   CREATE INDEX change_log_at ON change_log (at);
+   CREATE FUNCTION log_change (schema text, tags text[], table_tag text) RETURNS void LANGUAGE plpgsql
+   SET search_path FROM CURRENT AS $$
+   BEGIN
+     IF tags IS NULL OR cardinality(tags) = 0 THEN RETURN; END IF;
+     IF cardinality(tags) > 1000 THEN tags := ARRAY[table_tag]; END IF;
+     INSERT INTO change_log (tags) VALUES (tags);
+     PERFORM pg_notify('store_changes_' || schema, '');
+   END $$;
+   CREATE FUNCTION log_user_changes () RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+   DECLARE
+     tags text[];
+   BEGIN
+     IF current_setting('graphql_service.own_writes', true) = 'on' THEN RETURN NULL; END IF;
+     IF TG_OP = 'TRUNCATE' THEN
+       PERFORM log_change(TG_TABLE_SCHEMA, ARRAY['table:users'], 'table:users');
+       RETURN NULL;
+     ELSIF TG_OP = 'INSERT' THEN
+       SELECT array_agg(DISTINCT 'user:' || id) INTO tags FROM new_rows;
+     ELSIF TG_OP = 'DELETE' THEN
+       SELECT array_agg(DISTINCT 'user:' || id) INTO tags FROM old_rows;
+     ELSE
+       SELECT array_agg(tag) INTO tags FROM (SELECT 'user:' || id AS tag FROM old_rows UNION SELECT 'user:' || id FROM new_rows) AS changed;
+     END IF;
+     IF tags IS NOT NULL THEN PERFORM log_change(TG_TABLE_SCHEMA, tags || 'users'::text, 'table:users'); END IF;
+     RETURN NULL;
+   END $$;
+   CREATE FUNCTION log_message_changes () RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+   DECLARE
+     tags text[];
+   BEGIN
+     IF current_setting('graphql_service.own_writes', true) = 'on' THEN RETURN NULL; END IF;
+     IF TG_OP = 'TRUNCATE' THEN
+       PERFORM log_change(TG_TABLE_SCHEMA, ARRAY['table:messages'], 'table:messages');
+       RETURN NULL;
+     ELSIF TG_OP = 'INSERT' THEN
+       SELECT array_agg(DISTINCT 'room:' || room_id) INTO tags FROM new_rows;
+     ELSIF TG_OP = 'DELETE' THEN
+       SELECT array_agg(DISTINCT 'room:' || room_id) INTO tags FROM old_rows;
+     ELSE
+       SELECT array_agg(tag) INTO tags FROM (SELECT 'room:' || room_id AS tag FROM old_rows UNION SELECT 'room:' || room_id FROM new_rows) AS changed;
+     END IF;
+     PERFORM log_change(TG_TABLE_SCHEMA, tags, 'table:messages');
+     RETURN NULL;
+   END $$;
+   CREATE FUNCTION log_deployment_changes () RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+   BEGIN
+     PERFORM log_change(TG_TABLE_SCHEMA, ARRAY['deployments'], 'deployments');
+     RETURN NULL;
+   END $$;
+   CREATE TRIGGER users_log_inserts AFTER INSERT ON users REFERENCING NEW TABLE AS new_rows
+     FOR EACH STATEMENT EXECUTE FUNCTION log_user_changes();
+   CREATE TRIGGER users_log_updates AFTER UPDATE ON users REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+     FOR EACH STATEMENT EXECUTE FUNCTION log_user_changes();
+   CREATE TRIGGER users_log_deletes AFTER DELETE ON users REFERENCING OLD TABLE AS old_rows
+     FOR EACH STATEMENT EXECUTE FUNCTION log_user_changes();
+   CREATE TRIGGER users_log_truncates AFTER TRUNCATE ON users
+     FOR EACH STATEMENT EXECUTE FUNCTION log_user_changes();
+   CREATE TRIGGER messages_log_inserts AFTER INSERT ON messages REFERENCING NEW TABLE AS new_rows
+     FOR EACH STATEMENT EXECUTE FUNCTION log_message_changes();
+   CREATE TRIGGER messages_log_updates AFTER UPDATE ON messages REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+     FOR EACH STATEMENT EXECUTE FUNCTION log_message_changes();
+   CREATE TRIGGER messages_log_deletes AFTER DELETE ON messages REFERENCING OLD TABLE AS old_rows
+     FOR EACH STATEMENT EXECUTE FUNCTION log_message_changes();
+   CREATE TRIGGER messages_log_truncates AFTER TRUNCATE ON messages
+     FOR EACH STATEMENT EXECUTE FUNCTION log_message_changes();
+   CREATE TRIGGER app_deployments_log_changes AFTER INSERT OR UPDATE OR DELETE ON app_deployments
+     FOR EACH STATEMENT EXECUTE FUNCTION log_deployment_changes();
+   ALTER TABLE users ENABLE ALWAYS TRIGGER users_log_inserts, ENABLE ALWAYS TRIGGER users_log_updates,
+     ENABLE ALWAYS TRIGGER users_log_deletes, ENABLE ALWAYS TRIGGER users_log_truncates;
+   ALTER TABLE messages ENABLE ALWAYS TRIGGER messages_log_inserts, ENABLE ALWAYS TRIGGER messages_log_updates,
+     ENABLE ALWAYS TRIGGER messages_log_deletes, ENABLE ALWAYS TRIGGER messages_log_truncates;
+   ALTER TABLE app_deployments ENABLE ALWAYS TRIGGER app_deployments_log_changes;`
 ]
-
-/** The payload of a notification that says "everything may have changed" (a TRUNCATE). */
-const ALL_CHANGED = '*'
 
 // Arbitrary constant: the advisory lock that serialises migrations across instances.
 const MIGRATION_LOCK = 727_001
@@ -192,10 +286,15 @@ export interface PostgresOptions {
    * acknowledged). Command-line tools leave it off, so the running instances hear of their writes.
    */
   ownWrites?: boolean
+  /** How long the change log keeps its rows, and how far back a start reads it (postgres-changes.ts). */
+  changesKeepMs?: number
 }
 
+/** The change log's default keep: ten minutes (longer than the response cache's default TTL, a minute). */
+export const CHANGES_KEEP_MS = 600_000
+
 export async function openPostgresStore (options: PostgresOptions): Promise<Store> {
-  const { url, poolSize, schema, applicationName, ownWrites } = options
+  const { url, poolSize, schema, applicationName, ownWrites, changesKeepMs = CHANGES_KEEP_MS } = options
   if (schema && !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`Invalid PostgreSQL schema name: ${schema}`)
   const settings = [
     ...(schema ? [`-c search_path=${schema}`] : []),
@@ -403,7 +502,8 @@ export async function openPostgresStore (options: PostgresOptions): Promise<Stor
         [usage.map((u) => u.app), usage.map((u) => u.version), usage.map((u) => u.hash),
           usage.map((u) => u.requests), usage.map((u) => u.lastUsedAt)])
     },
-    watchChanges: (listener) => listenForChanges(connection, schema, listener),
+    watchChanges: (listener) =>
+      followChangeLog({ connection, schema: schema ?? null, keepMs: changesKeepMs }, listener),
     async ping () {
       await pool.query('SELECT 1')
     },
@@ -411,77 +511,6 @@ export async function openPostgresStore (options: PostgresOptions): Promise<Stor
       await pool.end()
     }
   })
-}
-
-/** How long a lost LISTEN connection waits before it connects again: doubling from the first to the last. */
-const RELISTEN_MS = [100, 5000] as const
-
-/**
- * LISTENs on a connection of its own to the schema's channel (see the migration that publishes them),
- * telling `listener` each notification's tag, reconnecting when the connection is lost. While it is down
- * the listener is told so (the cache stops serving); once listening again, 'all' (what was missed
- * cannot be known), then live.
- */
-function listenForChanges (
-  connection: pg.ClientConfig,
-  schema: string | null | undefined,
-  listener: ChangeListener
-): ChangeWatch {
-  let stopped = false
-  let client: pg.Client | null = null
-  let delay: number = RELISTEN_MS[0]
-  let retry: NodeJS.Timeout | null = null
-
-  const lost = () => {
-    if (stopped || !client) return
-    client.removeAllListeners()
-    client.on('error', () => {})
-    void client.end().catch(() => {})
-    client = null
-    listener.watching(false)
-    retry = setTimeout(connect, delay).unref()
-    delay = Math.min(delay * 2, RELISTEN_MS[1])
-  }
-
-  async function connect (): Promise<void> {
-    retry = null
-    if (stopped) return
-    const next = new pg.Client(connection)
-    client = next
-    next.on('error', lost)
-    next.on('end', lost)
-    next.on('notification', ({ payload }) => {
-      if (payload) listener.changed(payload === ALL_CHANGED ? 'all' : [payload])
-    })
-    try {
-      await next.connect()
-      const current = (await next.query<{ schema: string }>('SELECT current_schema() AS schema')).rows[0]!.schema
-      await next.query(`LISTEN ${pg.escapeIdentifier(`answer_changes_${schema ?? current}`)}`)
-    } catch {
-      if (client === next) lost()
-      return
-    }
-    if (stopped || client !== next) return
-    delay = RELISTEN_MS[0]
-    listener.changed('all')
-    listener.watching(true)
-  }
-
-  listener.watching(false)
-  void connect()
-  return {
-    async stop () {
-      stopped = true
-      if (retry) clearTimeout(retry)
-      const last = client
-      client = null
-      if (last) {
-        last.removeAllListeners()
-        last.on('error', () => {})
-        await last.end().catch(() => {})
-      }
-    }
-  }
 }
 
 // Connection-level failures (server down or restarting, connection killed, pool exhausted past its

@@ -110,8 +110,8 @@ export interface ChangeListener {
   /** The read tags a commit changed, or 'all' when the store cannot tell which. */
   changed (tags: readonly string[] | 'all'): void
   /**
-   * Whether changes made elsewhere are seen now. False while the feed is down (nothing it misses can be
-   * known); when it is back, `changed('all')` comes first, then true.
+   * Whether changes made elsewhere are seen now. False while the feed is down; when it is back, what it
+   * missed is told first (or 'all' when that cannot be known), then true.
    */
   watching (live: boolean): void
 }
