@@ -7,7 +7,9 @@
 //   microseconds, so it never goes back even if the key is lost); a lookup reads it, and a fill begins
 //   from what it read;
 // - `{rc:<s>}:m:<tag>`: the tag's mark in shard s, the sequence of its last invalidation (0: none since
-//   the mark was made). Every entry is also checked on the mark of `*`, which `invalidateAll` sets.
+//   the mark was made). Every entry is also checked on the mark of `*`, which `invalidateAll` sets;
+// - `{rc:0}:changes-applied`: where the store's change feed is applied up to (app/cache/store-changes.ts),
+//   so that an instance starting reads the change log from there, re-applying nothing.
 //
 // A lookup is `MGET entry seq marks…` of the tags this instance has seen the entry carry (it keeps them
 // for its recent keys: no answer, only tag names): the entry is served when every mark is there and
@@ -97,7 +99,14 @@ end
 if stored == 1 then redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2]) end
 return stored`
 
+// Records ARGV[1] in KEYS[1] unless a later position is there (positions are PostgreSQL transaction ids).
+const RECORD_POSITION = `
+local known = redis.call('GET', KEYS[1])
+if not known or tonumber(known) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1`
+
 type Scripts = {
+  responseCacheRecordPosition (key: string, position: string): Promise<number>
   responseCacheInvalidate (seqKey: string, ...marksAndKeepMs: string[]): Promise<number>
   responseCacheFill (...keysAndArgs: string[]): Promise<number>
 }
@@ -113,6 +122,8 @@ export class RedisCacheStore implements CacheStore {
   readonly #redis: (Redis | Cluster) & Scripts
   readonly #shards: Shard[]
   readonly #keepMs: number
+  /** Where the store's change feed is applied up to, by any instance (no expiry: one key). */
+  readonly #positionKey: string
   readonly #mayEvict: boolean
   /** The tags (with `*`) of entries this instance has seen, by entry key: what a lookup's MGET asks for. */
   readonly #tagsOf: LruMap<string, readonly string[]>
@@ -123,6 +134,7 @@ export class RedisCacheStore implements CacheStore {
     if (!('responseCacheFill' in redis)) {
       redis.defineCommand('responseCacheInvalidate', { lua: INVALIDATE })
       redis.defineCommand('responseCacheFill', { lua: FILL })
+      redis.defineCommand('responseCacheRecordPosition', { numberOfKeys: 1, lua: RECORD_POSITION })
     }
     this.#redis = redis as (Redis | Cluster) & Scripts
     const shards = options.shards ?? 1
@@ -131,6 +143,7 @@ export class RedisCacheStore implements CacheStore {
       entryPrefix: options.redisKey(`{rc:${s}}:a:`),
       markPrefix: options.redisKey(`{rc:${s}}:m:`)
     }))
+    this.#positionKey = options.redisKey('{rc:0}:changes-applied')
     this.#keepMs = options.ttlMs + MARK_MARGIN_MS
     this.#mayEvict = options.mayEvict ?? false
     this.#tagsOf = new LruMap(options.rememberedKeys ?? 50_000, 16 * 1024 * 1024)
@@ -181,6 +194,14 @@ export class RedisCacheStore implements CacheStore {
 
   async invalidateAll (): Promise<void> {
     await this.invalidate([EVERYTHING])
+  }
+
+  async changesApplied (): Promise<string | null> {
+    return await this.#redis.get(this.#positionKey)
+  }
+
+  async recordChangesApplied (position: string): Promise<void> {
+    await this.#redis.responseCacheRecordPosition(this.#positionKey, position)
   }
 
   /**

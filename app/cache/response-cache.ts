@@ -48,6 +48,13 @@ export interface CacheStore {
   invalidateAll (): Promise<void>
   /** Bytes of answers held in this process (null: held elsewhere, e.g. in Redis). */
   readonly bytes: number | null
+  /**
+   * Where the store's change feed has been applied up to, by any instance sharing this cache
+   * (store-changes.ts); a store that serves one instance keeps none.
+   */
+  changesApplied? (): Promise<string | null>
+  /** Records `position` as applied, unless a later one is recorded already. */
+  recordChangesApplied? (position: string): Promise<void>
 }
 
 /** What a computation returns. */
@@ -232,6 +239,16 @@ export class ResponseCache {
   async invalidateAll (): Promise<void> {
     this.#stats.invalidations++
     await this.#store.invalidateAll()
+  }
+
+  /** Where the change feed was applied up to by any instance sharing the cache (null: not known). */
+  async changesApplied (): Promise<string | null> {
+    return (await this.#store.changesApplied?.()) ?? null
+  }
+
+  /** Records that the change feed is applied up to `position` (kept by a store shared by instances). */
+  async recordChangesApplied (position: string): Promise<void> {
+    await this.#store.recordChangesApplied?.(position)
   }
 
   /** The HTTP `Age` of an entry now, on the cache's clock. */

@@ -33,6 +33,8 @@ export function followStoreChanges (
   let retryMs: number = RETRY_MS[0]
   let retry: NodeJS.Timeout | null = null
   let stopped = false
+  /** Where the feed had read up to when it told the changes pending now: recorded once they are applied. */
+  let toldUpTo: string | undefined
 
   const hasPending = () => pending === 'all' || pending.size > 0
 
@@ -68,13 +70,19 @@ export function followStoreChanges (
     retryMs = RETRY_MS[0]
     applying = false
     cache.serve(live)
+    const position = toldUpTo
+    toldUpTo = undefined
+    if (position !== undefined) cache.recordChangesApplied(position).catch(onError)
   }
 
   const watch = store.watchChanges({
-    changed (tags) {
+    changed (tags, position) {
       pending = merge(pending, tags)
+      if (position !== undefined) toldUpTo = position
       schedule()
     },
+    // A feed that starts reads from where the shared cache has applied changes up to.
+    resumeFrom: () => cache.changesApplied(),
     watching (isLive) {
       live = isLive
       if (!live) cache.serve(false)

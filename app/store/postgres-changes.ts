@@ -11,8 +11,9 @@
 //   DEADLINE_MS means the connection is silent (a NAT or a firewall that dropped it without a word): the
 //   listener is told the feed is down, the connection is dropped and opened again, and reading resumes
 //   where it ended. So a change is told within HEARTBEAT_MS + DEADLINE_MS, or the feed says it is down.
-// - On start, the rows of the last `catchUpMs` (what a shared cache may still hold from before this
-//   instance listened) are told, not everything: an instance starting never empties what others share.
+// - On start, from where the listener says the fleet's shared cache has applied the log up to (the
+//   position is told with each change); when it cannot say, the rows of the last `keepMs` (what a shared
+//   cache may still hold from before). An instance starting never empties what the others share.
 // - After a gap longer than the log keeps its rows (`keepMs`), what was missed cannot be known: 'all'.
 // - Rows older than `keepMs` are deleted, a bounded batch at a time, by whichever instance gets there.
 import pg from 'pg'
@@ -105,7 +106,7 @@ export function followChangeLog (options: ChangeLogOptions, listener: ChangeList
     told = stillAbove
     position = horizon
     lastRead = performance.now()
-    if (tags.size > 0) listener.changed([...tags])
+    if (tags.size > 0) listener.changed([...tags], horizon)
     if (lastRead - lastPrune > PRUNE_MS) {
       lastPrune = lastRead
       await withinDeadline(c.query(PRUNE, [keep]), deadlineMs)
@@ -145,6 +146,11 @@ export function followChangeLog (options: ChangeLogOptions, listener: ChangeList
         position = null
         told = new Map()
         if (client === c) listener.changed('all')
+      }
+      // Starting: from where the fleet's shared cache has applied the log up to, when it knows (an
+      // instance joining then re-applies nothing the others applied), else the log's whole window.
+      if (position === null && lastRead === -Infinity && listener.resumeFrom) {
+        position = await withinDeadline(listener.resumeFrom(), deadlineMs * 4).catch(() => null)
       }
       await read(c)
     } catch {

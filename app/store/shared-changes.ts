@@ -9,7 +9,14 @@ export function sharingChanges (store: Store): Store {
   let watch: ChangeWatch | null = null
   let live = false
   const fanOut: ChangeListener = {
-    changed (tags) { for (const listener of listeners) listener.changed(tags) },
+    changed (tags, position) { for (const listener of listeners) listener.changed(tags, position) },
+    async resumeFrom () {
+      for (const listener of listeners) {
+        const position = await listener.resumeFrom?.()
+        if (position) return position
+      }
+      return null
+    },
     watching (isLive) {
       live = isLive
       for (const listener of listeners) listener.watching(isLive)

@@ -107,8 +107,17 @@ export interface DeletedUser {
 
 /** Told of changes committed by others than this store (Store.watchChanges). */
 export interface ChangeListener {
-  /** The read tags a commit changed, or 'all' when the store cannot tell which. */
-  changed (tags: readonly string[] | 'all'): void
+  /**
+   * The read tags a commit changed, or 'all' when the store cannot tell which. `position`: where the feed
+   * has read up to, everything before it told (PostgreSQL's change log; none for the embedded store).
+   */
+  changed (tags: readonly string[] | 'all', position?: string): void
+  /**
+   * Where a feed starting without a position of its own should read from: a position the listener (the
+   * shared cache) knows every change before was applied up to; null when it does not know (the feed then
+   * reads the window its store keeps).
+   */
+  resumeFrom? (): Promise<string | null>
   /**
    * Whether changes made elsewhere are seen now. False while the feed is down; when it is back, what it
    * missed is told first (or 'all' when that cannot be known), then true.
