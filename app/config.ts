@@ -15,6 +15,12 @@ import { DEFAULT_MAX_BYTES, DEFAULT_TTL_MS, type ResponseCacheSettings } from '.
 
 export type Profile = 'production' | 'development'
 
+/** Where a Redis is: one server (one URL), or a Redis Cluster (the URLs of some of its nodes). */
+export interface RedisAddress {
+  urls: string[]
+  cluster: boolean
+}
+
 export interface Config {
   profile: Profile
   host: string
@@ -53,7 +59,8 @@ export interface Config {
   databaseApplicationName: string
   sqlitePath: string
   demoData: boolean
-  redisUrl: string | null
+  /** The Redis of shared state (budgets, APQ, nonces, events; and cached answers unless they have their own). */
+  redis: RedisAddress | null
   /** Prefix for every Redis key and channel, so several deployments (or test files) can share a server. */
   redisPrefix: string
 
@@ -250,6 +257,7 @@ const schema = {
     SQLITE_PATH: { type: 'string', default: 'data/service.db' },
     DEMO_DATA: { type: 'boolean' },
     REDIS_URL: { type: 'string' },
+    REDIS_CLUSTER_NODES: { type: 'string' },
     REDIS_PREFIX: { type: 'string', default: 'gqs:' },
     JWT_ALGORITHMS: { type: 'string' },
     JWT_SECRET: { type: 'string' },
@@ -308,6 +316,8 @@ const schema = {
     RESPONSE_CACHE: { type: 'boolean' },
     RESPONSE_CACHE_TTL_MS: { type: 'integer', minimum: 1000, maximum: 86400000, default: DEFAULT_TTL_MS },
     RESPONSE_CACHE_MAX_BYTES: { type: 'integer', minimum: 0, default: DEFAULT_MAX_BYTES },
+    RESPONSE_CACHE_REDIS_URL: { type: 'string' },
+    RESPONSE_CACHE_REDIS_CLUSTER_NODES: { type: 'string' },
     SOAP_PUBLIC_URL: { type: 'string' },
     SOAP_NAMESPACE_BASE: { type: 'string', default: DEFAULT_SOAP_NAMESPACE_BASE },
     SOAP_MAX_ELEMENTS: { type: 'integer', minimum: 10, default: 1000 },
@@ -425,6 +435,27 @@ function urlProblem (name: string, value: string | null, schemes: string[], exam
   return null
 }
 
+/** A Redis's address from its two settings: one server's URL, or a cluster's comma-separated node URLs. */
+function redisAddress (url: string | undefined, clusterNodes: string | undefined): RedisAddress | null {
+  const nodes = (clusterNodes ?? '').split(',').map((node) => node.trim()).filter(Boolean)
+  if (nodes.length > 0) return { urls: nodes, cluster: true }
+  const one = optional(url)
+  return one === null ? null : { urls: [one], cluster: false }
+}
+
+/** What is wrong with a Redis's two settings: each URL, and both set at once. */
+function redisProblems (
+  urlSetting: string, url: string | undefined, nodesSetting: string, nodes: string | undefined
+): Array<string | null> {
+  const example = 'redis://:password@host:6379'
+  const nodeUrls = (nodes ?? '').split(',').map((node) => node.trim()).filter(Boolean)
+  return [
+    optional(url) !== null && nodeUrls.length > 0 ? `set ${urlSetting} (one server) or ${nodesSetting} (a Redis Cluster), not both` : null,
+    urlProblem(urlSetting, optional(url), ['redis:', 'rediss:'], example),
+    ...nodeUrls.map((node) => urlProblem(nodesSetting, node, ['redis:', 'rediss:'], `${example},redis://host2:6379`))
+  ]
+}
+
 /** An origin as browsers send it (lower-case host, default port dropped), or null when `entry` is not one. */
 function origin (entry: string): string | null {
   let url: URL
@@ -527,7 +558,9 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
   // A malformed URL would otherwise fail later in a driver's words (getaddrinfo ENOTFOUND base).
   for (const problem of [
     urlProblem('DATABASE_URL', optional(e.DATABASE_URL), ['postgres:', 'postgresql:'], 'postgres://user:password@host:5432/database'),
-    urlProblem('REDIS_URL', optional(e.REDIS_URL), ['redis:', 'rediss:'], 'redis://:password@host:6379')
+    ...redisProblems('REDIS_URL', e.REDIS_URL, 'REDIS_CLUSTER_NODES', e.REDIS_CLUSTER_NODES),
+    ...redisProblems('RESPONSE_CACHE_REDIS_URL', e.RESPONSE_CACHE_REDIS_URL,
+      'RESPONSE_CACHE_REDIS_CLUSTER_NODES', e.RESPONSE_CACHE_REDIS_CLUSTER_NODES)
   ]) if (problem) problems.push(problem)
   if (e.METRICS_PORT !== undefined && e.METRICS_PORT !== 0 && e.METRICS_PORT === e.PORT && !invalid.has('PORT')) {
     problems.push('METRICS_PORT must differ from PORT (metrics get a port of their own)')
@@ -573,7 +606,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     databaseApplicationName: e.DATABASE_APPLICATION_NAME,
     sqlitePath: e.SQLITE_PATH,
     demoData: pick(e.DEMO_DATA, true, false),
-    redisUrl: optional(e.REDIS_URL),
+    redis: redisAddress(e.REDIS_URL, e.REDIS_CLUSTER_NODES),
     redisPrefix: e.REDIS_PREFIX,
     jwt: {
       algorithms: algorithms.length > 0 ? algorithms : [publicKey ? 'RS256' : 'HS256'],
@@ -754,13 +787,19 @@ function tracingConfig (e: Env, problems: string[]): TracingConfig | null {
  * for it is refused: with no shared store, "no read returns what an acknowledged write replaced" cannot hold.
  */
 function responseCacheConfig (e: Env, problems: string[]): ResponseCacheSettings {
-  const sharedDatabaseWithoutRedis = optional(e.DATABASE_URL) !== null && optional(e.REDIS_URL) === null
+  const stateRedis = redisAddress(e.REDIS_URL, e.REDIS_CLUSTER_NODES)
+  const ownRedis = redisAddress(e.RESPONSE_CACHE_REDIS_URL, e.RESPONSE_CACHE_REDIS_CLUSTER_NODES)
+  const sharedDatabaseWithoutRedis = optional(e.DATABASE_URL) !== null && stateRedis === null
   if (e.RESPONSE_CACHE === true && sharedDatabaseWithoutRedis) {
-    problems.push('RESPONSE_CACHE needs REDIS_URL when DATABASE_URL is set: instances sharing PostgreSQL must share their cache (or set RESPONSE_CACHE=false)')
+    problems.push('RESPONSE_CACHE needs REDIS_URL (or REDIS_CLUSTER_NODES) when DATABASE_URL is set: instances sharing PostgreSQL must share their cache (or set RESPONSE_CACHE=false)')
+  }
+  if (ownRedis !== null && stateRedis === null) {
+    problems.push('RESPONSE_CACHE_REDIS_URL (or _CLUSTER_NODES) needs REDIS_URL (or REDIS_CLUSTER_NODES): it holds cached answers only, apart from the shared state')
   }
   return {
     enabled: e.RESPONSE_CACHE ?? !sharedDatabaseWithoutRedis,
     ttlMs: e.RESPONSE_CACHE_TTL_MS,
-    maxBytes: e.RESPONSE_CACHE_MAX_BYTES
+    maxBytes: e.RESPONSE_CACHE_MAX_BYTES,
+    redis: ownRedis
   }
 }

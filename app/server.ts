@@ -54,7 +54,7 @@ for (const signal of STOP_SIGNALS) {
 try {
   await app.listen({ host: config.host, port: config.port })
   app.log.info(
-    { profile: config.profile, store: app.store.kind, pubsub: config.redisUrl ? 'redis' : 'in-process' },
+    { profile: config.profile, store: app.store.kind, pubsub: config.redis ? (config.redis.cluster ? 'redis cluster' : 'redis') : 'in-process' },
     'service ready'
   )
 } catch (err) {

@@ -59,8 +59,8 @@ type KeyvOfAdapter = ConstructorParameters<typeof KeyvAdapter<string>>[0]
 
 /** The peers' Redis, with REDIS_PREFIX before every key they write. */
 function redisUrl (): string {
-  if (!config.redisUrl) throw new Error('a peer on Redis needs REDIS_URL')
-  return config.redisUrl
+  if (!config.redis || config.redis.cluster) throw new Error('a peer on Redis needs REDIS_URL (one server)')
+  return config.redis.urls[0]!
 }
 
 const keyvOnRedis = () => createKeyv(redisUrl(), { namespace: config.redisPrefix })

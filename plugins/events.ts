@@ -6,7 +6,7 @@ import mqemitter, { type MQEmitter } from 'mqemitter'
 import mqemitterRedis from 'mqemitter-redis'
 import type { FastifyInstance } from 'fastify'
 import type { DomainEvent, Events } from '../app/domain/context.ts'
-import { CLOSE_WAIT_MS, COMMAND_TIMEOUT_MS } from './redis.ts'
+import { CLOSE_WAIT_MS, COMMAND_TIMEOUT_MS, redisConnection } from './redis.ts'
 
 /** The domain's events port (publish), and what subscribers need to listen to those events. */
 export interface EventBus extends Events {
@@ -35,6 +35,9 @@ type RedisEmitter = ReturnType<typeof mqemitterRedis> & {
   state: NodeJS.EventEmitter
 }
 
+/** A connection as mqemitter-redis's options type it. */
+type EmitterConnection = NonNullable<NonNullable<Parameters<typeof mqemitterRedis>[0]>['subConn']>
+
 /** How long startup waits for the Redis pub/sub connections. */
 const PUBSUB_READY_TIMEOUT_MS = 10_000
 
@@ -55,8 +58,18 @@ async function pubSubReady (connections: Connection[], timeoutMs: number): Promi
 }
 
 export default fp(async function events (app: FastifyInstance) {
-  const { redisUrl, redisPrefix } = app.config
-  const redisEmitter = redisUrl ? (mqemitterRedis({ connectionString: redisUrl }) as RedisEmitter) : null
+  const { redis, redisPrefix } = app.config
+  // Its two connections are ours: one server, or a Redis Cluster (its pub/sub reaches every node). Both
+  // answer the calls mqemitter-redis makes (subscribe, publish, their message events, quit), though its
+  // typings name its own copy of ioredis's Redis class.
+  const pubSubConnection = () => {
+    const connection = redisConnection(redis!, 'pub/sub')
+    connection.connect().catch(() => {}) // pubSubReady below waits for it, and says why it failed
+    return connection as unknown as EmitterConnection
+  }
+  const redisEmitter = redis
+    ? (mqemitterRedis({ subConn: pubSubConnection(), pubConn: pubSubConnection() }) as RedisEmitter)
+    : null
   const emitter: MQEmitter = redisEmitter ?? mqemitter()
   // One warning per 10 s at most: an outage must not flood the logs.
   let lastWarning = 0

@@ -1,17 +1,28 @@
-// One Redis connection for shared state (rate-limit and cost counters, APQ registry, WS-Security
-// nonces) when REDIS_URL is set; `app.redis.client` is null in the embedded default. Keys carry the
-// configured prefix (`app.redis.key`). Commands fail fast while Redis is down instead of queueing
-// forever, so callers answer with clear errors and readiness reflects the outage.
+// The Redis connections: one for shared state (rate-limit and cost counters, APQ registry, WS-Security
+// nonces) when REDIS_URL or REDIS_CLUSTER_NODES is set, and one for cached answers when they have a Redis
+// of their own (RESPONSE_CACHE_REDIS_URL or _CLUSTER_NODES: a Redis that may evict). `app.redis.client`
+// is null in the embedded default. Keys carry the configured prefix (`app.redis.key`). Commands fail
+// fast while Redis is down instead of queueing forever, so callers answer with clear errors and
+// readiness reflects the outage. On a Redis Cluster every key of one command or script shares a hash
+// slot (the `{…}` part of its name), so each is served by one node.
 import fp from 'fastify-plugin'
-import { Redis } from 'ioredis'
+import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
-import { withoutCredentials } from '../app/config.ts'
+import { SCRIPTS_WITH_KEY_COUNTS } from '../app/cache/redis-store.ts'
+import { withoutCredentials, type RedisAddress } from '../app/config.ts'
 
 export interface SharedRedis {
-  /** The connection; null without REDIS_URL. */
-  client: Redis | null
+  /** The connection to the Redis of shared state; null without one. */
+  client: Redis | Cluster | null
+  /** Whether it is a Redis Cluster. */
+  cluster: boolean
   /** The configured prefix + name: every key this deployment writes. */
   key (name: string): string
+  /**
+   * Where cached answers live: a Redis of their own, which may evict keys (RESPONSE_CACHE_REDIS_URL),
+   * else the same as `client`; null without Redis.
+   */
+  cache: { client: Redis | Cluster; cluster: boolean; mayEvict: boolean } | null
 }
 
 declare module 'fastify' {
@@ -28,49 +39,111 @@ export const CLOSE_WAIT_MS = 1000
  * answering while its connection stays open (a network partition) would otherwise hold requests forever.
  */
 export const COMMAND_TIMEOUT_MS = 500
+/** How long start-up waits for a Redis to answer. */
+const READY_TIMEOUT_MS = 5000
 
-export default fp(async function redis (app: FastifyInstance) {
-  const { redisUrl, redisPrefix } = app.config
-  const key = (name: string) => `${redisPrefix}${name}`
-  if (!redisUrl) {
-    app.decorate('redis', { client: null, key })
-    return
-  }
-  const client = new Redis(redisUrl, {
-    maxRetriesPerRequest: 1,
-    // Commands that requests issue in the same turn of the event loop go out in one write (and their
-    // answers come back in one read): under load, the requests a read of Redis's answers resumes send
-    // their next commands together. Measured on the deployed rows, interleaved in one run: a persisted
-    // GET executed 306 -> 230 µs of CPU, a cached one 145 -> 130 (bench, docs/benchmarks.md).
-    enableAutoPipelining: true,
-    enableOfflineQueue: false,
+/**
+ * Options of every connection to one Redis server (or each node of a cluster). Commands fail fast; the
+ * pub/sub connections (plugins/events.ts) keep ioredis's defaults, so subscriptions are made again and
+ * held until a connection is back (publishing is bounded there).
+ */
+function serverOptions (url: URL, pubSub: boolean): RedisOptions {
+  return {
+    username: decodeURIComponent(url.username) || undefined,
+    password: decodeURIComponent(url.password) || undefined,
+    ...(url.protocol === 'rediss:' ? { tls: {} } : {}),
     connectTimeout: 2000,
-    commandTimeout: COMMAND_TIMEOUT_MS,
-    retryStrategy: (attempt) => Math.min(attempt * 200, 2000)
-  })
-  // Connection errors are reported through readiness and per-command failures, not as crashes.
-  client.on('error', (err) => app.log.warn({ err: err.message }, 'redis connection error'))
-  try {
-    const shown = withoutCredentials(redisUrl)
-    await new Promise<void>((resolve, reject) => {
-      client.once('ready', resolve)
-      client.once('end', () => reject(new Error(`Redis at ${shown} is not reachable`)))
-      setTimeout(() => reject(new Error(`Redis at ${shown} did not answer within 5 s`)), 5000).unref()
+    ...(pubSub ? {} : { maxRetriesPerRequest: 1, commandTimeout: COMMAND_TIMEOUT_MS })
+  }
+}
+
+/**
+ * A connection to `address`, not yet connected (`lazyConnect`): one server, or a Redis Cluster found from
+ * the nodes given. Commands issued in the same turn of the event loop go out in one write
+ * (and their answers come back in one read): under load, the requests a read of Redis's answers resumes
+ * send their next commands together. Measured on the deployed rows, interleaved in one run: a persisted
+ * GET executed 306 -> 230 µs of CPU, a cached one 145 -> 130 (bench, docs/benchmarks.md).
+ */
+export function redisConnection (address: RedisAddress, use: 'commands' | 'pub/sub' = 'commands'): Redis | Cluster {
+  const urls = address.urls.map((u) => new URL(u))
+  const pubSub = use === 'pub/sub'
+  const options = serverOptions(urls[0]!, pubSub)
+  if (!address.cluster) {
+    const url = urls[0]!
+    return new Redis({
+      ...options,
+      host: url.hostname,
+      port: Number(url.port || 6379),
+      db: Number(url.pathname.slice(1) || 0),
+      lazyConnect: true,
+      enableAutoPipelining: true,
+      enableOfflineQueue: pubSub,
+      retryStrategy: (attempt) => Math.min(attempt * 200, 2000)
     })
+  }
+  return new Cluster(urls.map((url) => ({ host: url.hostname, port: Number(url.port || 6379) })), {
+    redisOptions: options,
+    lazyConnect: true,
+    enableAutoPipelining: true,
+    autoPipeliningIgnoredCommands: SCRIPTS_WITH_KEY_COUNTS,
+    enableOfflineQueue: pubSub,
+    clusterRetryStrategy: (attempt) => Math.min(attempt * 200, 2000)
+  })
+}
+
+/** Connects `client`, or throws saying which Redis did not answer. */
+export async function connected (client: Redis | Cluster, address: RedisAddress): Promise<void> {
+  const shown = address.urls.map(withoutCredentials).join(',')
+  try {
+    await Promise.race([
+      client.connect(),
+      new Promise((_resolve, reject) => setTimeout(() => reject(new Error('no answer')), READY_TIMEOUT_MS).unref())
+    ])
   } catch (err) {
     client.disconnect()
+    throw new Error(`Redis at ${shown} is not reachable: ${(err as Error).message}`)
+  }
+}
+
+/** QUIT lets pending replies arrive; bounded, so a Redis that vanishes mid-shutdown cannot hold it up. */
+async function close (client: Redis | Cluster): Promise<void> {
+  await Promise.race([
+    client.quit().catch(() => {}),
+    new Promise((resolve) => setTimeout(resolve, CLOSE_WAIT_MS).unref())
+  ])
+  client.disconnect()
+}
+
+export default fp(async function redis (app: FastifyInstance) {
+  const { redis: address, redisPrefix, responseCache } = app.config
+  const key = (name: string) => `${redisPrefix}${name}`
+  if (!address) {
+    app.decorate('redis', { client: null, cluster: false, key, cache: null })
+    return
+  }
+  const opened: Array<Redis | Cluster> = []
+  // Connection errors are reported through readiness and per-command failures, not as crashes.
+  const open = async (at: RedisAddress, name: string) => {
+    const client = redisConnection(at)
+    client.on('error', (err: Error) => app.log.warn({ err: err.message }, `${name} connection error`))
+    await connected(client, at)
+    opened.push(client)
+    return client
+  }
+  try {
+    const client = await open(address, 'redis')
+    const own = responseCache.redis
+    const cache = own
+      ? { client: await open(own, 'response cache redis'), cluster: own.cluster, mayEvict: true }
+      : { client, cluster: address.cluster, mayEvict: false }
+    app.decorate('redis', { client, cluster: address.cluster, key, cache })
+    app.addHook('onReady', async () => {
+      app.readinessChecks?.set('redis', async () => { await client.ping() })
+      if (own) app.readinessChecks?.set('response cache redis', async () => { await cache.client.ping() })
+    })
+  } catch (err) {
+    for (const client of opened) client.disconnect()
     throw err
   }
-  app.decorate('redis', { client, key })
-  app.addHook('onReady', async () => {
-    app.readinessChecks?.set('redis', async () => { await client.ping() })
-  })
-  // QUIT lets pending replies arrive; bounded, so a Redis that vanishes mid-shutdown cannot hold it up.
-  app.addHook('onClose', async () => {
-    await Promise.race([
-      client.quit().catch(() => {}),
-      new Promise((resolve) => setTimeout(resolve, CLOSE_WAIT_MS).unref())
-    ])
-    client.disconnect()
-  })
+  app.addHook('onClose', async () => { await Promise.all(opened.map(close)) })
 }, { name: 'redis', dependencies: ['config'] })

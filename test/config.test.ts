@@ -30,7 +30,7 @@ test('development profile: open for building, fixed development secret, embedded
   t.equal(config.persistedOnly, false)
   t.equal(config.databaseUrl, null)
   t.equal(config.demoData, true, 'a new embedded store starts with the demo data set')
-  t.equal(config.redisUrl, null)
+  t.equal(config.redis, null)
   t.same(config.limits.budgets, { anonymous: 1000, USER: 10000, ADMIN: 100000, SERVICE: 100000 })
   t.match(config.limits, {
     maxDepth: 10,

@@ -1,8 +1,9 @@
 // The composition root's one call: the response cache the settings ask for, on Redis when the service
-// has it (shared by the instances), else in process.
-import type { Redis } from 'ioredis'
+// has it (shared by the instances; a Redis of its own when RESPONSE_CACHE_REDIS_URL is set), else in process.
+import type { Cluster, Redis } from 'ioredis'
+import type { RedisAddress } from '../config.ts'
 import { DEFAULT_MAX_BYTES, MemoryCacheStore } from './memory-store.ts'
-import { RedisCacheStore } from './redis-store.ts'
+import { CLUSTER_SHARDS, RedisCacheStore } from './redis-store.ts'
 import { DEFAULT_TTL_MS, ResponseCache } from './response-cache.ts'
 
 export { DEFAULT_MAX_BYTES, DEFAULT_TTL_MS }
@@ -15,11 +16,16 @@ export interface ResponseCacheSettings {
   ttlMs: number
   /** The in-process store's bound in estimated bytes; default 64 MiB (see MemoryStoreOptions). Unused with Redis. */
   maxBytes: number
+  /**
+   * A Redis for cached answers only (RESPONSE_CACHE_REDIS_URL or _CLUSTER_NODES), which may evict keys;
+   * null: they share the Redis of the service's state.
+   */
+  redis: RedisAddress | null
 }
 
-/** The service's Redis as plugins/redis.ts decorates it: its client (null in the embedded default), its key naming. */
+/** The service's Redis as plugins/redis.ts decorates it: where cached answers live (null: embedded), its key naming. */
 export interface CacheRedis {
-  client: Redis | null
+  cache: { client: Redis | Cluster; cluster: boolean; mayEvict: boolean } | null
   key (name: string): string
 }
 
@@ -31,8 +37,14 @@ export function createResponseCache (
 ): ResponseCache | null {
   if (!settings.enabled) return null
   const { ttlMs, maxBytes } = settings
-  const store = redis.client
-    ? new RedisCacheStore({ redis: redis.client, redisKey: redis.key, ttlMs })
+  const store = redis.cache
+    ? new RedisCacheStore({
+      redis: redis.cache.client,
+      redisKey: redis.key,
+      ttlMs,
+      shards: redis.cache.cluster ? CLUSTER_SHARDS : 1,
+      mayEvict: redis.cache.mayEvict
+    })
     : new MemoryCacheStore({ ttlMs, maxBytes })
   return new ResponseCache(store, { ttlMs, onError })
 }

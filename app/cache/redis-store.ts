@@ -46,6 +46,13 @@ export interface RedisStoreOptions {
   rememberedKeys?: number
 }
 
+/**
+ * The scripts whose number of keys varies (passed first, as EVAL takes it). ioredis's automatic
+ * pipelining on a Redis Cluster routes a custom command by its first argument, which here is that
+ * number, not a key: the cluster's connection must send these on their own (plugins/redis.ts).
+ */
+export const SCRIPTS_WITH_KEY_COUNTS = ['responseCacheFill', 'responseCacheInvalidate']
+
 /** Shards on a Redis Cluster: enough to spread the cache over a few dozen nodes; each write marks every one. */
 export const CLUSTER_SHARDS = 16
 

@@ -1,6 +1,6 @@
 // Automatic persisted queries (APQ): where registered texts live, by sha256 hex, bounded; in this
 // process, or shared by every instance through Redis.
-import type { Redis } from 'ioredis'
+import type { Cluster, Redis } from 'ioredis'
 import { LruMap } from '../../app/lru-map.ts'
 
 // ---------------------------------------------------------------------------------------------
@@ -50,12 +50,13 @@ return text`
  * so an outage costs clients a resend, not an error.
  */
 export function redisApqStore (
-  redis: Redis,
+  redis: Redis | Cluster,
   keyOf: (name: string) => string,
   maxEntries: number,
   log: { warn(o: object, msg: string): void }
 ): ApqStore {
-  const keys = [keyOf('apq:documents'), keyOf('apq:recency')]
+  // One hash slot for both keys (`{apq}`): the scripts run on a Redis Cluster too.
+  const keys = [keyOf('{apq}:documents'), keyOf('{apq}:recency')]
   const warn = (err: unknown) =>
     log.warn({ err: (err as Error).message }, "APQ registry: Redis unavailable, using this instance's copy")
   return {

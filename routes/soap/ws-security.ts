@@ -24,7 +24,7 @@
 // X.509 signatures instead of (or beside) a password: signature.ts; a signed message's replay is
 // refused by its SignatureValue through the same NonceCache.
 import { createHash, timingSafeEqual } from 'node:crypto'
-import type { Redis } from 'ioredis'
+import type { Cluster, Redis } from 'ioredis'
 import type { Caller } from '../../app/domain/context.ts'
 import { findPartner, verifyPartnerPassword, type Partner } from '../../app/domain/partners.ts'
 import { AppError } from '../../app/errors.ts'
@@ -80,7 +80,7 @@ export function memoryNonceCache (maxEntries = 200_000): NonceCache {
 }
 
 /** Shared by every instance through Redis: SET key NX PX. Fails closed when Redis does not answer. */
-export function redisNonceCache (redis: Redis, keyOf: (name: string) => string): NonceCache {
+export function redisNonceCache (redis: Redis | Cluster, keyOf: (name: string) => string): NonceCache {
   return {
     async claim (key, ttlMs) {
       let result: string | null

@@ -17,7 +17,7 @@ const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const prefix = `test-response-cache-create-${randomUUID()}:`
 const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, commandTimeout: 2000 })
 /** The embedded default: no Redis, the cache in process. */
-const local = { client: null, key: (name: string) => name }
+const local = { cache: null, key: (name: string) => name }
 /** The settings as the service reads them by default. */
 const DEFAULTS = testConfig().responseCache
 t0.teardown(async () => {
@@ -32,7 +32,7 @@ test('off, in process (bounded in bytes), or on Redis (shared)', async (t) => {
   await small.fill('big', async () => ({ body: JSON.stringify('x'.repeat(5000)), tags: [], store: true }))
   t.equal(await small.lookup('big'), null, 'the byte bound applies')
   t.equal(small.stats().bytes, 0)
-  const shared = { client: redis, key: (name: string) => prefix + name }
+  const shared = { cache: { client: redis, cluster: false, mayEvict: false }, key: (name: string) => prefix + name }
   const one = createResponseCache(DEFAULTS, shared)!
   const two = createResponseCache(DEFAULTS, shared)!
   await one.fill('k', async () => ({ body: '{"data":1}', tags: ['users'], store: true }))

@@ -182,6 +182,14 @@ test('on a Redis that may evict, a missing mark is never taken for "not invalida
   t.equal(await a.lookup('e1'), null, 'a mark gone: a miss')
   const other = evicting()
   t.equal(await other.lookup('e1'), null, 'on every instance')
+  // A write lands while an answer is computed, and its mark is evicted before the fill: the fill cannot
+  // tell "never invalidated" from "evicted", so it keeps nothing.
+  await a.fill('e2', async () => answer('v1', ['user:f']), (await a.find('e2')).since)
+  const begun = await a.find('e2-new')
+  await other.invalidate(['user:f'])
+  await redis.del(`${prefix}ev:{rc:0}:m:user:f`)
+  await a.fill('e2-new', async () => answer('computed before the write', ['user:f']), begun.since)
+  t.equal(await a.lookup('e2-new'), null, 'an answer begun before a write whose mark was evicted is not kept')
 })
 
 test('invalidateAll drops every entry, whatever its tags, on every instance', async (t) => {

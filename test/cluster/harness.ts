@@ -226,8 +226,11 @@ export interface PrivateRedis {
   start (): Promise<void>
 }
 
-/** A redis-server of the test's own (so stopping it disturbs no other test), without persistence. */
-export async function startPrivateRedis (t: TestLike): Promise<PrivateRedis> {
+/**
+ * A redis-server of the test's own (so stopping it disturbs no other test), without persistence;
+ * `settings`: more of its command-line settings (e.g. a memory bound and an eviction policy).
+ */
+export async function startPrivateRedis (t: TestLike, settings: string[] = []): Promise<PrivateRedis> {
   const bin = requireTool('redis-server', 'install Debian\'s redis-server package')
   const port = await freePort()
   let child: ChildProcess | null = null
@@ -235,7 +238,7 @@ export async function startPrivateRedis (t: TestLike): Promise<PrivateRedis> {
     child = track(
       spawn(
         bin,
-        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'],
+        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', ...settings],
         { stdio: 'ignore' }
       )
     )
@@ -255,6 +258,69 @@ export async function startPrivateRedis (t: TestLike): Promise<PrivateRedis> {
   await start()
   t.teardown(stop)
   return { url: `redis://127.0.0.1:${port}`, port, start, stop }
+}
+
+export interface RedisCluster {
+  /** The nodes' URLs, as REDIS_CLUSTER_NODES takes them. */
+  nodes: string[]
+  ports: number[]
+}
+
+/** A port whose cluster bus port (port + 10000) is free too. */
+async function clusterPort (): Promise<number> {
+  const { createServer } = await import('node:net')
+  for (;;) {
+    const port = await freePort()
+    if (port + 10000 > 65535) continue
+    const free = await new Promise<boolean>((resolve) => {
+      const probe = createServer().once('error', () => resolve(false))
+      probe.listen(port + 10000, '127.0.0.1', () => probe.close(() => resolve(true)))
+    })
+    if (free) return port
+  }
+}
+
+/**
+ * A Redis Cluster of the test's own: `masters` redis-server processes in cluster mode (Debian's
+ * redis-server), no replicas, slots spread by redis-cli --cluster create; stopped at the end.
+ */
+export async function startRedisCluster (t: TestLike, masters = 3): Promise<RedisCluster> {
+  const bin = requireTool('redis-server', 'install Debian\'s redis-server package')
+  const cli = requireTool('redis-cli', 'install Debian\'s redis-tools package')
+  const dir = mkdtempSync(join(tmpdir(), 'redis-cluster-'))
+  const ports: number[] = []
+  const nodes: ChildProcess[] = []
+  t.teardown(async () => {
+    for (const node of nodes) node.kill('SIGKILL')
+    await Promise.all(nodes.map(exited))
+    rmSync(dir, { recursive: true, force: true })
+  })
+  for (let i = 0; i < masters; i++) {
+    const port = await clusterPort()
+    ports.push(port)
+    nodes.push(track(spawn(bin, [
+      '--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes',
+      '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', '2000',
+      '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no'
+    ], { stdio: 'ignore' })))
+  }
+  for (const port of ports) {
+    let up = false
+    for (let i = 0; i < 100 && !up; i++) {
+      up = await pingRedis(port)
+      if (!up) await sleep(50)
+    }
+    if (!up) throw new Error(`redis-server did not start on port ${port}`)
+  }
+  const created = spawnSync(cli, ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'],
+    { encoding: 'utf8' })
+  if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stdout}${created.stderr}`)
+  for (let i = 0; i < 200; i++) {
+    const states = ports.map((port) => spawnSync(cli, ['-p', String(port), 'cluster', 'info'], { encoding: 'utf8' }).stdout)
+    if (states.every((s) => s.includes('cluster_state:ok'))) return { nodes: ports.map((p) => `redis://127.0.0.1:${p}`), ports }
+    await sleep(50)
+  }
+  throw new Error('the Redis Cluster did not reach cluster_state:ok')
 }
 
 async function pingRedis (port: number): Promise<boolean> {
@@ -478,10 +544,18 @@ ${instances.map((_, index) => server(pinnedPorts[index]!, `graphql_pinned_${inde
 export interface Instances {
   db: Database
   instances: Instance[]
-  redisUrl: string
+  /** The Redis settings every instance runs with (REDIS_URL, or REDIS_CLUSTER_NODES), and REDIS_PREFIX. */
+  redisEnv: Record<string, string>
   redisPrefix: string
   applicationName: string
 }
+
+/**
+ * Set to 1, the instances of startInstances run on a Redis Cluster of three masters of the test's own
+ * (`npm run test:redis-cluster`: the cluster suite's correctness tests on a cluster), unless a test
+ * gives a Redis of its own.
+ */
+const ON_REDIS_CLUSTER = process.env.TEST_REDIS_CLUSTER === '1'
 
 export interface Cluster extends Instances {
   lb: LoadBalancer
@@ -498,9 +572,10 @@ export async function startInstances (
 ): Promise<Instances> {
   const db = await createDatabase(t)
   const redisUrl = options.redisUrl ?? REDIS_URL
-  if (!options.redisUrl) await requireRedis(redisUrl)
   const redisPrefix = `${db.schema}:`
-  if (!options.redisUrl) {
+  const onCluster = ON_REDIS_CLUSTER && !options.redisUrl ? await startRedisCluster(t) : null
+  if (!options.redisUrl && !onCluster) await requireRedis(redisUrl)
+  if (!options.redisUrl && !onCluster) {
     // The machine's Redis is shared with other tests: leave nothing under this cluster's prefix behind.
     t.teardown(async () => {
       const redis = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 })
@@ -514,19 +589,22 @@ export async function startInstances (
     })
   }
   const applicationName = db.schema
+  const redisEnv = {
+    ...(onCluster ? { REDIS_CLUSTER_NODES: onCluster.nodes.join(',') } : { REDIS_URL: redisUrl }),
+    REDIS_PREFIX: redisPrefix
+  }
   const env = {
     DATABASE_URL: db.url,
     DATABASE_SCHEMA: db.schema,
     DATABASE_APPLICATION_NAME: applicationName,
-    REDIS_URL: redisUrl,
-    REDIS_PREFIX: redisPrefix,
+    ...redisEnv,
     ...options.env
   }
   const names = 'abcdefgh'
   const instances = await Promise.all(
     Array.from({ length: options.size ?? 2 }, (_, i) => startInstance(t, `app-${names[i]}`, env))
   )
-  return { db, instances, redisUrl, redisPrefix, applicationName }
+  return { db, instances, redisEnv, redisPrefix, applicationName }
 }
 
 /** startInstances, behind nginx. */

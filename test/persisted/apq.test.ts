@@ -139,9 +139,9 @@ test('with REDIS_URL the registry is shared by every instance, and bounded in Re
   const texts = ['{ a: users { id } }', '{ b: users { id } }', '{ c: users { id } }', '{ d: users { id } }']
   const pq = (text: string) => ({ extensions: { persistedQuery: { version: 1, sha256Hash: sha256Hex(text) } } })
   for (const text of texts) await postJson(one.url, { query: text, ...pq(text) })
-  t.equal(await redis.hlen(`${prefix}apq:documents`), 3)
-  t.equal(await redis.zcard(`${prefix}apq:recency`), 3)
-  t.same((await redis.hkeys(`${prefix}apq:documents`)).sort(), texts.slice(1).map(sha256Hex).sort())
+  t.equal(await redis.hlen(`${prefix}{apq}:documents`), 3)
+  t.equal(await redis.zcard(`${prefix}{apq}:recency`), 3)
+  t.same((await redis.hkeys(`${prefix}{apq}:documents`)).sort(), texts.slice(1).map(sha256Hex).sort())
   const three = await listenTestApp(t, env)
   t.equal(
     (await postJson(three.url, pq(texts[0]!))).body.errors?.[0].extensions.code,
