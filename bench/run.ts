@@ -10,8 +10,8 @@ import { randomBytes } from 'node:crypto'
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
+import { readCommandLine } from '../app/command-line.ts'
 import { mintToken, signingKey } from '../cli/mint-token.ts'
 import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
@@ -74,7 +74,16 @@ if (Number(process.versions.node.split('.')[0]) < 24) {
   process.exit(2)
 }
 
-const { values: args } = parseArgs({
+const BENCH_USAGE = `usage: npm run bench [-- --only ROW … --duration S --rounds N --connections N --smoke --check --profile]
+       npm run bench -- --target URL [--only ROW … --duration S --connections N --timeout S]
+The benchmark suite (every option and row: bench/README.md; --help prints it), or with --target the
+read rows against a deployment it did not start (docs/operations.md#load-testing-a-deployment).`
+
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  console.log(`${BENCH_USAGE}\n\n${readFileSync(new URL('./README.md', import.meta.url), 'utf8')}`)
+  process.exit(0)
+}
+const { values: args } = readCommandLine(BENCH_USAGE, {
   options: {
     duration: { type: 'string' },
     connections: { type: 'string' },
@@ -92,14 +101,9 @@ const { values: args } = parseArgs({
     'log-level': { type: 'string' },
     'results-dir': { type: 'string' },
     target: { type: 'string' },
-    help: { type: 'boolean', default: false }
+    timeout: { type: 'string' }
   }
 })
-
-if (args.help) {
-  console.log(readFileSync(new URL('./README.md', import.meta.url), 'utf8'))
-  process.exit(0)
-}
 
 const smoke = args.smoke
 /** A deployment this run did not start (bench/target.ts): only its requests are sent, nothing is started. */
