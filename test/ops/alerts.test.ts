@@ -74,9 +74,12 @@ test('the dashboard: importable JSON, every panel on the datasource variable, th
   t.equal(dashboard.uid, 'graphql-query-service')
   const variables = (dashboard.templating.list as { name: string }[]).map((v) => v.name)
   t.same(variables, ['datasource', 'job', 'instance'])
-  for (const panel of dashboard.panels as { type: string; title: string; datasource?: { uid: string }; targets?: { expr: string }[] }[]) {
+  type Panel = { type: string; title: string; datasource?: { uid: string }; targets?: { expr: string }[] }
+  // Grafana's reference to the datasource variable, written as Grafana writes it.
+  const chosenDatasource = '$' + '{datasource}'
+  for (const panel of dashboard.panels as Panel[]) {
     if (panel.type === 'row') continue
-    t.equal(panel.datasource?.uid, '${datasource}', `${panel.title}: the chosen Prometheus`)
+    t.equal(panel.datasource?.uid, chosenDatasource, `${panel.title}: the chosen Prometheus`)
     for (const { expr } of panel.targets!) t.match(expr, /job="\$job", instance=~"\$instance"/, `${panel.title}: one job's chosen instances`)
   }
 })
