@@ -42,6 +42,8 @@ export interface RoomReadings {
   subscriptionStats (): SubscriptionCounts
   /** Every active app deployment, with the requests served for it since the last call. */
   takeDeploymentUsage (): { name: string; version: string; requests: number }[]
+  /** Whether the response cache answers now (and where it keeps answers); null when there is none. */
+  responseCacheStats (): { serving: boolean; bytes: number | null } | null
 }
 
 /* eslint-disable no-new -- a prom-client metric registers itself in `registers` when constructed */
@@ -79,6 +81,21 @@ export function graphqlMetrics (registry: Registry, room: () => RoomReadings): C
     help: 'Open GraphQL WebSocket connections on this instance',
     registers: [registry],
     collect () { this.set(subscriptionStats().webSockets) }
+  })
+
+  // Whether the response cache answers. It stops (every read executes, nothing is kept) while changes made
+  // beside the service cannot be seen (the store's change feed is down: PostgreSQL's LISTEN connection
+  // lost) or applied (Redis unreachable): app/cache/store-changes.ts. No series without a cache, so the
+  // alert on it (deploy/prometheus/alerts.yml) never fires for an instance that has none.
+  new Gauge({
+    name: 'graphql_response_cache_serving',
+    help: '1 while the response cache answers; 0 while it is bypassed because changes made beside the service cannot be seen (the change feed is down) or applied',
+    labelNames: ['store'] as const,
+    registers: [registry],
+    collect () {
+      const stats = room().responseCacheStats()
+      if (stats) this.set({ store: stats.bytes === null ? 'redis' : 'memory' }, stats.serving ? 1 : 0)
+    }
   })
 
   // One series per active app deployment (0 until used), dropped when it is retired: the label set is

@@ -4,7 +4,15 @@
 // one line per problem on stderr, never a stack trace nor a URL setting's credentials, and exits with 1.
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.ts'
+import { readCommandLine } from './command-line.ts'
 import { loadConfigOrExit, withoutCredentials } from './config.ts'
+
+// The service takes no arguments: its settings are environment variables (or a .env file).
+readCommandLine(`usage: npm start        (node app/server.ts: the production image runs this)
+       npm run dev      (the development profile, restarted when a file changes)
+Runs the GraphQL and SOAP service. It takes no arguments: every setting is an environment variable, read
+from the environment and from .env in the working directory (.env.example and docs/settings.md list them;
+NODE_ENV=production for the production profile). SIGTERM or Ctrl+C stops it gracefully.`, { options: {} })
 
 const config = loadConfigOrExit()
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const

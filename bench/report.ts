@@ -137,9 +137,13 @@ export function textTable (report: RunReport): string {
       .map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
       .join('  ')
       .trimEnd()
-  return [line(rows[0]!), widths.map((w) => '-'.repeat(Math.max(w, 6))).join('  '), ...rows.slice(1).map(line)].join(
-    '\n'
-  )
+  // A skipped row measured nothing: its name and why, in one line, instead of a line of dashes.
+  const skipped = (r: Result) => `${r.name.padEnd(widths[0]!)}  skipped: ${r.reason ?? ''}`.trimEnd()
+  return [
+    line(rows[0]!),
+    widths.map((w) => '-'.repeat(Math.max(w, 6))).join('  '),
+    ...report.results.map((r, i) => (r.status === 'skipped' ? skipped(r) : line(rows[i + 1]!)))
+  ].join('\n')
 }
 
 /** The issue's targets for the fan-out against ws-broadcast; shown, not checked by bench:check. */

@@ -10,14 +10,13 @@ import { randomBytes } from 'node:crypto'
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
-import { mintToken, signingKey } from '../cli/mint-token.ts'
+import { readCommandLine } from '../app/command-line.ts'
+import { mintToken } from '../cli/mint-token.ts'
 import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
 import { copySeed, deployedSettings, deployedUnavailable, removeDeployed } from './deployed.ts'
-import { adHocRefusal, TARGET_ROWS, TargetRefusal, targetData, targetScenarios } from './target.ts'
-import { ConfigError, loadSigningConfig } from '../app/config.ts'
+import { runTarget } from './target.ts'
 import { LB_ADDRESS, startLoadBalancer, type Instance } from '../test/cluster/harness.ts'
 import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
 import { REPO_ROOT, serverCpu, startServer, type ServerProcess } from './processes.ts'
@@ -74,7 +73,16 @@ if (Number(process.versions.node.split('.')[0]) < 24) {
   process.exit(2)
 }
 
-const { values: args } = parseArgs({
+const BENCH_USAGE = `usage: npm run bench [-- --only ROW … --duration S --rounds N --connections N --smoke --check --profile]
+       npm run bench -- --target URL [--only ROW … --duration S --connections N --timeout S]
+The benchmark suite (every option and row: bench/README.md; --help prints it), or with --target the
+read rows against a deployment it did not start (docs/operations.md#load-testing-a-deployment).`
+
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  console.log(`${BENCH_USAGE}\n\n${readFileSync(new URL('./README.md', import.meta.url), 'utf8')}`)
+  process.exit(0)
+}
+const { values: args } = readCommandLine(BENCH_USAGE, {
   options: {
     duration: { type: 'string' },
     connections: { type: 'string' },
@@ -92,14 +100,9 @@ const { values: args } = parseArgs({
     'log-level': { type: 'string' },
     'results-dir': { type: 'string' },
     target: { type: 'string' },
-    help: { type: 'boolean', default: false }
+    timeout: { type: 'string' }
   }
 })
-
-if (args.help) {
-  console.log(readFileSync(new URL('./README.md', import.meta.url), 'utf8'))
-  process.exit(0)
-}
 
 const smoke = args.smoke
 /** A deployment this run did not start (bench/target.ts): only its requests are sent, nothing is started. */
@@ -116,8 +119,8 @@ const options = {
   // V8 optimises a request path after it has run it many times, not after some seconds: a slow machine
   // needs longer to get there (measured here: about 25000 requests before the service's cost per request
   // stops falling), so warm-up lasts until a row has served this many requests (or WARMUP_MAX_SEC). A
-  // deployment under --target is warm already: its warm-up is the --warmup seconds alone.
-  warmupRequests: num(args['warmup-requests'], smoke ? 20 : target ? 0 : 25000),
+  // deployment under --target is warm already: its warm-up is the --warmup seconds alone (bench/target.ts).
+  warmupRequests: num(args['warmup-requests'], smoke ? 20 : 25000),
   rounds: Math.max(1, Math.round(num(args.rounds, smoke ? 1 : 10))),
   connections: num(args.connections, smoke ? 4 : 50),
   users: num(args.users, smoke ? 1000 : 10000),
@@ -293,8 +296,7 @@ async function verifySamples (url: string, scenario: HttpScenario, count: number
     if (scenario.cacheOutcome) await send(url, request)
     const response = await send(url, request)
     // Every other row measures executing its request (RESPONSE_CACHE=false in baseEnv): a hit would not.
-    // (A deployment under --target answers with whatever cache it runs.)
-    if (!scenario.cacheOutcome && !target && response.headers.age !== undefined) {
+    if (!scenario.cacheOutcome && response.headers.age !== undefined) {
       return `${request.method} ${request.path.slice(0, 80)}: answered from a cache (Age: ${response.headers.age}), but this row measures execution`
     }
     const problem = scenario.verify(request, response)
@@ -701,113 +703,14 @@ function selected (name: string): boolean {
   return options.only.length === 0 || options.only.includes(name)
 }
 
-/**
- * --target: the rows a deployment is load-tested with, against it: each checked, warmed up, measured in
- * interleaved rounds and reported in the same table (without CPU: the servers are not this machine's
- * processes); every non-2xx or wrong answer counts as a failure. A target that does not answer, refuses
- * the tokens or does not know the operations stops the run with one line (exit code 2).
- */
-async function targetMain (url: string): Promise<number> {
-  let data: BenchData
-  let scenarios: HttpScenario[]
-  try {
-    const jwt = loadSigningConfig({ ...process.env, NODE_ENV: process.env.NODE_ENV ?? 'development' })
-    data = await targetData(url, jwt, signingKey(jwt))
-    scenarios = targetScenarios(data, await adHocRefusal(url)).filter((s) => selected(s.name))
-  } catch (err) {
-    if (!(err instanceof TargetRefusal || err instanceof ConfigError)) throw err
-    console.error(`bench: ${err.message.replace(/\s*\n\s*/g, ' ')}`)
-    return 2
-  }
-  if (scenarios.length === 0) {
-    console.error(`bench: no row named ${options.only.join(', ')} for --target (rows: ${TARGET_ROWS.join(', ')})`)
-    return 2
-  }
-  log(`bench --target ${url}: ${scenarios.map((s) => s.name).join(', ')}; ${data.users.length} users; ${options.rounds} interleaved rounds of ${(options.durationSec / options.rounds).toFixed(1)} s × ${options.connections} connections`)
-  // The deployment's processes are not this machine's: a stand-in that reports no CPU.
-  const remote: ServerProcess = {
-    name: url,
-    pid: 0,
-    url,
-    cpuMicros: () => null,
-    cpuSplitMicros: () => null,
-    peakRssBytes: () => null,
-    rssBytes: () => null,
-    logTail: () => '',
-    stop: async () => {}
-  }
-  const results: Result[] = []
-  const members: { scenario: HttpScenario; rounds: Round[]; warmup: Round | null; result: Result }[] = []
-  for (const scenario of scenarios) {
-    const result: Result = { ...baseResult(scenario), restBaseline: null }
-    const unavailable = scenario.unavailable?.()
-    if (unavailable) {
-      results.push({ ...result, status: 'skipped', reason: unavailable })
-      continue
-    }
-    const problem = await verifySamples(url, scenario, 3)
-    if (problem) {
-      results.push({ ...result, status: 'failed', reason: `wrong response before the load: ${problem}` })
-      continue
-    }
-    const warmup = options.warmupSec > 0 ? await warmUp(remote, scenario) : null
-    members.push({ scenario, rounds: [], warmup, result })
-  }
-  const slice = options.durationSec / options.rounds
-  for (let i = 0; i < options.rounds; i++) {
-    for (const m of members) m.rounds.push(await round(remote, m.scenario, slice))
-    log(`    round ${i + 1}/${options.rounds}: ${members.map((m) => `${m.scenario.name} ${Math.round(m.rounds[i]!.requests / m.rounds[i]!.seconds)}`).join(', ')} req/s`)
-  }
-  for (const m of members) {
-    const all = m.warmup ? [...m.rounds, m.warmup] : m.rounds
-    const requests = m.rounds.reduce((n, r) => n + r.requests, 0)
-    const seconds = m.rounds.reduce((n, r) => n + r.seconds, 0)
-    const non2xx = all.reduce((n, r) => n + r.non2xx, 0)
-    // (A non-2xx answer also fails the body check: counted once, as non-2xx.)
-    const errors = all.reduce((n, r) => n + r.errors + Math.max(0, r.mismatches - r.non2xx), 0)
-    const failed = non2xx + errors > 0 || requests === 0
-    const first = all.find((r) => r.firstBad)?.firstBad ?? 'no response'
-    results.push({
-      ...m.result,
-      status: failed ? 'failed' : 'ok',
-      ...(failed ? { reason: `${non2xx} non-2xx answers, ${errors} connection errors, timeouts or wrong answers; first: ${first}` } : {}),
-      connections: options.connections,
-      durationSec: seconds,
-      requests,
-      rps: requests / seconds,
-      latencyMs: { p50: median(m.rounds.map((r) => r.p50)), p99: median(m.rounds.map((r) => r.p99)) },
-      non2xx,
-      errors,
-      rounds: m.rounds.map((r) => r.requests / r.seconds)
+async function main (): Promise<number> {
+  if (target !== null) {
+    return runTarget(target, { ...options, timeoutSec: num(args.timeout, 2) }, {
+      command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
+      commit: gitCommit(),
+      resultsDir: args['results-dir'] ? resultsDir : null
     })
   }
-  const report: RunReport = {
-    startedAt: startedAt.toISOString(),
-    finishedAt: new Date().toISOString(),
-    command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
-    commit: gitCommit(),
-    smoke: false,
-    machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', node: process.versions.node, platform: `${process.platform}-${process.arch}` },
-    options: { ...options, target: url },
-    notes: [
-      `Against ${url}, a deployment this run did not start: req/s and latency as this machine's load generator saw them; no server CPU.`,
-      'Every non-2xx answer, connection error, timeout or answer failing its check counts as a failure of its row (shown as non2xx/err).'
-    ],
-    results
-  }
-  log('')
-  log(textTable(report))
-  if (args['results-dir']) {
-    mkdirSync(resultsDir, { recursive: true })
-    const file = join(resultsDir, `target-${report.startedAt.replace(/[:.]/g, '-')}.json`)
-    writeFileSync(file, JSON.stringify(report, null, 2) + '\n')
-    log(`written: ${file}`)
-  }
-  return results.some((r) => r.status === 'failed') ? 1 : 0
-}
-
-async function main (): Promise<number> {
-  if (target !== null) return targetMain(target)
   log(
     `bench: ${smoke ? 'SMOKE ' : ''}${options.durationSec} s measured (${options.rounds} interleaved rounds) + warm-up per row (at least ${options.warmupSec} s and ${options.warmupRequests} requests), ${options.connections} connections; ${cpus().length} CPUs (${serverCpu === null ? 'processes not pinned' : `servers on CPU ${serverCpu}, load generator on the others`}), Node ${process.versions.node}, load average ${loadStart.map((n) => n.toFixed(2)).join(' ')}`
   )

@@ -31,8 +31,11 @@ export interface BenchData {
    * rows spend the same.
    */
   costs?: { user: number; list: number }
-  /** A partner login for the SOAP scenarios, when the SOAP transport exists. */
-  soap?: { path: string; login: string; password: string }
+  /**
+   * A partner login for the SOAP scenarios, when the SOAP transport exists, and the v1 contract's namespace
+   * when it is not the one the benchmark starts its services with (a deployment under --target: its WSDL's).
+   */
+  soap?: { path: string; login: string; password: string; namespace?: string }
   /** The same partner's key and certificate (PEM) for the signed SOAP row; absent without openssl. */
   soapSigner?: { key: string; cert: string }
 }

@@ -101,12 +101,13 @@ function passwordEnvelope (partner: Partner, kind: 'digest' | 'text', body: stri
     `<soap:Body>${body}</soap:Body></soap:Envelope>`
 }
 
-const getUser = (id: string) => `<GetUser xmlns="${SOAP_NS}"><id>${id}</id></GetUser>`
+/**
+ * The v1 contract's namespace the envelopes are written in: the benchmark's own services are started with
+ * SOAP_NAMESPACE_BASE = SOAP_PUBLIC_URL; a deployment under --target says its own in its WSDL (data.soap.namespace).
+ */
+const namespaceOf = (partner: Partner | undefined) => partner?.namespace ?? SOAP_NS
 
-/** SOAP 1.1 GetUser with a UsernameToken PasswordDigest (fresh Nonce and Created). */
-export function getUserEnvelope (login: string, password: string, id: string): string {
-  return passwordEnvelope({ path: SOAP_PATH, login, password }, 'digest', getUser(id))
-}
+const getUser = (namespace: string, id: string) => `<GetUser xmlns="${namespace}"><id>${id}</id></GetUser>`
 
 function soapPost (path: string, action: string, body: string): RequestSpec {
   return {
@@ -117,8 +118,10 @@ function soapPost (path: string, action: string, body: string): RequestSpec {
   }
 }
 
-const soapRequest = (data: BenchData, id: string): RequestSpec =>
-  soapPost(SOAP_PATH, `${SOAP_NS}/GetUser`, getUserEnvelope(data.soap!.login, data.soap!.password, id))
+const soapRequest = (data: BenchData, id: string): RequestSpec => {
+  const namespace = namespaceOf(data.soap)
+  return soapPost(SOAP_PATH, `${namespace}/GetUser`, passwordEnvelope(data.soap!, 'digest', getUser(namespace, id)))
+}
 
 function soapAnswer (response: Sample, operation: string): string | null {
   if (response.status !== 200) return `HTTP ${response.status}: ${response.body.slice(0, 300)}`
@@ -208,7 +211,10 @@ export function soapScenarios (data: BenchData, unavailable: string | null): Rec
       ...common,
       name,
       description: `POST ${SOAP_PATH}: SOAP 1.1 GetUser(id) as a partner, ${description}`,
-      next: () => soapPost(SOAP_PATH, `${SOAP_NS}/GetUser`, passwordEnvelope(data.soap!, kind, getUser(next())))
+      next: () => {
+        const namespace = namespaceOf(data.soap)
+        return soapPost(SOAP_PATH, `${namespace}/GetUser`, passwordEnvelope(data.soap!, kind, getUser(namespace, next())))
+      }
     }
   }
 
@@ -218,7 +224,7 @@ export function soapScenarios (data: BenchData, unavailable: string | null): Rec
   const nextSigned = rotate()
   const signedBody = () => {
     sign ??= createRequestSigner(data.soapSigner!.key, data.soapSigner!.cert)
-    return sign(getUser(nextSigned()))
+    return sign(getUser(namespaceOf(data.soap), nextSigned()))
   }
   const signed: HttpScenario = {
     ...common,

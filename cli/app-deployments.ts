@@ -10,6 +10,7 @@
 import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { buildSchema } from 'graphql'
+import { readCommandLine } from '../app/command-line.ts'
 import { loadConfigOrExit, type Config } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
 import {
@@ -24,7 +25,12 @@ import { schemaSDL } from '../routes/graphql/schema.ts'
 const USAGE = `usage: npm run app -- check FILE
        npm run app -- publish --name N --version V FILE
        npm run app -- retire --name N --version V
-       npm run app -- list [--json] [--stale-days N]`
+       npm run app -- list [--json] [--stale-days N]
+App deployments (a mobile app version's persisted operations) in the configured store (DATABASE_URL, else
+SQLITE_PATH): check a manifest against this service (nothing written), publish it under an app name and
+version (live on every instance within seconds), retire a version nobody runs, list them with their use
+(--stale-days N marks those unused for N days). Exit 1 when refused, 2 on a usage error.
+docs/deployment.md#app-deployments.`
 
 function readJson (file: string): unknown {
   try {
@@ -51,17 +57,22 @@ export function listingLines (deployments: ListedDeployment[]): string[] {
   ].join('  '))
 }
 
+const OPTIONS = {
+  name: { type: 'string' },
+  version: { type: 'string' },
+  json: { type: 'boolean', default: false },
+  'stale-days': { type: 'string' }
+} as const
+
 export async function runApp (argv: string[], config: Config, out: (line: string) => void): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      name: { type: 'string' },
-      version: { type: 'string' },
-      json: { type: 'boolean', default: false },
-      'stale-days': { type: 'string' }
-    }
-  })
+  let parsed
+  try {
+    parsed = parseArgs({ args: argv, allowPositionals: true, options: OPTIONS })
+  } catch (err) {
+    // parseArgs's first sentence names the option ("Unknown option '--bogus'").
+    return usage((err as Error).message.split('. ')[0]!)
+  }
+  const { values, positionals } = parsed
   const [verb, file, ...extra] = positionals
   const schema = buildSchema(schemaSDL)
   if (verb === 'check' && file && extra.length === 0) {
@@ -70,12 +81,16 @@ export async function runApp (argv: string[], config: Config, out: (line: string
     out(`${file}: ${checked.operations.length} operations check for this service`)
     return 0
   }
-  const needsName = verb === 'publish' || verb === 'retire'
-  if (needsName && (!values.name || !values.version)) return usage()
-  if ((verb === 'publish' && (!file || extra.length > 0)) || (verb === 'retire' && file)) return usage()
-  if (verb !== 'publish' && verb !== 'retire' && verb !== 'list') return usage()
+  if (verb !== 'publish' && verb !== 'retire' && verb !== 'list') {
+    return usage(verb === 'check' ? 'check takes one FILE' : verb ? `unknown command: ${verb}` : 'a command is missing')
+  }
+  if ((verb === 'publish' || verb === 'retire') && (!values.name || !values.version)) {
+    return usage(`${verb} needs --name and --version`)
+  }
+  if (verb === 'publish' && (!file || extra.length > 0)) return usage('publish takes one FILE')
+  if (verb !== 'publish' && file) return usage(`${verb} takes no FILE`)
   const staleDays = values['stale-days'] === undefined ? null : Number(values['stale-days'])
-  if (staleDays !== null && !(Number.isInteger(staleDays) && staleDays >= 0)) return usage()
+  if (staleDays !== null && !(Number.isInteger(staleDays) && staleDays >= 0)) return usage('--stale-days takes a whole number of days')
 
   const store = await openStore(config)
   try {
@@ -111,13 +126,16 @@ export async function runApp (argv: string[], config: Config, out: (line: string
     await store.close()
   }
 
-  function usage (): number {
+  function usage (problem: string): number {
+    console.error(problem)
     console.error(USAGE)
     return 2
   }
 }
 
 if (import.meta.main) {
+  // Help needs no settings: answered before the configuration is read.
+  readCommandLine(USAGE, { allowPositionals: true, options: OPTIONS })
   const config = loadConfigOrExit()
   try {
     process.exitCode = await runApp(process.argv.slice(2), config, (line) => console.log(line))
@@ -127,7 +145,7 @@ if (import.meta.main) {
       process.exitCode = 1
     } else {
       console.error((err as Error).message)
-      process.exitCode = err instanceof TypeError ? 2 : 1
+      process.exitCode = 1
     }
   }
 }

@@ -11,7 +11,7 @@
 // registered beside it (at most two: a changeover, see docs/soap.md). Re-running for an existing login
 // keeps its user, and its password unless --password is given.
 import { readFileSync } from 'node:fs'
-import { parseArgs } from 'node:util'
+import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
 import { loadConfigOrExit } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
 import { certificateIssuerSerial, type Store, type UserRow } from '../app/store/types.ts'
@@ -84,8 +84,17 @@ export async function createPartnerAccount (
   return user
 }
 
+const USAGE = `usage: npm run partner:create -- --login <login> --password <password> [--user-id <id>] [--name <name>]
+                                  [--email <email>] [--text-only]
+       npm run partner:create -- --login <login> --certificate <cert.pem> [--keep-previous] [--password <password>]
+Creates or changes a SOAP partner account in the configured store (DATABASE_URL, else SQLITE_PATH): a login
+bound to a new SERVICE user (or to --user-id), with a password (PasswordText and PasswordDigest; --text-only:
+PasswordText only) and/or an X.509 certificate for signed requests (--keep-previous keeps the newest one
+already registered beside it, for a changeover). PARTNER_SECRET_KEY seals the password for PasswordDigest.
+npm run partner -- list | remove: the accounts there are, and removing one (docs/soap.md#partner-accounts).`
+
 if (import.meta.main) {
-  const { values } = parseArgs({
+  const { values } = readCommandLine(USAGE, {
     options: {
       login: { type: 'string' },
       password: { type: 'string' },
@@ -97,11 +106,14 @@ if (import.meta.main) {
       'keep-previous': { type: 'boolean', default: false }
     }
   })
-  if (!values.login || (!values.password && !values.certificate)) {
-    console.error('usage: npm run partner:create -- --login <login> --password <password> [--user-id <id>] [--name <name>] [--email <email>] [--text-only]')
-    console.error('       npm run partner:create -- --login <login> --certificate <cert.pem> [--keep-previous] ' +
-      '[--password <password>]')
-    process.exit(2)
+  if (!values.login) refuseCommandLine(USAGE, '--login is required')
+  if (!values.password && !values.certificate) refuseCommandLine(USAGE, '--password or --certificate is required')
+  let certificate: string | undefined
+  try {
+    certificate = values.certificate === undefined ? undefined : readFileSync(values.certificate, 'utf8')
+  } catch (err) {
+    console.error(`--certificate ${values.certificate}: ${(err as Error).message}`)
+    process.exit(1)
   }
   const config = loadConfigOrExit()
   const store = await openStore(config)
@@ -109,7 +121,7 @@ if (import.meta.main) {
     const user = await createPartnerAccount(store, config.soap.partnerSecretKey, {
       login: values.login,
       password: values.password,
-      certificate: values.certificate === undefined ? undefined : readFileSync(values.certificate, 'utf8'),
+      certificate,
       keepPrevious: values['keep-previous'],
       userId: values['user-id'],
       name: values.name,

@@ -1,8 +1,8 @@
 // npm run token -- --sub 42 --role ADMIN [--expires-in 1h]
 // Mints a token with the configured key, for development and load tests (issuance is outside the interface).
 // The token alone goes to stdout (TOKEN=$(npm run -s token -- ...)); which key signed it goes to stderr.
-import { parseArgs } from 'node:util'
 import { createSigner } from 'fast-jwt'
+import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
 import { DEV_JWT_SECRET, loadSigningConfig, type SigningConfig } from '../app/config.ts'
 import { ROLES, type Role } from '../app/store/types.ts'
 
@@ -39,26 +39,22 @@ export function durationSeconds (text: string): number | null {
 }
 
 if (import.meta.main) {
-  const usage = `usage: npm run token -- --sub <user id> [--role ${ROLES.join('|')}] [--expires-in 3600|90s|15m|1h|7d]`
-  let values
-  try {
-    values = parseArgs({
-      options: {
-        sub: { type: 'string' },
-        role: { type: 'string', default: 'USER' },
-        'expires-in': { type: 'string', default: '3600' }
-      }
-    }).values
-  } catch (err) {
-    console.error(`${(err as Error).message}\n${usage}`)
-    process.exit(2)
-  }
+  const usage = `usage: npm run token -- --sub <user id> [--role ${ROLES.join('|')}] [--expires-in 3600|90s|15m|1h|7d]
+Mints a bearer token with the key the service verifies with (JWT_PRIVATE_KEY, else JWT_SECRET; the development
+key in development without either) and prints it alone on standard output: TOKEN=$(npm run -s token -- --sub 2).
+Role USER by default; expires in an hour by default (at most JWT_MAX_LIFETIME_SEC is accepted by the service).`
+  const { values } = readCommandLine(usage, {
+    options: {
+      sub: { type: 'string' },
+      role: { type: 'string', default: 'USER' },
+      'expires-in': { type: 'string', default: '3600' }
+    }
+  })
   const role = values.role as Role
   const expiresInSec = durationSeconds(values['expires-in'])
-  if (!values.sub || !ROLES.includes(role) || expiresInSec === null) {
-    console.error(usage)
-    process.exit(2)
-  }
+  if (!values.sub) refuseCommandLine(usage, '--sub <user id> is required')
+  if (!ROLES.includes(role)) refuseCommandLine(usage, `--role must be one of ${ROLES.join(', ')}`)
+  if (expiresInSec === null) refuseCommandLine(usage, `--expires-in ${values['expires-in']}: seconds, or a number with s, m, h or d`)
   // Only the signing key is read: in production a missing key is a configuration error, and nothing is
   // minted with another key; the rest of the service's settings are not needed here.
   let jwt: SigningConfig

@@ -5,9 +5,10 @@
 // Apollo's persisted-query manifest format (which the service also loads as Apollo's tooling writes
 // it). Clients send `queryId: "sha256:<id>"`. A file with several operations (graphql-jit compiles
 // by text, so one text must mean one operation), an invalid one or a duplicate name fails the build.
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 import { buildSchema, print } from 'graphql'
+import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
 import { loadConfig } from '../app/config.ts'
 import { makePlan, type DocumentPlan } from '../routes/graphql/plan.ts'
 import { sha256Hex } from '../routes/graphql/persisted.ts'
@@ -64,24 +65,29 @@ export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_F
   return { format: 'apollo-persisted-query-manifest', version: 1, operations }
 }
 
+const USAGE = `usage: npm run persisted:build -- <folder of .graphql operation files> [--out persisted/manifest.json]
+Registers the operations a client ships: every *.graphql / *.gql file under the folder holds one named
+operation; each is validated against the schema with the service's limits and written with its sha256 into
+an Apollo persisted-query manifest (default persisted/manifest.json). Then publish it to the running service
+as an app deployment: npm run app -- publish --name <app> --version <version> <manifest>.`
+
 function main (args: string[]): void {
-  const rest = [...args]
-  let out: string | undefined = 'persisted/manifest.json'
-  const outIndex = rest.indexOf('--out')
-  if (outIndex >= 0) out = rest.splice(outIndex, 2)[1]
-  const folder = rest[0]
-  if (!folder || !out || rest.length > 1) {
-    console.error(
-      'Usage: npm run persisted:build -- <folder of .graphql operation files> [--out persisted/manifest.json]'
-    )
-    process.exit(2)
-  }
+  const { values, positionals } = readCommandLine(USAGE, {
+    allowPositionals: true,
+    options: { out: { type: 'string', default: 'persisted/manifest.json' } }
+  }, args)
+  const out = values.out
+  const [folder, ...extra] = positionals
+  if (!folder) refuseCommandLine(USAGE, 'the folder of operation files is missing')
+  if (extra.length > 0) refuseCommandLine(USAGE, `one folder only: ${extra.join(' ')} is one too many`)
+  if (!existsSync(folder) || !statSync(folder).isDirectory()) refuseCommandLine(USAGE, `${folder} is not a folder`)
   try {
     const manifest = buildManifest(resolve(folder))
     mkdirSync(dirname(resolve(out)), { recursive: true })
     writeFileSync(out, `${JSON.stringify(manifest, null, 2)}\n`)
-    console.log(`Wrote ${manifest.operations.length} operations to ${out} (set PERSISTED_MANIFEST=${out}):`)
+    console.log(`Wrote ${manifest.operations.length} operations to ${out}:`)
     for (const op of manifest.operations) console.log(`  ${op.type} ${op.name}  queryId sha256:${op.id}`)
+    console.log(`Publish them as an app deployment: npm run app -- publish --name <app> --version <version> ${out}`)
   } catch (err) {
     console.error((err as Error).message)
     process.exit(1)

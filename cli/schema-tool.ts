@@ -6,6 +6,7 @@
 //                          schema; exits 1 on a breaking change, an app version it would break, or drift.
 import { readFileSync, writeFileSync } from 'node:fs'
 import { buildSchema, findBreakingChanges, findDangerousChanges, parse, print } from 'graphql'
+import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
 import { loadConfigOrExit, type Config } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
 import type { Store } from '../app/store/types.ts'
@@ -71,8 +72,17 @@ export async function runCheck (
   return 0
 }
 
+const USAGE = `usage: npm run schema:export      (node cli/schema-tool.ts export)
+       npm run schema:check       (node cli/schema-tool.ts check)
+export: writes the live SDL (routes/graphql/schema.graphql) to the committed schema.graphql.
+check: fails (exit 1) on a breaking change against schema.graphql, on a change that breaks an operation of a
+published app version (read from the configured store: DATABASE_URL, else SQLITE_PATH), or when
+schema.graphql is out of date.`
+
 if (import.meta.main) {
-  const command = process.argv[2]
+  const { positionals } = readCommandLine(USAGE, { allowPositionals: true, options: {} })
+  const [command, ...extra] = positionals
+  if (extra.length > 0) refuseCommandLine(USAGE, `unexpected argument: ${extra.join(' ')}`)
   if (command === 'export') {
     writeFileSync(EXPORTED, exportedSDL())
     console.log('wrote schema.graphql')
@@ -86,7 +96,6 @@ if (import.meta.main) {
       await store.close()
     }
   } else {
-    console.error('usage: schema-tool.ts export|check')
-    process.exit(2)
+    refuseCommandLine(USAGE, command ? `unknown command: ${command}` : 'export or check?')
   }
 }

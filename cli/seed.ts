@@ -1,11 +1,15 @@
-// npm run seed -- --users 10000 --messages 50000
+// npm run seed -- --users 10000 [--messages 50000]
 // Loads realistic users and messages into the configured store (SQLITE_PATH or DATABASE_URL).
-import { parseArgs } from 'node:util'
+import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
 import { loadConfigOrExit } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
 
-const { values } = parseArgs({
+const USAGE = `usage: npm run seed -- [--users N] [--messages M]
+Loads N realistic users (default 1000) and M messages (default 5 × N) into the configured store:
+DATABASE_URL when set, else the embedded file SQLITE_PATH (docs/settings.md). Adds to what is there.`
+
+const { values } = readCommandLine(USAGE, {
   options: {
     users: { type: 'string', default: '1000' },
     messages: { type: 'string', default: '' }
@@ -14,8 +18,7 @@ const { values } = parseArgs({
 const users = Number(values.users)
 const messages = values.messages === '' ? users * 5 : Number(values.messages)
 if (!Number.isInteger(users) || users < 0 || !Number.isInteger(messages) || messages < 0) {
-  console.error('usage: npm run seed -- --users N [--messages M]')
-  process.exit(2)
+  refuseCommandLine(USAGE, '--users and --messages take whole numbers, 0 or more')
 }
 
 const config = loadConfigOrExit()

@@ -4,6 +4,7 @@ import { once } from 'node:events'
 import fp from 'fastify-plugin'
 import mqemitter, { type MQEmitter } from 'mqemitter'
 import mqemitterRedis from 'mqemitter-redis'
+import { Gauge } from 'prom-client'
 import type { FastifyInstance } from 'fastify'
 import type { DomainEvent, Events } from '../app/domain/context.ts'
 import { CLOSE_WAIT_MS, COMMAND_TIMEOUT_MS, redisConnection } from './redis.ts'
@@ -81,6 +82,15 @@ export default fp(async function events (app: FastifyInstance) {
   // mqemitter-redis's own ioredis connections: events are published on the first.
   const connections = redisEmitter ? [redisEmitter.pubConn, redisEmitter.subConn] : []
   const publisher = connections[0] ?? null
+  // For the alert on a lost event bus (deploy/prometheus/alerts.yml): while it is 0, events published on
+  // this instance reach no other instance's subscribers, and theirs none of this instance's.
+  // eslint-disable-next-line no-new -- a prom-client metric registers itself in `registers` when constructed
+  new Gauge({
+    name: 'event_bus_connected',
+    help: '1 while the event bus carries events between instances (both Redis pub/sub connections ready; always 1 in process), else 0',
+    registers: [app.metricsRegistry],
+    collect () { this.set(connections.every((c) => c.status === 'ready') ? 1 : 0) }
+  })
   // mqemitter-redis re-emits its connections' errors on `state`; unheard, one Redis outage would crash
   // the process. The connections reconnect (and re-subscribe) by themselves; readiness reports the outage.
   redisEmitter?.state.on('error', (err: Error) => warn(err, 'redis pub/sub connection error'))
@@ -136,4 +146,4 @@ export default fp(async function events (app: FastifyInstance) {
   }))
   // Last: when Redis is unreachable, start fails here, and closing the app ends the connections above.
   await pubSubReady(connections, PUBSUB_READY_TIMEOUT_MS)
-}, { name: 'events', dependencies: ['config'] })
+}, { name: 'events', dependencies: ['config', 'metrics'] })

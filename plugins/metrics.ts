@@ -65,6 +65,12 @@ export class Tally {
   }
 }
 
+/** Whether the reply is a server-sent event stream (its content type as the SSE transport sets it). */
+function isEventStream (reply: FastifyReply): boolean {
+  const type = reply.getHeader('content-type')
+  return typeof type === 'string' && type.startsWith('text/event-stream')
+}
+
 /** A label value in the text exposition format: backslash, double quote and line feed escaped. */
 const labelValue = (value: string) => value.replace(/[\\"\n]/g, (c) => (c === '\n' ? '\\n' : `\\${c}`))
 
@@ -184,9 +190,13 @@ export default fp(async function metrics (app: FastifyInstance) {
   ) => {
     const status = reply.statusCode
     requests.of(request.method, route, status).count++
-    let series = durations.get(request.method)
-    if (!series) durations.set(request.method, (series = httpDuration.series({ method: request.method, route })))
-    httpDuration.observe(series, reply.elapsedTime / 1000)
+    // An event stream (an SSE subscription) lasts as long as the subscription: counted, not timed, or
+    // one subscriber would make the route's p99 (and its alert) a subscription's lifetime.
+    if (!isEventStream(reply)) {
+      let series = durations.get(request.method)
+      if (!series) durations.set(request.method, (series = httpDuration.series({ method: request.method, route })))
+      httpDuration.observe(series, reply.elapsedTime / 1000)
+    }
     if (status === 429) rejections.of(route).count++
     if (status >= 400 && SOAP_ROUTE.test(route)) faults.of(route, status).count++
   }

@@ -105,3 +105,47 @@ test('browser: open the UI, run a query and see its result, with nothing loaded 
   t.ok(requested.length >= 5, 'the page, its two assets, the schema and the queries were requested')
   t.same(requested.filter((u) => !u.startsWith(`${origin}/`)), [], `no request left ${origin}`)
 })
+
+test('browser: a subscription runs over server-sent events, each event shown as it arrives; Stop ends it', async (t) => {
+  const context = await launchChromium(t)
+  if (!context) return
+  const { url, app } = await listenTestApp(t)
+  const page = context.pages()[0] ?? await context.newPage()
+  const problems: string[] = []
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`))
+  page.on('console', (message) => { if (/Content Security Policy/i.test(message.text())) problems.push(`CSP: ${message.text()}`) })
+  await page.goto(`${url}${QUERY_UI_PATH}`)
+  await page.waitForSelector('#schema .field')
+  // The page runs in the browser: its DOM is reached through globalThis (the test's TypeScript has no DOM types).
+  const statusIs = (pattern: string) => page.waitForFunction((source) =>
+    new RegExp(source).test((globalThis as any).document.getElementById('status').textContent), pattern)
+
+  await page.fill('#query', '# counts to three\nsubscription { count(target: 3) }')
+  await page.click('#run')
+  await statusIs('^Subscribed · 1 event$')
+  t.equal(await page.textContent('#run'), 'Stop', 'while it runs, the button stops it')
+  await statusIs('^Subscription complete · 3 events$')
+  const shown = await page.textContent('#result') ?? ''
+  const payloads = shown.split(/^# event \d+ \(\d+\.\d s\)$/m).slice(1).map((text) => JSON.parse(text))
+  t.same(payloads, [{ data: { count: 0 } }, { data: { count: 1 } }, { data: { count: 2 } }], 'the three events, in order')
+  t.equal(await page.textContent('#run'), 'Run')
+
+  await page.fill('#query', 'subscription { count(target: 100) }')
+  await page.click('#run')
+  await statusIs('^Subscribed · 2 events$')
+  t.equal(app.graphqlRoom.subscriptionStats().eventStreams, 1, 'one event stream open on the server')
+  await page.click('#run')
+  await statusIs('^Stopped · 2 events$')
+  for (let i = 0; app.graphqlRoom.subscriptionStats().eventStreams !== 0; i++) {
+    if (i > 100) throw new Error('the stream stayed open on the server')
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  t.pass('Stop ended the stream on the server too')
+
+  await page.fill('#query', 'subscription { count(target: 3) }')
+  await page.fill('#token', 'not-a-token')
+  await page.click('#run')
+  await statusIs('^HTTP 401 · subscription refused$')
+  t.match(JSON.parse(await page.textContent('#result') ?? 'null'), { errors: [{ extensions: { code: 'UNAUTHENTICATED' } }] })
+  t.same(problems, [], 'no script errors and no CSP violations')
+})

@@ -113,6 +113,24 @@ for (const [kind, open] of Object.entries(implementations)) {
       t.equal(await store.findCertificate('c'.repeat(64)), null)
     })
 
+    await t.test('partner accounts: listed by login with their password styles; removed with their certificates', async (t) => {
+      const [user] = await store.insertUsers([{ name: 'Leaving', email: 'leaving@example.com', role: 'SERVICE' }])
+      await store.setCredentials(user!.id, 'leaving', 'hash', null)
+      const certificate = { fingerprint: 'd'.repeat(64), thumbprint: 'd'.repeat(40), issuerSerial: 'd'.repeat(64), login: 'leaving', pem: 'PEM-D', addedAt: '2026-03-01T00:00:00.000Z' }
+      await store.replaceCertificates('leaving', [certificate])
+      const listed = await store.listPartners()
+      t.same(listed.map((p) => p.login), ['leaving', 'partner', 'signer'], 'every login, in order')
+      t.same(listed[0], { login: 'leaving', userId: user!.id, name: 'Leaving', role: 'SERVICE', passwordText: true, passwordDigest: false })
+      t.same(listed[1], { login: 'partner', userId: listed[1]!.userId, name: 'Partner', role: 'SERVICE', passwordText: true, passwordDigest: true })
+
+      t.equal(await store.removePartner('leaving'), true)
+      t.equal(await store.findCredentials('leaving'), null, 'the login no longer authenticates')
+      t.equal(await store.findCertificate(certificate.fingerprint), null, 'nor its certificate')
+      t.same((await store.usersByIds([user!.id])).map((u) => u.name), ['Leaving'], 'the user stays')
+      t.same((await store.listPartners()).map((p) => p.login), ['partner', 'signer'])
+      t.equal(await store.removePartner('leaving'), false, 'a login nobody has')
+    })
+
     await t.test('seeds realistic data in bulk and loads the demo set only into an empty store', async (t) => {
       const before = await store.countUsers()
       const ids = await seed(store, 300, 1200, 42)

@@ -108,6 +108,8 @@ export const storeTags: { readonly [M in Method]: Declaration<M> } = {
 
   findCredentials: credentials,
   setCredentials: credentials,
+  listPartners: credentials,
+  removePartner: credentials,
   findCertificate: credentials,
   findCertificateByThumbprint: credentials,
   findCertificateByIssuerSerial: credentials,

@@ -4,9 +4,10 @@ import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
 import { followChangeLog } from './postgres-changes.ts'
-import { deploymentConflict, isoNow, missingIssuerSerials, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import { deploymentConflict, isoNow, missingIssuerSerials, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerAccount, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
-const MIGRATIONS: string[] = [
+/** The schema's migrations, in order: version N is MIGRATIONS[N - 1]. */
+export const MIGRATIONS: string[] = [
   `CREATE TABLE users (
      id TEXT PRIMARY KEY,
      name TEXT NOT NULL,
@@ -254,6 +255,8 @@ const q = {
   countUsers: query('count_users', 'SELECT COUNT(*)::int AS n FROM users'),
   findCredentials: query('find_credentials', 'SELECT id AS "userId", login, role, password_hash AS "passwordHash", password_secret AS "passwordSecret" FROM users WHERE login = $1'),
   setCredentials: query('set_credentials', 'UPDATE users SET login = $1, password_hash = $2, password_secret = $3 WHERE id = $4'),
+  listPartners: query('list_partners', 'SELECT login, id AS "userId", name, role, password_hash IS NOT NULL AS "passwordText", ' +
+    'password_secret IS NOT NULL AS "passwordDigest" FROM users WHERE login IS NOT NULL ORDER BY login'),
   findCertificate: query('find_certificate', `SELECT ${CERTIFICATE_COLUMNS} WHERE c.fingerprint = $1`),
   findCertificateByThumbprint: query('find_certificate_by_thumbprint',
     `SELECT ${CERTIFICATE_COLUMNS} WHERE c.thumbprint = $1`),
@@ -442,6 +445,15 @@ export async function openPostgresStore (options: PostgresOptions): Promise<Stor
     async certificatesOf (login) {
       return (await pool.query<PartnerCertificate>(q.certificatesOf([login]))).rows
     },
+    async listPartners () {
+      return (await pool.query<PartnerAccount>(q.listPartners([]))).rows
+    },
+    removePartner: (login) => transaction(async (client) => {
+      await client.query('DELETE FROM partner_certificates WHERE login = $1', [login])
+      const { rowCount } = await client.query(
+        'UPDATE users SET login = NULL, password_hash = NULL, password_secret = NULL WHERE login = $1', [login])
+      return (rowCount ?? 0) > 0
+    }),
     replaceCertificates: (login, certificates) => transaction(async (client) => {
       await client.query('DELETE FROM partner_certificates WHERE login = $1', [login])
       for (const c of certificates) {
@@ -551,6 +563,24 @@ function reportingOutages (store: Store): Store {
     }
   }
   return wrapped
+}
+
+/**
+ * The migration version of the database (in `schema`, else the connection's search_path), read without
+ * changing it: 0 when none is applied (`npm run migrate -- --dry-run`).
+ */
+export async function postgresSchemaVersion (url: string, schema: string | null): Promise<number> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 })
+  await client.connect()
+  try {
+    const table = schema ? `${pg.escapeIdentifier(schema)}.schema_migrations` : 'schema_migrations'
+    const { rows } = await client.query<{ found: string | null }>('SELECT to_regclass($1) AS found', [table])
+    if (!rows[0]?.found) return 0
+    const version = await client.query<{ v: number | null }>(`SELECT MAX(version) AS v FROM ${table}`)
+    return version.rows[0]?.v ?? 0
+  } finally {
+    await client.end()
+  }
 }
 
 async function migrate (pool: pg.Pool, schema: string | null): Promise<void> {

@@ -2,7 +2,7 @@
 // node:sqlite is synchronous; each statement is prepared once and runs in microseconds, so the
 // event loop is not held longer than a JSON.stringify of the same rows would hold it.
 import { DatabaseSync, type SQLOutputValue, type StatementSync } from 'node:sqlite'
-import { mkdirSync } from 'node:fs'
+import { existsSync, mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
@@ -24,7 +24,8 @@ import {
   type UserRow
 } from './types.ts'
 
-const MIGRATIONS: string[] = [
+/** The schema's migrations, in order: version N is MIGRATIONS[N - 1]. */
+export const MIGRATIONS: string[] = [
   `CREATE TABLE users (
      id TEXT PRIMARY KEY,
      name TEXT NOT NULL,
@@ -236,6 +237,9 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
     countUsers: prepare('SELECT COUNT(*) AS n FROM users'),
     findCredentials: prepare('SELECT id AS userId, login, role, password_hash AS passwordHash, password_secret AS passwordSecret FROM users WHERE login = ?'),
     setCredentials: prepare('UPDATE users SET login = ?, password_hash = ?, password_secret = ? WHERE id = ?'),
+    listPartners: prepare('SELECT login, id AS userId, name, role, password_hash IS NOT NULL AS passwordText, ' +
+      'password_secret IS NOT NULL AS passwordDigest FROM users WHERE login IS NOT NULL ORDER BY login'),
+    removeLogin: prepare('UPDATE users SET login = NULL, password_hash = NULL, password_secret = NULL WHERE login = ?'),
     findCertificate: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.fingerprint = ?`),
     findCertificateByThumbprint: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.thumbprint = ?`),
     findCertificateByIssuerSerial: prepare(`SELECT ${CERTIFICATE_COLUMNS} WHERE c.issuer_serial = ? LIMIT 2`),
@@ -378,6 +382,28 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
     async setCredentials (userId, login, passwordHash, passwordSecret) {
       stmt.setCredentials.run(login, passwordHash, passwordSecret, userId)
     },
+    async listPartners () {
+      return stmt.listPartners.all().map((row) => ({
+        login: text(row, 'login'),
+        userId: text(row, 'userId'),
+        name: text(row, 'name'),
+        role: role(row, 'role'),
+        passwordText: row.passwordText === 1,
+        passwordDigest: row.passwordDigest === 1
+      }))
+    },
+    async removePartner (login) {
+      db.exec('BEGIN')
+      try {
+        stmt.deleteCertificates.run(login)
+        const { changes } = stmt.removeLogin.run(login)
+        db.exec('COMMIT')
+        return Number(changes) > 0
+      } catch (err) {
+        db.exec('ROLLBACK')
+        throw err
+      }
+    },
     async findCertificate (fingerprint) {
       const row = stmt.findCertificate.get(fingerprint)
       return row ? certificateCredentialsRow(row) : null
@@ -486,6 +512,23 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
       instanceLock?.close()
       if (db.isOpen) db.close()
     }
+  }
+}
+
+/**
+ * The migration version of the file at `path`, read without changing it: 0 when it has none applied, null
+ * when there is no file yet (`npm run migrate -- --dry-run`).
+ */
+export function sqliteSchemaVersion (path: string): number | null {
+  if (path !== ':memory:' && !existsSync(path)) return null
+  const db = new DatabaseSync(path, { readOnly: true })
+  try {
+    const table = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get()
+    if (!table) return 0
+    const row = db.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number | null }
+    return row.v ?? 0
+  } finally {
+    db.close()
   }
 }
 

@@ -140,6 +140,18 @@ export interface Credentials {
   passwordSecret: string | null
 }
 
+/** A partner account as listed: its login, the user it acts as, and the password styles it can use. */
+export interface PartnerAccount {
+  login: string
+  userId: string
+  name: string
+  role: Role
+  /** A password hash is stored: PasswordText works. */
+  passwordText: boolean
+  /** A sealed password is stored: PasswordDigest works. */
+  passwordDigest: boolean
+}
+
 /** An X.509 certificate registered to a partner login (WS-Security signatures); a login has at most two. */
 export interface PartnerCertificate {
   /** SHA-256 of the certificate's DER, lowercase hex without separators. */
@@ -190,6 +202,13 @@ export interface Store {
     passwordHash: string | null,
     passwordSecret: string | null
   ): Promise<void>
+  /** Every partner account (a user with a login), by login. */
+  listPartners (): Promise<PartnerAccount[]>
+  /**
+   * Ends a partner account: its login, passwords and certificates are removed, the user stays. False when
+   * no user has the login.
+   */
+  removePartner (login: string): Promise<boolean>
   /** The partner whose login holds the certificate with this SHA-256 fingerprint, or null. */
   findCertificate (fingerprint: string): Promise<CertificateCredentials | null>
   /** The same, found by the certificate's SHA-1 thumbprint. */

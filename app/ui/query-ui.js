@@ -1,5 +1,7 @@
 // The development query UI: sends the query, variables and an optional bearer token to POST /graphql
-// (same origin, application/json) and shows the response; lists the schema through introspection.
+// (same origin, application/json) and shows the response; a subscription runs over server-sent events
+// (the same POST with Accept: text/event-stream, graphql-sse's distinct connections mode), each event
+// shown as it arrives until the stream completes or Stop ends it; lists the schema through introspection.
 // Plain browser JavaScript with no dependencies, so it works offline and under a 'self'-only CSP.
 // Results and schema text are written with textContent, never as HTML.
 'use strict'
@@ -29,17 +31,23 @@ function saveDraft () {
   }
 }
 
-/** POSTs a GraphQL request; resolves to { status, body } where body is parsed JSON (or the raw text). */
-async function postGraphQL (query, variables) {
-  const headers = { 'content-type': 'application/json', accept: 'application/json' }
+/** The POST /graphql of a request, answered as `accept` (JSON, or an event stream for a subscription). */
+function graphQLRequest (query, variables, accept, signal) {
+  const headers = { 'content-type': 'application/json', accept }
   const token = tokenBox.value.trim().replace(/^Bearer\s+/i, '')
   if (token !== '') headers.authorization = `Bearer ${token}`
-  const response = await fetch('/graphql', {
+  return fetch('/graphql', {
     method: 'POST',
     headers,
     body: JSON.stringify(variables === undefined ? { query } : { query, variables }),
-    credentials: 'omit'
+    credentials: 'omit',
+    signal
   })
+}
+
+/** POSTs a GraphQL request; resolves to { status, body } where body is parsed JSON (or the raw text). */
+async function postGraphQL (query, variables) {
+  const response = await graphQLRequest(query, variables, 'application/json')
   const text = await response.text()
   let body
   try { body = JSON.parse(text) } catch { body = text }
@@ -61,7 +69,78 @@ function showStatus (text, failed) {
   statusLine.classList.toggle('failed', failed)
 }
 
+/** Whether the document's first operation is a subscription (comments and blank space before it skipped). */
+function isSubscription (query) {
+  return /^(?:\s|,|#[^\n]*\n?)*subscription\b/.test(query)
+}
+
+/** The running subscription's stream, while one runs: Stop (the Run button) aborts it. */
+let streaming = null
+
+/**
+ * Runs a subscription as an event stream: each `next` event's payload is appended to the result pane
+ * as it arrives, until `complete` or Stop. The status line counts the events.
+ */
+async function subscribe (query, variables) {
+  const controller = new AbortController()
+  streaming = controller
+  runButton.textContent = 'Stop'
+  const started = performance.now()
+  let events = 0
+  let failed = false
+  const show = (payload) => {
+    events++
+    const seconds = ((performance.now() - started) / 1000).toFixed(1)
+    const errors = Array.isArray(payload?.errors) && payload.errors.length > 0
+    failed ||= errors
+    resultPane.textContent += `${events > 1 ? '\n' : ''}# event ${events} (${seconds} s)\n${JSON.stringify(payload, null, 2)}\n`
+    resultPane.classList.toggle('has-errors', failed)
+    showStatus(`Subscribed · ${events} event${events === 1 ? '' : 's'}`, failed)
+  }
+  try {
+    const response = await graphQLRequest(query, variables, 'text/event-stream', controller.signal)
+    if (!(response.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
+      // Refused before any event (a bad token, a limit): the answer is a JSON error.
+      const text = await response.text()
+      let body
+      try { body = JSON.parse(text) } catch { body = text }
+      resultPane.textContent = typeof body === 'string' ? body : JSON.stringify(body, null, 2)
+      resultPane.classList.add('has-errors')
+      showStatus(`HTTP ${response.status} · subscription refused`, true)
+      return
+    }
+    showStatus('Subscribed · waiting for events', false)
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader()
+    let buffered = ''
+    for (;;) {
+      const { value, done } = await reader.read()
+      if (done) break
+      buffered += value
+      // An event ends with a blank line; ':' lines are keep-alive comments.
+      let end
+      while ((end = buffered.indexOf('\n\n')) !== -1) {
+        const lines = buffered.slice(0, end).split('\n')
+        buffered = buffered.slice(end + 2)
+        const type = lines.find((line) => line.startsWith('event:'))?.slice(6).trim()
+        const data = lines.filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trim()).join('\n')
+        if (type === 'next' && data !== '') show(JSON.parse(data))
+      }
+    }
+    showStatus(`Subscription complete · ${events} event${events === 1 ? '' : 's'}`, failed)
+  } catch (err) {
+    if (controller.signal.aborted) showStatus(`Stopped · ${events} event${events === 1 ? '' : 's'}`, failed)
+    else showStatus(`Subscription failed: ${err.message}`, true)
+  } finally {
+    streaming = null
+    runButton.textContent = 'Run'
+  }
+}
+
 async function run () {
+  if (streaming) {
+    streaming.abort()
+    return
+  }
   let variables
   try {
     variables = parseVariables()
@@ -70,8 +149,10 @@ async function run () {
     return
   }
   saveDraft()
-  runButton.disabled = true
   resultPane.textContent = ''
+  resultPane.classList.remove('has-errors')
+  if (isSubscription(queryBox.value)) return subscribe(queryBox.value, variables)
+  runButton.disabled = true
   showStatus('Running…', false)
   const started = performance.now()
   try {

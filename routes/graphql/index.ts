@@ -29,7 +29,7 @@ import type {
 import type { WebSocket } from 'ws'
 import type { AppError } from '../../app/errors.ts'
 import { errorAnswer } from '../../app/fastify-errors.ts'
-import type { ResponseCache } from '../../app/cache/response-cache.ts'
+import type { CacheStats, ResponseCache } from '../../app/cache/response-cache.ts'
 import type { DomainDeps } from '../../app/domain/context.ts'
 import type { DeploymentRequests } from './app-deployments.ts'
 import { memoryApqStore, redisApqStore } from './apq-store.ts'
@@ -76,6 +76,8 @@ export interface GraphQLRoomInspection {
   webSocketClients (): ReadonlySet<WebSocket>
   /** Requests served per app deployment since the last call (the metrics' counter adds them up). */
   takeDeploymentUsage (): DeploymentRequests[]
+  /** The response cache's counters and whether it answers now; null when the room has no cache. */
+  responseCacheStats (): CacheStats | null
 }
 
 declare module 'fastify' {
@@ -122,6 +124,7 @@ export function createGraphQLRoom (options: GraphQLRoomOptions): GraphQLRoom {
     subscriptionStats: () => (state.core ? state.core.streaming.stats() : NO_SUBSCRIPTIONS),
     webSocketClients: () => state.webSocketClients(),
     takeDeploymentUsage: () => (state.core ? state.core.deployments.takeUsage() : []),
+    responseCacheStats: () => options.responseCache?.stats() ?? null,
     get persistedWarmUp () { return state.persistedWarmUp }
   }
   return { plugin: (app) => graphqlRoom(app, options, state), inspection }
@@ -133,7 +136,12 @@ const CLIENT_GONE = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED'])
 /** The raw HTTP response as an event stream's sink (sse.ts). */
 function responseSink (response: ServerResponse): EventStreamSink {
   return {
-    open: (headers) => { response.writeHead(200, headers) },
+    open: (headers) => {
+      // Set one by one, not passed to writeHead: then they stay readable on the response (the metrics
+      // plugin tells an event stream by its content type: a stream is counted, not timed).
+      for (const [name, value] of Object.entries(headers)) if (value !== undefined) response.setHeader(name, value)
+      response.writeHead(200)
+    },
     write: (chunk) => { response.write(chunk) },
     end: () => { response.end() },
     destroy: () => { response.destroy() },

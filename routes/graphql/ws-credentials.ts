@@ -47,6 +47,10 @@ export function credentialOf (payload: unknown): string | undefined {
     if (typeof value !== 'string') {
       throw new AppError('UNAUTHENTICATED', `${where} must be a string: "Bearer <token>" or the token itself`)
     }
+    // Another scheme (Basic …) is refused here, naming the payload's field: the caller sent no header.
+    if (!BARE_JWT.test(value) && !/^Bearer /i.test(value)) {
+      throw new AppError('UNAUTHENTICATED', `${where} must be "Bearer <token>" or the token itself`)
+    }
     values.add(BARE_JWT.test(value) ? `Bearer ${value}` : value)
   }
   if (values.size > 1) {

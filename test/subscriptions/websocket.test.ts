@@ -71,8 +71,10 @@ test('identity comes from connection_init: good, missing, bad, expired, wrong ty
   const refusals: [Record<string, unknown>, RegExp][] = [
     [{ authToken: 'Bearer not-a-jwt' }, /^Forbidden: Malformed bearer token/],
     [{ authToken: `Bearer ${token('2').slice(0, -2)}xx` }, /^Forbidden: Invalid token$/],
-    // A bare JWT is accepted (test/clients.test.ts); another scheme is not.
-    [{ authToken: 'Basic dXNlcjpwYXNz' }, /^Forbidden: Invalid Authorization header/],
+    // A bare JWT is accepted (test/clients.test.ts); another scheme is not, and the refusal names the
+    // payload's field (there is no Authorization header on a WebSocket's connection_init).
+    [{ authToken: 'Basic dXNlcjpwYXNz' }, /^Forbidden: authToken must be "Bearer <token>" or the token itself$/],
+    [{ headers: { Authorization: 'Basic dXNlcjpwYXNz' } }, /^Forbidden: headers\.Authorization must be "Bearer <token>" or the token itself$/],
     [{ authToken: 42 }, /^Forbidden: authToken must be a string/]
   ]
   const expired = createSigner({
