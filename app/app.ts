@@ -41,6 +41,9 @@ declare module 'fastify' {
   }
 }
 
+/** How long a starting instance waits for its response cache's change feed before it listens anyway. */
+const STORE_CHANGES_WAIT_MS = 5000
+
 export interface BuildOptions extends LoggingOptions {
   /** A store owned by the caller (tests); otherwise the configured one is opened and closed with the app. */
   store?: Store
@@ -179,6 +182,13 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
       onError: (err) => app.log.warn({ err }, 'response cache: a change made outside the service could not be applied yet; answering uncached until it is')
     })
     app.addHook('onClose', () => changes.stop())
+    // Listening only once the cache answers (its feed has read the change log once), unless that takes
+    // long: then the instance serves uncached until it does, and says so.
+    app.addHook('onReady', async () => {
+      if (!(await changes.serving(STORE_CHANGES_WAIT_MS))) {
+        app.log.warn({}, 'response cache: the store\'s change feed is not live yet; answering uncached until it is')
+      }
+    })
   }
   // The domain's dependencies, built once here and handed to both transports (GraphQL and SOAP). Every
   // write of its store tells the response cache what it changes (app/domain/store-tags.ts).

@@ -5,6 +5,21 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { StoreKind } from './scenarios.ts'
 
+/** What a deployed row cost the shared Redis, per request. */
+export interface RedisUse {
+  /** Redis's CPU time per request over the measured rounds, µs. */
+  cpuMicrosPerRequest: number
+  /** Every call Redis processed per request (a script's own calls included). */
+  callsPerRequest: number
+  /** Commands the service sent per request (a script is one), from a sample watched with MONITOR. */
+  commandsPerRequest: number | null
+  /** Calls its scripts made per request, from the same sample. */
+  scriptCallsPerRequest: number | null
+  commandsByName: Record<string, number>
+  /** Requests a second one Redis core would serve at that cost: the fleet's ceiling. */
+  ceilingRps: number | null
+}
+
 export interface Result {
   name: string
   /** guarded: a rest route's work behind the service's per-request protections (bench/guarded-server.ts). */
@@ -60,6 +75,8 @@ export interface Result {
   rssPerSubscriberBytes?: number | null
   /** Cached rows: the share of their cached reads answered from the cache over the measured rounds. */
   cacheHitRatio?: number | null
+  /** Deployed rows: what Redis spent on them (bench/redis-meter.ts). */
+  redis?: RedisUse | null
   details?: Record<string, unknown>
   /** req/s of each measured round, in order. */
   rounds?: number[]
@@ -309,6 +326,58 @@ export function deployedTextTable (report: RunReport): string | null {
 export function deployedMarkdownTable (report: RunReport): string | null {
   const body = deployedRows(report)
   return body ? markdownOf(headed('deployed'), body) : null
+}
+
+/**
+ * The shared Redis's targets (issue: the fleet's shared engine): commands per cached GET and per miss,
+ * Redis CPU per cached GET against Apollo's Redis-backed hit and against what it cost before (14-21 µs,
+ * measured on 2026-12-01: a quarter of the lower end).
+ */
+const REDIS_TARGETS = {
+  hit: 'cached-persisted-get-deployed',
+  miss: 'persisted-get-deployed',
+  apollo: 'apollo-cached-user-get-deployed',
+  before: 14
+}
+
+const REDIS_HEADER = ['Redis', 'CPU µs/req', 'commands/req', 'script calls/req', 'all calls/req', 'ceiling req/s (one core)']
+
+/** Each deployed row's cost to Redis, then the targets; null when no deployed row ran. */
+function redisRows (report: RunReport): string[][] | null {
+  const measured = report.results.filter((r) => r.status === 'ok' && r.redis)
+  if (measured.length === 0) return null
+  const rows = measured.map(({ name, redis }) => [
+    name,
+    fixed(redis!.cpuMicrosPerRequest, 2),
+    fixed(redis!.commandsPerRequest, 2),
+    fixed(redis!.scriptCallsPerRequest, 2),
+    fixed(redis!.callsPerRequest, 2),
+    fixed(redis!.ceilingRps, 0)
+  ])
+  const use = (name: string) => measured.find((r) => r.name === name)?.redis
+  const verdict = (ok: boolean | null) => (ok === null ? '–' : ok ? 'met' : 'missed')
+  const [hit, miss, apollo] = [use(REDIS_TARGETS.hit), use(REDIS_TARGETS.miss), use(REDIS_TARGETS.apollo)]
+  if (hit) {
+    rows.push([`target: ${REDIS_TARGETS.hit} ≤ 1 command`, '', verdict(hit.commandsPerRequest === null ? null : hit.commandsPerRequest <= 1.05), '', '', ''])
+    const quarter = REDIS_TARGETS.before / 4
+    rows.push([`target: ${REDIS_TARGETS.hit} ≤ ${quarter} µs (a quarter of before)`, verdict(hit.cpuMicrosPerRequest <= quarter), '', '', '', ''])
+    if (apollo) {
+      const ratio = hit.cpuMicrosPerRequest / apollo.cpuMicrosPerRequest
+      rows.push([`target: ${REDIS_TARGETS.hit} ≤ 1.5 × ${REDIS_TARGETS.apollo}`, `${fixed(ratio, 2)} × : ${verdict(ratio <= 1.5)}`, '', '', '', ''])
+    }
+  }
+  if (miss) rows.push([`target: ${REDIS_TARGETS.miss} ≤ 2 commands`, '', verdict(miss.commandsPerRequest === null ? null : miss.commandsPerRequest <= 2.05), '', '', ''])
+  return rows
+}
+
+export function redisTextTable (report: RunReport): string | null {
+  const body = redisRows(report)
+  return body ? alignedTable(REDIS_HEADER, body) : null
+}
+
+export function redisMarkdownTable (report: RunReport): string | null {
+  const body = redisRows(report)
+  return body ? markdownOf(REDIS_HEADER, body) : null
 }
 
 export function soapTextTable (report: RunReport): string | null {

@@ -16,6 +16,7 @@ import { mintToken } from '../cli/mint-token.ts'
 import { openStore } from '../app/store/index.ts'
 import { seed } from '../app/store/sample-data.ts'
 import { copySeed, deployedSettings, deployedUnavailable, removeDeployed } from './deployed.ts'
+import { redisMeter, type CommandSample, type RedisMeter } from './redis-meter.ts'
 import { runTarget } from './target.ts'
 import { LB_ADDRESS, startLoadBalancer, type Instance } from '../test/cluster/harness.ts'
 import { probeFanout, runFanout, type FanoutSelection } from './fanout.ts'
@@ -25,6 +26,8 @@ import {
   cacheTextTable,
   deployedMarkdownTable,
   deployedTextTable,
+  redisMarkdownTable,
+  redisTextTable,
   soapMarkdownTable,
   soapTextTable,
   checkThresholds,
@@ -36,6 +39,7 @@ import {
   previousReport,
   svgChart,
   textTable,
+  type RedisUse,
   type Result,
   type RunReport,
   type Thresholds
@@ -326,9 +330,27 @@ interface Round {
   /** A cached row's answers that came from its cache, and cached reads that did not (zero for other rows). */
   cacheHits: number
   cacheMisses: number
+  /** A deployed row's: Redis's CPU time over the round and the commands it processed (script calls included). */
+  redisCpuMicros: number | null
+  redisCommands: number | null
 }
 
-function round (server: ServerProcess, scenario: HttpScenario, durationSec: number): Promise<Round> {
+/** The deployed rows' Redis, read around each of their rounds (bench/redis-meter.ts); null until one runs. */
+let meter: RedisMeter | null = null
+async function closeMeter (): Promise<void> {
+  await meter?.close().catch(() => {})
+}
+
+async function round (server: ServerProcess, scenario: HttpScenario, durationSec: number): Promise<Round> {
+  const redis = scenario.store === 'deployed' ? meter : null
+  const redisBefore = await redis?.read()
+  const measured = await loadRound(server, scenario, durationSec)
+  if (!redis || !redisBefore) return measured
+  const spent = redis.spent(redisBefore, await redis.read())
+  return { ...measured, redisCpuMicros: spent.cpuMicros, redisCommands: spent.commands }
+}
+
+function loadRound (server: ServerProcess, scenario: HttpScenario, durationSec: number): Promise<Round> {
   const url = server.url
   scenario.beforeRound?.()
   const cpuBefore = server.cpuSplitMicros()
@@ -381,11 +403,45 @@ function round (server: ServerProcess, scenario: HttpScenario, durationSec: numb
           mismatches: result.mismatches,
           firstBad,
           cacheHits,
-          cacheMisses
+          cacheMisses,
+          redisCpuMicros: null,
+          redisCommands: null
         })
       }
     )
   })
+}
+
+/** Requests of a deployed row watched with MONITOR, to split the commands it sends from its scripts' calls. */
+const REDIS_SAMPLE_REQUESTS = 400
+
+/** `count` of the scenario's requests, 8 at a time (a sample: not measured). */
+function sendRequests (server: ServerProcess, scenario: HttpScenario, count: number): Promise<void> {
+  const first = scenario.next()
+  return new Promise((resolve, reject) => {
+    autocannon({
+      url: server.url,
+      connections: 8,
+      amount: count,
+      timeout: 10,
+      requests: [{ ...first, setupRequest: (request) => ({ ...request, ...scenario.next() }) }]
+    }, (err) => (err ? reject(err) : resolve()))
+  })
+}
+
+/** What a deployed row cost Redis per request over its measured rounds, and what the sample saw. */
+function redisUse (rounds: Round[], requests: number, sample: CommandSample | undefined): RedisUse | null {
+  if (requests === 0 || rounds.some((r) => r.redisCpuMicros === null)) return null
+  const cpu = rounds.reduce((n, r) => n + r.redisCpuMicros!, 0) / requests
+  return {
+    cpuMicrosPerRequest: cpu,
+    callsPerRequest: rounds.reduce((n, r) => n + r.redisCommands!, 0) / requests,
+    commandsPerRequest: sample?.topLevelPerRequest ?? null,
+    scriptCallsPerRequest: sample?.scriptCallsPerRequest ?? null,
+    commandsByName: sample?.byName ?? {},
+    // One Redis core's worth of such requests a second, for the whole fleet.
+    ceilingRps: cpu > 0 ? 1e6 / cpu : null
+  }
 }
 
 const WARMUP_MAX_SEC = 30
@@ -554,6 +610,12 @@ async function runGroup (group: Group): Promise<Result[]> {
     }
     const limit = members.find((m) => m.scenario === group.limit)
     const rest = members.find((m) => m.scenario === group.rest)
+    const commandSamples = new Map<Member, CommandSample>()
+    for (const m of members) {
+      if (m.scenario.store !== 'deployed' || !meter) continue
+      const requests = smoke ? 20 : REDIS_SAMPLE_REQUESTS
+      commandSamples.set(m, await meter.sample(requests, () => sendRequests(m.server, m.scenario, requests)))
+    }
     for (const m of members) {
       const after = await verifySamples(m.server.url, m.scenario, 1)
       const all = m.warmup ? [...m.rounds, m.warmup] : m.rounds
@@ -617,6 +679,7 @@ async function runGroup (group: Group): Promise<Result[]> {
           ? m.rounds.reduce((n, r) => n + r.systemMicros!, 0) / m.rounds.reduce((n, r) => n + r.cpuMicros!, 0)
           : null,
         ...(m.scenario.cacheOutcome ? { cacheHitRatio } : {}),
+        ...(m.scenario.store === 'deployed' ? { redis: redisUse(m.rounds, requests, commandSamples.get(m)) } : {}),
         rounds: m.rounds.map(rpsOf),
         roundBusy: m.rounds.map((r) => ({
           server: r.cpuMicros === null ? null : r.cpuMicros / 1e6 / r.seconds,
@@ -856,6 +919,7 @@ async function main (): Promise<number> {
     deployedProblem = await seedDeployed(seeded.partner)
     deployedSeeded = deployedProblem === null
     if (deployedProblem) log(`the deployed rows are skipped: ${deployedProblem}`)
+    else meter = await redisMeter(deployed.redisUrl)
   }
 
   const results: Result[] = []
@@ -952,6 +1016,8 @@ async function main (): Promise<number> {
   if (cache) log(`${cache}\n`)
   const deployedTable = deployedTextTable(report)
   if (deployedTable) log(`${deployedTable}\n`)
+  const redisTable = redisTextTable(report)
+  if (redisTable) log(`${redisTable}\n`)
   const soapTable = soapTextTable(report)
   if (soapTable) log(`${soapTable}\n`)
   for (const note of report.notes) log(`note: ${note}`)
@@ -967,7 +1033,7 @@ async function main (): Promise<number> {
       copyFileSync(join(resultsDir, `${stamp}.svg`), join(resultsDir, 'latest.svg'))
       writeFileSync(
         join(resultsDir, 'latest.md'),
-        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${[markdownTable(report), fanoutMarkdownTable(report), cacheMarkdownTable(report), deployedMarkdownTable(report), soapMarkdownTable(report)].filter(Boolean).join('\n\n')}\n`
+        `Command: \`${report.command}\` (${report.startedAt}, commit ${report.commit}, ${report.machine.cpus} × ${report.machine.cpuModel}, Node ${report.machine.node}, load average at start ${loadStart[0]!.toFixed(2)})\n\n${[markdownTable(report), fanoutMarkdownTable(report), cacheMarkdownTable(report), deployedMarkdownTable(report), redisMarkdownTable(report), soapMarkdownTable(report)].filter(Boolean).join('\n\n')}\n`
       )
     }
     log(
@@ -1206,6 +1272,7 @@ try {
 } catch (err) {
   console.error(`bench: ${(err as Error).stack ?? err}`)
 } finally {
+  await closeMeter()
   if (deployedSeeded) {
     await removeDeployed(deployed).catch((err) => console.error(`bench: could not remove ${deployed.schema} and ${deployed.redisPrefix}*: ${err.message}`))
   }

@@ -21,11 +21,19 @@ export interface StoreChangesOptions {
   onError?: (err: unknown) => void
 }
 
+export interface StoreChangesFollower extends ChangeWatch {
+  /**
+   * Resolves once the cache serves (the feed is live, and what it reported first is applied), or after
+   * `timeoutMs` with false: a starting instance waits for it before it says it is ready.
+   */
+  serving (timeoutMs: number): Promise<boolean>
+}
+
 export function followStoreChanges (
   store: Store,
   cache: ResponseCache,
   options: StoreChangesOptions = {}
-): ChangeWatch {
+): StoreChangesFollower {
   const onError = options.onError ?? (() => {})
   let live = false
   let pending: Set<string> | 'all' = new Set()
@@ -91,6 +99,14 @@ export function followStoreChanges (
     }
   })
   return {
+    async serving (timeoutMs) {
+      const deadline = Date.now() + timeoutMs
+      while (!cache.stats().serving) {
+        if (Date.now() > deadline || stopped) return false
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
+      return true
+    },
     async stop () {
       stopped = true
       if (retry) clearTimeout(retry)
