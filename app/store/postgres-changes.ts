@@ -14,8 +14,9 @@
 // - On start, from where the listener says the fleet's shared cache has applied the log up to (the
 //   position is told with each change); when it cannot say, the rows of the last `keepMs` (what a shared
 //   cache may still hold from before). An instance starting never empties what the others share.
-// - After a gap longer than the log keeps its rows (`keepMs`), what was missed cannot be known: 'all'.
-// - Rows older than `keepMs` are deleted, a bounded batch at a time, by whichever instance gets there.
+// - Rows older than `keepMs` are deleted, a bounded batch at a time, by whichever instance gets there,
+//   which records the last transaction id it deleted: a read that starts at or below it may have missed
+//   a deleted row (an instance away longer than the log keeps, none other listening), and says 'all'.
 import pg from 'pg'
 import type { ChangeListener, ChangeWatch } from './types.ts'
 
@@ -27,6 +28,8 @@ export interface ChangeLogOptions {
   keepMs: number
   heartbeatMs?: number
   deadlineMs?: number
+  /** How often this instance deletes rows older than `keepMs` (PRUNE_MS; tests make it short). */
+  pruneMs?: number
 }
 
 /** How often the log is read when nothing rings, proving the connection alive. */
@@ -40,17 +43,21 @@ const PRUNE_MS = 60_000
 const PRUNE_ROWS = 5000
 
 const READ = (where: string) => `SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon,
+  (SELECT up_to::text FROM change_log_pruned) AS pruned,
   COALESCE((SELECT json_agg(json_build_array(id::text, xid::text, tags) ORDER BY id) FROM change_log WHERE ${where}), '[]'::json) AS rows`
 const READ_FROM = READ('xid >= $1::xid8')
 const READ_RECENT = READ('at > now() - $1::interval')
-const PRUNE = `DELETE FROM change_log WHERE id IN
-  (SELECT id FROM change_log WHERE at < now() - $1::interval ORDER BY id LIMIT ${PRUNE_ROWS})`
+// What it deletes, it records: a reader whose position is at or below it may have missed a deleted row.
+const PRUNE = `WITH gone AS (DELETE FROM change_log WHERE id IN
+  (SELECT id FROM change_log WHERE at < now() - $1::interval ORDER BY id LIMIT ${PRUNE_ROWS}) RETURNING xid)
+  UPDATE change_log_pruned SET up_to = GREATEST(up_to, (SELECT max(xid) FROM gone)) WHERE EXISTS (SELECT 1 FROM gone)`
 
 type LogRow = [id: string, xid: string, tags: string[]]
 
 export function followChangeLog (options: ChangeLogOptions, listener: ChangeListener): ChangeWatch {
   const heartbeatMs = options.heartbeatMs ?? HEARTBEAT_MS
   const deadlineMs = options.deadlineMs ?? DEADLINE_MS
+  const pruneMs = options.pruneMs ?? PRUNE_MS
   const keep = `${options.keepMs} milliseconds`
   let stopped = false
   let client: pg.Client | null = null
@@ -61,7 +68,7 @@ export function followChangeLog (options: ChangeLogOptions, listener: ChangeList
   let position: string | null = null
   /** Rows read whose transaction id is at or above `position`: the next read finds them again. */
   let told = new Map<string, bigint>()
-  /** When a read last answered (performance.now()): a gap longer than the log keeps is 'all'. */
+  /** When a read last answered (performance.now()): pruning runs once a PRUNE_MS after a read. */
   let lastRead = -Infinity
   let reading: Promise<void> | null = null
   let readAgain = false
@@ -90,9 +97,21 @@ export function followChangeLog (options: ChangeLogOptions, listener: ChangeList
 
   async function readOnce (c: pg.Client): Promise<void> {
     const query = position === null
-      ? c.query<{ horizon: string; rows: LogRow[] }>(READ_RECENT, [keep])
-      : c.query<{ horizon: string; rows: LogRow[] }>(READ_FROM, [position])
-    const { horizon, rows } = (await withinDeadline(query, deadlineMs)).rows[0]!
+      ? c.query<{ horizon: string; pruned: string; rows: LogRow[] }>(READ_RECENT, [keep])
+      : c.query<{ horizon: string; pruned: string; rows: LogRow[] }>(READ_FROM, [position])
+    const { horizon, pruned, rows } = (await withinDeadline(query, deadlineMs)).rows[0]!
+    // Rows at or after where this read starts were deleted before it (this instance was away longer than
+    // the log keeps them). If the fleet's shared cache applied the log past them, reading on from there
+    // misses nothing; otherwise what they said is lost.
+    const missed = position !== null && BigInt(pruned) >= BigInt(position)
+    if (missed && listener.resumeFrom) {
+      const fleet = await withinDeadline(listener.resumeFrom(), deadlineMs).catch(() => null)
+      if (fleet !== null && BigInt(fleet) > BigInt(pruned) && client === c) {
+        position = fleet
+        told = new Map()
+        return readOnce(c)
+      }
+    }
     const floor = BigInt(horizon)
     const tags = new Set<string>()
     const stillAbove = new Map<string, bigint>()
@@ -106,8 +125,9 @@ export function followChangeLog (options: ChangeLogOptions, listener: ChangeList
     told = stillAbove
     position = horizon
     lastRead = performance.now()
-    if (tags.size > 0) listener.changed([...tags], horizon)
-    if (lastRead - lastPrune > PRUNE_MS) {
+    if (missed) listener.changed('all', horizon)
+    else if (tags.size > 0) listener.changed([...tags], horizon)
+    if (lastRead - lastPrune > pruneMs) {
       lastPrune = lastRead
       await withinDeadline(c.query(PRUNE, [keep]), deadlineMs)
     }
@@ -141,15 +161,9 @@ export function followChangeLog (options: ChangeLogOptions, listener: ChangeList
       const schema = options.schema ??
         (await c.query<{ schema: string }>('SELECT current_schema() AS schema')).rows[0]!.schema
       await withinDeadline(c.query(`LISTEN ${pg.escapeIdentifier(`store_changes_${schema}`)}`), deadlineMs * 4)
-      // Away longer than the log keeps its rows: what was missed is gone from it too.
-      if (position !== null && performance.now() - lastRead > options.keepMs * 0.9) {
-        position = null
-        told = new Map()
-        if (client === c) listener.changed('all')
-      }
       // Starting: from where the fleet's shared cache has applied the log up to, when it knows (an
       // instance joining then re-applies nothing the others applied), else the log's whole window.
-      if (position === null && lastRead === -Infinity && listener.resumeFrom) {
+      if (position === null && listener.resumeFrom) {
         position = await withinDeadline(listener.resumeFrom(), deadlineMs * 4).catch(() => null)
       }
       await read(c)

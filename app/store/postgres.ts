@@ -142,6 +142,8 @@ export const MIGRATIONS: string[] = [
    );
    CREATE INDEX change_log_xid ON change_log (xid);
    CREATE INDEX change_log_at ON change_log (at);
+   CREATE TABLE change_log_pruned (up_to xid8 NOT NULL);
+   INSERT INTO change_log_pruned VALUES ('0');
    CREATE FUNCTION log_change (schema text, tags text[], table_tag text) RETURNS void LANGUAGE plpgsql
    SET search_path FROM CURRENT AS $$
    BEGIN

@@ -136,3 +136,51 @@ test('a lost connection catches up on what it missed, and a silent one is found 
   t.ok(noticedMs <= 1000, `told down ${Math.round(noticedMs)} ms after it went silent`)
   await feed.until('the write made while silent, after a new connection', () => feed.tags().has('user:while-silent') && feed.live())
 })
+
+test('away longer than the log keeps: from where the fleet applied it when that covers what was deleted, else all', async (t) => {
+  const { schema, outside } = await database(t)
+  const relay = await postgresRelay(t)
+  const feed = recorder()
+  /** Where the fleet's shared cache says it applied the log up to; null: it cannot say. */
+  let fleet: string | null = null
+  const watch = followChangeLog({
+    connection: { connectionString: relay.url, options: `-c search_path=${schema}` },
+    schema,
+    keepMs: 600_000
+  }, { ...feed.listener, resumeFrom: async () => fleet })
+  t.teardown(() => watch.stop())
+  await feed.until('live', feed.live)
+
+  // Another instance that keeps rows 1 ms and prunes on every read: what the away one missed is deleted.
+  const pruner = followChangeLog({ ...feedOptions(schema), keepMs: 1, pruneMs: 0 }, { changed () {}, watching () {} })
+  t.teardown(() => pruner.stop())
+  const awayAndPruned = async (id: string) => {
+    relay.cut()
+    await feed.until('down', () => !feed.live())
+    await outside.query("INSERT INTO users (id, name, email, created_at) VALUES ($1, 'Away', $1 || '@example.com', now())", [id])
+    const deadline = performance.now() + 5000
+    for (;;) {
+      const { rows } = await outside.query<{ left: number; pruned: string }>(
+        'SELECT (SELECT count(*)::int FROM change_log) AS left, (SELECT up_to::text FROM change_log_pruned) AS pruned')
+      if (rows[0]!.left === 0 && rows[0]!.pruned !== '0') return rows[0]!.pruned
+      if (performance.now() > deadline) throw new Error('the log was not pruned')
+      await sleep(50)
+    }
+  }
+
+  // Nothing covers the deleted rows: what they said is lost, so everything is told changed.
+  await awayAndPruned('away-1')
+  const before = feed.told.length
+  await relay.restore()
+  await feed.until("'all' once back", () => feed.told.slice(before).some((e) => e.tags === 'all') && feed.live())
+
+  // The fleet applied the log past them (another instance was listening): read on from there, no 'all'.
+  const pruned = await awayAndPruned('away-2')
+  fleet = (await outside.query<{ at: string }>('SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS at')).rows[0]!.at
+  t.ok(BigInt(fleet) > BigInt(pruned), 'the fleet position is past what was deleted')
+  const again = feed.told.length
+  await relay.restore()
+  await feed.until('live again', () => feed.told.slice(again).some((e) => e.live === true))
+  await sleep(HEARTBEAT_MS * 2)
+  t.notOk(feed.told.slice(again).some((e) => e.tags === 'all'), "read on from the fleet's position, not 'all'")
+})
