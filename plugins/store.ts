@@ -2,7 +2,6 @@ import fp from 'fastify-plugin'
 import type { FastifyInstance } from 'fastify'
 import { openStore, type Store } from '../app/store/index.ts'
 import { loadDemoData } from '../app/store/sample-data.ts'
-import { sharingChanges } from '../app/store/shared-changes.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -16,9 +15,8 @@ export default fp(async function store (app: FastifyInstance, opts: { store?: St
   // (the service tells the caches itself; app/domain/store-tags.ts).
   const store = opts.store ?? await openStore(app.config, { service: true })
   if (!opts.store && store.kind === 'sqlite' && app.config.demoData) await loadDemoData(store)
-  // With tracing on, every store call is a database span (one wrapper, not one edit per method). One
-  // watch of its changes for the whole instance, whoever follows them.
-  app.decorate('store', sharingChanges(app.tracing ? app.tracing.store(store) : store))
+  // With tracing on, every store call is a database span (one wrapper, not one edit per method).
+  app.decorate('store', app.tracing ? app.tracing.store(store) : store)
   // A store handed in by a test belongs to the test.
   if (!opts.store) app.addHook('onClose', () => store.close())
 }, { name: 'store', dependencies: ['config', 'tracing'] })

@@ -4,6 +4,7 @@ import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
 import { followChangeLog } from './postgres-changes.ts'
+import { sharedChanges } from './shared-changes.ts'
 import { deploymentConflict, isoNow, missingIssuerSerials, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerAccount, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 /** The schema's migrations, in order: version N is MIGRATIONS[N - 1]. */
@@ -516,8 +517,8 @@ export async function openPostgresStore (options: PostgresOptions): Promise<Stor
         [usage.map((u) => u.app), usage.map((u) => u.version), usage.map((u) => u.hash),
           usage.map((u) => u.requests), usage.map((u) => u.lastUsedAt)])
     },
-    watchChanges: (listener) =>
-      followChangeLog({ connection, schema: schema ?? null, keepMs: changesKeepMs }, listener),
+    watchChanges: sharedChanges((listener) =>
+      followChangeLog({ connection, schema: schema ?? null, keepMs: changesKeepMs }, listener)),
     async ping () {
       await pool.query('SELECT 1')
     },

@@ -10,7 +10,7 @@ import { REPO } from '../helpers/server-process.ts'
 
 const scripts = (JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts
 /** Scripts that run another tool (tsc, eslint, tap, apt-get) rather than a command of this project. */
-const TOOLS = new Set(['typecheck', 'lint', 'pretest', 'test', 'test:cluster'])
+const TOOLS = new Set(['typecheck', 'lint', 'pretest', 'test', 'test:cluster', 'test:redis-cluster'])
 
 /** The file and arguments a script runs with node ("NODE_ENV=… exec node --watch app/server.ts" → app/server.ts). */
 function commandOf (script: string): string[] {
