@@ -61,9 +61,10 @@ type Budget = 'req' | 'cost'
  */
 const userKeys = new WeakMap<Caller, Record<Budget, string>>()
 function counterKey (budget: Budget, caller: Caller | null, ip: string): string {
-  if (!caller) return `${budget}:ip:${ip}`
+  // One caller's two budgets in one hash slot (the braces), so that one script leases both on a cluster.
+  if (!caller) return `{ip:${ip}}:${budget}`
   let keys = userKeys.get(caller)
-  if (!keys) userKeys.set(caller, keys = { req: `req:user:${caller.id}`, cost: `cost:user:${caller.id}` })
+  if (!keys) userKeys.set(caller, keys = { req: `{user:${caller.id}}:req`, cost: `{user:${caller.id}}:cost` })
   return keys[budget]
 }
 
@@ -74,8 +75,7 @@ export default fp(async function rateLimits (app: FastifyInstance) {
   const prefix = redisKey('rl:')
   let counters: WindowCounters = localCounters()
   if (redis) {
-    const lease = leaseScript(redis)
-    counters = new SharedCounters((key, want, limit, windowMs) => lease(prefix + key, want, limit, windowMs), {
+    counters = new SharedCounters(leaseScript(redis, prefix), {
       counting: limits.rateCounting,
       onFallback (err) {
         // One line per window at most: an outage must not flood the logs.
@@ -90,8 +90,11 @@ export default fp(async function rateLimits (app: FastifyInstance) {
   const max = limits.rateRequests
   const windowSec = Math.round(limits.rateWindowMs / 1000)
   /** Takes `amount` requests of the caller's budget (0: would one more be admitted?). */
+  // The cost budget is leased alongside the request budget when this instance holds none of it: the
+  // request's operation will charge it next.
   const takeRequests = (caller: Caller | null, ip: string, amount = 1): Taken | Promise<Taken> =>
-    counters.take(counterKey('req', caller, ip), amount, max, limits.rateWindowMs)
+    counters.take(counterKey('req', caller, ip), amount, max, limits.rateWindowMs,
+      { key: counterKey('cost', caller, ip), limit: limits.rateCostUnits })
   const overBudget = ({ admitted, resetMs }: Taken): AppError | undefined => {
     if (admitted) return undefined
     const resetSec = Math.ceil(resetMs / 1000)

@@ -9,6 +9,7 @@ import fp from 'fastify-plugin'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
 import { SCRIPTS_WITH_KEY_COUNTS } from '../app/cache/redis-store.ts'
+import { LEASE_SCRIPT } from '../app/limits/window-counters.ts'
 import { withoutCredentials, type RedisAddress } from '../app/config.ts'
 
 export interface SharedRedis {
@@ -85,7 +86,7 @@ export function redisConnection (address: RedisAddress, use: 'commands' | 'pub/s
     redisOptions: options,
     lazyConnect: true,
     enableAutoPipelining: true,
-    autoPipeliningIgnoredCommands: SCRIPTS_WITH_KEY_COUNTS,
+    autoPipeliningIgnoredCommands: [...SCRIPTS_WITH_KEY_COUNTS, LEASE_SCRIPT],
     enableOfflineQueue: pubSub,
     clusterRetryStrategy: (attempt) => Math.min(attempt * 200, 2000)
   })

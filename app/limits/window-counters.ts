@@ -18,6 +18,10 @@
 // enforces the limits on its own traffic (availability over strictness: an outage of the counter store
 // must not take the API down, nor lift every limit).
 //
+// A caller's request and cost budgets are leased together when neither is held (one script for both keys,
+// which share a hash slot): a caller who sends a request now and then, so that each of its windows has
+// ended before it comes back, costs one script per request, not two.
+//
 // Either way a refused take spends nothing, and a caller the window refused is refused again without a
 // round trip until the window ends: a client hammering past its limit costs Redis nothing more.
 import type { Cluster, Redis } from 'ioredis'
@@ -37,12 +41,18 @@ export interface WindowCounters {
    * says whether one more unit would be admitted. In-process counters and a covering lease answer at
    * once: the hot path waits no promise for a Map update.
    */
-  take (key: string, amount: number, limit: number, windowMs: number): Taken | Promise<Taken>
+  take (key: string, amount: number, limit: number, windowMs: number, alongside?: Alongside): Taken | Promise<Taken>
   /**
    * Spends up to `amount` units: what the window still holds is taken, and `remaining` goes below zero
    * by what it could not cover (a subscription event's payer covers the subscribers it can).
    */
   spend (key: string, amount: number, limit: number, windowMs: number): Taken | Promise<Taken>
+}
+
+/** Another key of the same window a take leases with its own when this instance holds no share of it. */
+export interface Alongside {
+  key: string
+  limit: number
 }
 
 /** How counters shared through Redis are kept: leases (the default) or a round trip per request. */
@@ -90,32 +100,58 @@ export function localCounters (maxKeys = 100_000, now: () => number = Date.now):
   }
 }
 
-// Grants up to ARGV[1] units of a window of ARGV[2] (KEYS[1]: the units granted so far, expiring with the
-// window of ARGV[3] ms that its first grant opened); answers the grant, the total granted, the window's
-// time left. One key: on a Redis Cluster it runs on the node of that key.
+// For each key i: grants up to ARGV[2i-1] units of a window of ARGV[2i] (the key: the units granted so far,
+// expiring with the window of ARGV[last] ms that its first grant opened); answers, per key, the grant, the
+// total granted and the window's time left. Its keys share a hash slot: on a Redis Cluster it runs on one node.
 const LEASE = `
-local want = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-local grant = math.max(0, math.min(want, limit - used))
-if grant > 0 then used = redis.call('INCRBY', KEYS[1], grant) end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  ttl = tonumber(ARGV[3])
-elseif ttl == -2 then
-  ttl = tonumber(ARGV[3])
+local windowMs = tonumber(ARGV[#ARGV])
+local answers = {}
+for i, key in ipairs(KEYS) do
+  local want = tonumber(ARGV[2 * i - 1])
+  local limit = tonumber(ARGV[2 * i])
+  local used = tonumber(redis.call('GET', key) or '0')
+  local grant = math.max(0, math.min(want, limit - used))
+  if grant > 0 then used = redis.call('INCRBY', key, grant) end
+  local ttl = redis.call('PTTL', key)
+  if ttl == -1 then
+    redis.call('PEXPIRE', key, windowMs)
+    ttl = windowMs
+  elseif ttl == -2 then
+    ttl = windowMs
+  end
+  answers[#answers + 1] = grant
+  answers[#answers + 1] = used
+  answers[#answers + 1] = ttl
 end
-return { grant, used, ttl }`
+return answers`
 
-/** Asks for `want` units of a key's window: what was granted, the total granted, the window's time left (ms). */
-export type LeaseScript = (key: string, want: number, limit: number, windowMs: number) => Promise<Granted>
-type Granted = [grant: number, granted: number, ttl: number]
+/** Units of one key's window asked for. */
+export interface Ask {
+  key: string
+  want: number
+  limit: number
+}
+/** What was granted, the total granted, the window's time left (ms). */
+export type Granted = [grant: number, granted: number, ttl: number]
+/** Asks for units of one window's keys (one or two, in one hash slot): what each was granted, in order. */
+export type LeaseScript = (asks: readonly Ask[], windowMs: number) => Promise<Granted[]>
+
+/** The lease script's name: its key count varies, so a cluster connection sends it outside auto-pipelining. */
+export const LEASE_SCRIPT = 'budgetLease'
 
 /** The lease script on a connection (EVALSHA through ioredis's defineCommand: the text is sent once). */
-export function leaseScript (redis: Redis | Cluster): LeaseScript {
-  if (!('budgetLease' in redis)) redis.defineCommand('budgetLease', { numberOfKeys: 1, lua: LEASE })
-  return (redis as unknown as { budgetLease: LeaseScript }).budgetLease.bind(redis)
+export function leaseScript (redis: Redis | Cluster, prefix = ''): LeaseScript {
+  if (!(LEASE_SCRIPT in redis)) redis.defineCommand(LEASE_SCRIPT, { lua: LEASE })
+  type Run = (...args: Array<string | number>) => Promise<number[]>
+  const run = (redis as unknown as Record<string, Run>)[LEASE_SCRIPT]!.bind(redis)
+  return async (asks, windowMs) => {
+    const args: Array<string | number> = [asks.length]
+    for (const ask of asks) args.push(prefix + ask.key)
+    for (const ask of asks) args.push(ask.want, ask.limit)
+    args.push(windowMs)
+    const flat = await run(...args)
+    return asks.map((_, i) => [Number(flat[3 * i]), Number(flat[3 * i + 1]), Number(flat[3 * i + 2])])
+  }
 }
 
 /** A share of a caller's window held by this instance. */
@@ -160,6 +196,7 @@ interface Queue {
   waiting: Waiting[]
   limit: number
   windowMs: number
+  alongside: Alongside | undefined
 }
 
 /** Counters every instance shares through the lease script, kept as `options.counting` says. */
@@ -186,8 +223,8 @@ export class SharedCounters implements WindowCounters {
     this.#now = options.now ?? Date.now
   }
 
-  take (key: string, amount: number, limit: number, windowMs: number): Taken | Promise<Taken> {
-    return this.#settle(key, amount, limit, windowMs, false)
+  take (key: string, amount: number, limit: number, windowMs: number, alongside?: Alongside): Taken | Promise<Taken> {
+    return this.#settle(key, amount, limit, windowMs, false, alongside)
   }
 
   spend (key: string, amount: number, limit: number, windowMs: number): Taken | Promise<Taken> {
@@ -195,7 +232,9 @@ export class SharedCounters implements WindowCounters {
   }
 
   /** At once from the share when it covers `amount` (or the window is known spent); else after a grant. */
-  #settle (key: string, amount: number, limit: number, windowMs: number, partly: boolean): Taken | Promise<Taken> {
+  #settle (
+    key: string, amount: number, limit: number, windowMs: number, partly: boolean, alongside?: Alongside
+  ): Taken | Promise<Taken> {
     const lease = this.#current(key)
     if (lease && (covers(lease, amount) || lease.spent)) return this.#use(lease, amount, limit, partly)
     return new Promise<Taken>((resolve, reject) => {
@@ -205,7 +244,7 @@ export class SharedCounters implements WindowCounters {
         queue.waiting.push({ amount, partly, answer })
         return
       }
-      this.#queues.set(key, queue = { waiting: [{ amount, partly, answer }], limit, windowMs })
+      this.#queues.set(key, queue = { waiting: [{ amount, partly, answer }], limit, windowMs, alongside })
       this.#ask(key, queue)
     })
   }
@@ -217,10 +256,19 @@ export class SharedCounters implements WindowCounters {
     let need = -(held?.left ?? 0)
     for (const waiting of queue.waiting) need += Math.max(waiting.amount, 1)
     need = Math.max(need, 1)
-    const want = this.#counting === 'leases' ? shareSize(limit, held?.granted ?? 0, need) : need
+    const leasing = this.#counting === 'leases'
+    const asks: Ask[] = [{ key, want: leasing ? shareSize(limit, held?.granted ?? 0, need) : need, limit }]
+    // The key alongside, when this instance holds no share of it and asks for none: a share of it too.
+    const other = queue.alongside
+    if (leasing && other && !this.#current(other.key) && !this.#queues.has(other.key)) {
+      asks.push({ key: other.key, want: shareSize(other.limit, 0, 1), limit: other.limit })
+    }
     const sentAt = this.#now()
-    this.#lease(key, want, limit, windowMs).then(([grant, granted, ttl]) => {
-      this.#granted(key, sentAt + ttl, windowMs, grant, granted, grant < want)
+    this.#lease(asks, windowMs).then((grants) => {
+      asks.forEach((ask, i) => {
+        const [grant, granted, ttl] = grants[i]!
+        this.#granted(ask.key, sentAt + ttl, windowMs, grant, granted, grant < ask.want)
+      })
       this.#serve(key, queue)
     }, (err: unknown) => {
       // Redis failed: these takes are counted by this instance alone (the next take asks Redis again).

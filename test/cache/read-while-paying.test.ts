@@ -22,7 +22,7 @@ test('the cache lookup reaches Redis while the charge is unanswered; a refused c
   monitor.on('monitor', (_time: string, args: string[]) => {
     const key = args.find((a) => a.startsWith(prefix))
     if (key?.includes('}:a:')) received.push('lookup')
-    else if (key?.startsWith(`${prefix}rl:cost:`)) received.push('charge')
+    else if (key?.startsWith(`${prefix}rl:`) && key.endsWith(':cost')) received.push('charge')
   })
   // Per request: every charge is a round trip (with leases, most are answered from the instance's share at once).
   const { app, url } = await listenTestApp(t, { REDIS_URL, REDIS_PREFIX: prefix, RATE_LIMIT_COUNTING: 'per-request' })

@@ -10,16 +10,21 @@ function fakeRedis (clock: { now: number }) {
   const keys = new Map<string, { used: number; endsAt: number }>()
   const calls: Array<{ key: string; want: number }> = []
   let failing = false
-  const lease: LeaseScript = async (key, want, limit, windowMs) => {
-    calls.push({ key, want })
+  /** Each script run, with the keys it asked for. */
+  const runs: string[][] = []
+  const lease: LeaseScript = async (asks, windowMs) => {
+    runs.push(asks.map((a) => a.key))
+    for (const { key, want } of asks) calls.push({ key, want })
     if (failing) throw new Error('Connection is closed.')
-    let window = keys.get(key)
-    if (!window || window.endsAt <= clock.now) keys.set(key, window = { used: 0, endsAt: clock.now + windowMs })
-    const grant = Math.max(0, Math.min(want, limit - window.used))
-    window.used += grant
-    return [grant, window.used, window.endsAt - clock.now]
+    return asks.map(({ key, want, limit }) => {
+      let window = keys.get(key)
+      if (!window || window.endsAt <= clock.now) keys.set(key, window = { used: 0, endsAt: clock.now + windowMs })
+      const grant = Math.max(0, Math.min(want, limit - window.used))
+      window.used += grant
+      return [grant, window.used, window.endsAt - clock.now]
+    })
   }
-  return { lease, calls, keys, fail (on: boolean) { failing = on } }
+  return { lease, calls, runs, keys, fail (on: boolean) { failing = on } }
 }
 
 const WINDOW = 60_000
@@ -53,6 +58,32 @@ test('leases: a caller far from the limit costs one grant per share; the share i
   t.ok(next instanceof Promise, 'the share spent: the next take waits for a grant')
   t.match(await next, { admitted: true, remaining: 1499 })
   t.equal(redis.calls.length, 2)
+})
+
+test('leases: a request budget leased with the cost budget alongside when neither is held: one script for both', async (t) => {
+  const clock = { now: 0 }
+  const redis = fakeRedis(clock)
+  const counters = new SharedCounters(redis.lease, { counting: 'leases', onFallback: (err) => t.fail(String(err)), now: () => clock.now })
+  const cost = { key: '{user:1}:cost', limit: 16000 }
+  t.match(await counters.take('{user:1}:req', 1, 1600, WINDOW, cost), { admitted: true })
+  t.same(redis.runs, [['{user:1}:req', '{user:1}:cost']], 'one script asked for both')
+  t.same(redis.calls[1], { key: '{user:1}:cost', want: 1000 }, 'a sixteenth of the cost limit')
+  const charged = counters.take('{user:1}:cost', 30, 16000, WINDOW)
+  t.notOk(charged instanceof Promise, 'the cost charge answered from the share leased alongside')
+  t.match(charged, { admitted: true, remaining: 15970 })
+  // The request share spent, the cost share still held: only the request budget is asked for.
+  for (let i = 0; i < 99; i++) counters.take('{user:1}:req', 1, 1600, WINDOW, cost)
+  await counters.take('{user:1}:req', 1, 1600, WINDOW, cost)
+  t.same(redis.runs[1], ['{user:1}:req'], 'nothing asked for a budget already held')
+  // The next window: both again, in one script.
+  clock.now += WINDOW
+  await counters.take('{user:1}:req', 1, 1600, WINDOW, cost)
+  t.same(redis.runs[2], ['{user:1}:req', '{user:1}:cost'])
+  t.equal(redis.runs.length, 3)
+  // Per request: nothing leased ahead, so nothing alongside.
+  const exact = new SharedCounters(redis.lease, { counting: 'per-request', onFallback: (err) => t.fail(String(err)), now: () => clock.now })
+  await exact.take('{user:2}:req', 1, 1600, WINDOW, { key: '{user:2}:cost', limit: 16000 })
+  t.same(redis.runs[3], ['{user:2}:req'])
 })
 
 test('leases: shares shrink near the limit; past it a refusal costs no round trip until the window ends', async (t) => {
@@ -132,6 +163,8 @@ test('property: across instances, never more admitted than the limit, whatever t
     fc.integer({ min: 1, max: 500 }),
     fc.array(fc.record({
       instance: fc.integer({ min: 0, max: 2 }),
+      /** A take of the second key (leased alongside the first's takes when not held), not of the first. */
+      second: fc.boolean(),
       amount: fc.integer({ min: 0, max: 40 }),
       advance: fc.integer({ min: 0, max: 20_000 })
     }), { maxLength: 300 }),
@@ -141,15 +174,19 @@ test('property: across instances, never more admitted than the limit, whatever t
       const redis = fakeRedis(clock)
       const instances = [0, 1, 2].map(() =>
         new SharedCounters(redis.lease, { counting, onFallback: () => { throw new Error('no failure here') }, now: () => clock.now }))
-      const admittedIn = new Map<number, number>()
-      // Redis's window of the key (its end names it): what a take admitted is counted in the window current then.
-      const windowOf = () => redis.keys.get('k')?.endsAt ?? -1
+      const limits: Record<string, number> = { k: limit, c: limit * 3 }
+      const admittedIn = new Map<string, number>()
+      // Redis's window of a key (its end names it): what a take admitted is counted in the window current then.
+      const windowOf = (key: string) => `${key}@${redis.keys.get(key)?.endsAt ?? -1}`
       // Takes of one window start together (as concurrent requests would), then the clock moves on.
       let batch: Array<Promise<void>> = []
       for (const step of steps) {
-        const taken = instances[step.instance]!.take('k', step.amount, limit, WINDOW)
+        const key = step.second ? 'c' : 'k'
+        const taken = step.second
+          ? instances[step.instance]!.take('c', step.amount, limits.c!, WINDOW)
+          : instances[step.instance]!.take('k', step.amount, limit, WINDOW, { key: 'c', limit: limits.c! })
         batch.push(Promise.resolve(taken).then((answer) => {
-          const window = windowOf()
+          const window = windowOf(key)
           if (answer.admitted) admittedIn.set(window, (admittedIn.get(window) ?? 0) + step.amount)
         }))
         if (step.advance > 15_000) {
@@ -160,7 +197,8 @@ test('property: across instances, never more admitted than the limit, whatever t
       }
       await Promise.all(batch)
       for (const [window, admitted] of admittedIn) {
-        if (admitted > limit) throw new Error(`window ${window}: ${admitted} admitted over a limit of ${limit}`)
+        const keyLimit = limits[window.split('@')[0]!]!
+        if (admitted > keyLimit) throw new Error(`window ${window}: ${admitted} admitted over a limit of ${keyLimit}`)
       }
     }
   ), { numRuns: 300 })
