@@ -109,15 +109,24 @@ local answers = {}
 for i, key in ipairs(KEYS) do
   local want = tonumber(ARGV[2 * i - 1])
   local limit = tonumber(ARGV[2 * i])
-  local used = tonumber(redis.call('GET', key) or '0')
-  local grant = math.max(0, math.min(want, limit - used))
-  if grant > 0 then used = redis.call('INCRBY', key, grant) end
-  local ttl = redis.call('PTTL', key)
-  if ttl == -1 then
+  -- Increment first and give back what passes the limit: two calls for a share, not four.
+  local used = redis.call('INCRBY', key, want)
+  local grant = want
+  if used > limit then
+    grant = math.max(0, limit - (used - want))
+    used = redis.call('DECRBY', key, want - grant)
+  end
+  local ttl
+  if used == grant then
+    -- Nothing was granted before: this grant opens the window.
     redis.call('PEXPIRE', key, windowMs)
     ttl = windowMs
-  elseif ttl == -2 then
-    ttl = windowMs
+  else
+    ttl = redis.call('PTTL', key)
+    if ttl < 0 then
+      redis.call('PEXPIRE', key, windowMs)
+      ttl = windowMs
+    end
   end
   answers[#answers + 1] = grant
   answers[#answers + 1] = used
