@@ -15,10 +15,15 @@ import { DEFAULT_MAX_BYTES, DEFAULT_TTL_MS, type ResponseCacheSettings } from '.
 
 export type Profile = 'production' | 'development'
 
-/** Where a Redis is: one server (one URL), or a Redis Cluster (the URLs of some of its nodes). */
+/**
+ * Where a Redis is: one server (one URL), a Redis Cluster (the URLs of some of its nodes), or a server
+ * that Redis Sentinel names (`urls[0]`'s host is the master group's name; its credentials and database
+ * are the master's) with the sentinels' URLs.
+ */
 export interface RedisAddress {
   urls: string[]
   cluster: boolean
+  sentinels?: string[]
 }
 
 export interface Config {
@@ -258,6 +263,7 @@ const schema = {
     DEMO_DATA: { type: 'boolean' },
     REDIS_URL: { type: 'string' },
     REDIS_CLUSTER_NODES: { type: 'string' },
+    REDIS_SENTINELS: { type: 'string' },
     REDIS_PREFIX: { type: 'string', default: 'gqs:' },
     JWT_ALGORITHMS: { type: 'string' },
     JWT_SECRET: { type: 'string' },
@@ -435,24 +441,41 @@ function urlProblem (name: string, value: string | null, schemes: string[], exam
   return null
 }
 
-/** A Redis's address from its two settings: one server's URL, or a cluster's comma-separated node URLs. */
-function redisAddress (url: string | undefined, clusterNodes: string | undefined): RedisAddress | null {
-  const nodes = (clusterNodes ?? '').split(',').map((node) => node.trim()).filter(Boolean)
+/** The URLs of a comma-separated list. */
+const urlList = (value: string | undefined) => (value ?? '').split(',').map((node) => node.trim()).filter(Boolean)
+
+/**
+ * A Redis's address from its settings: one server's URL, or a cluster's comma-separated node URLs; with
+ * sentinels, the URL names the master group the sentinels know.
+ */
+function redisAddress (
+  url: string | undefined, clusterNodes: string | undefined, sentinels?: string
+): RedisAddress | null {
+  const nodes = urlList(clusterNodes)
   if (nodes.length > 0) return { urls: nodes, cluster: true }
   const one = optional(url)
-  return one === null ? null : { urls: [one], cluster: false }
+  if (one === null) return null
+  const watchers = urlList(sentinels)
+  return watchers.length > 0 ? { urls: [one], cluster: false, sentinels: watchers } : { urls: [one], cluster: false }
 }
 
-/** What is wrong with a Redis's two settings: each URL, and both set at once. */
+/** What is wrong with a Redis's settings: each URL, and settings that exclude each other set together. */
 function redisProblems (
-  urlSetting: string, url: string | undefined, nodesSetting: string, nodes: string | undefined
+  urlSetting: string, url: string | undefined, nodesSetting: string, nodes: string | undefined,
+  sentinels?: { setting: string, value: string | undefined }
 ): Array<string | null> {
   const example = 'redis://:password@host:6379'
-  const nodeUrls = (nodes ?? '').split(',').map((node) => node.trim()).filter(Boolean)
+  const nodeUrls = urlList(nodes)
+  const sentinelUrls = urlList(sentinels?.value)
   return [
     optional(url) !== null && nodeUrls.length > 0 ? `set ${urlSetting} (one server) or ${nodesSetting} (a Redis Cluster), not both` : null,
+    sentinels && sentinelUrls.length > 0 && nodeUrls.length > 0 ? `${sentinels.setting} watches one master: it does not go with ${nodesSetting}` : null,
+    sentinels && sentinelUrls.length > 0 && optional(url) === null
+      ? `${sentinels.setting} needs ${urlSetting} naming the master group (redis://:password@mymaster/0)`
+      : null,
     urlProblem(urlSetting, optional(url), ['redis:', 'rediss:'], example),
-    ...nodeUrls.map((node) => urlProblem(nodesSetting, node, ['redis:', 'rediss:'], `${example},redis://host2:6379`))
+    ...nodeUrls.map((node) => urlProblem(nodesSetting, node, ['redis:', 'rediss:'], `${example},redis://host2:6379`)),
+    ...sentinelUrls.map((node) => urlProblem(sentinels!.setting, node, ['redis:', 'rediss:'], 'redis://sentinel-1:26379,redis://sentinel-2:26379'))
   ]
 }
 
@@ -558,7 +581,8 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
   // A malformed URL would otherwise fail later in a driver's words (getaddrinfo ENOTFOUND base).
   for (const problem of [
     urlProblem('DATABASE_URL', optional(e.DATABASE_URL), ['postgres:', 'postgresql:'], 'postgres://user:password@host:5432/database'),
-    ...redisProblems('REDIS_URL', e.REDIS_URL, 'REDIS_CLUSTER_NODES', e.REDIS_CLUSTER_NODES),
+    ...redisProblems('REDIS_URL', e.REDIS_URL, 'REDIS_CLUSTER_NODES', e.REDIS_CLUSTER_NODES,
+      { setting: 'REDIS_SENTINELS', value: e.REDIS_SENTINELS }),
     ...redisProblems('RESPONSE_CACHE_REDIS_URL', e.RESPONSE_CACHE_REDIS_URL,
       'RESPONSE_CACHE_REDIS_CLUSTER_NODES', e.RESPONSE_CACHE_REDIS_CLUSTER_NODES)
   ]) if (problem) problems.push(problem)
@@ -606,7 +630,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     databaseApplicationName: e.DATABASE_APPLICATION_NAME,
     sqlitePath: e.SQLITE_PATH,
     demoData: pick(e.DEMO_DATA, true, false),
-    redis: redisAddress(e.REDIS_URL, e.REDIS_CLUSTER_NODES),
+    redis: redisAddress(e.REDIS_URL, e.REDIS_CLUSTER_NODES, e.REDIS_SENTINELS),
     redisPrefix: e.REDIS_PREFIX,
     jwt: {
       algorithms: algorithms.length > 0 ? algorithms : [publicKey ? 'RS256' : 'HS256'],
@@ -787,7 +811,7 @@ function tracingConfig (e: Env, problems: string[]): TracingConfig | null {
  * for it is refused: with no shared store, "no read returns what an acknowledged write replaced" cannot hold.
  */
 function responseCacheConfig (e: Env, problems: string[]): ResponseCacheSettings {
-  const stateRedis = redisAddress(e.REDIS_URL, e.REDIS_CLUSTER_NODES)
+  const stateRedis = redisAddress(e.REDIS_URL, e.REDIS_CLUSTER_NODES, e.REDIS_SENTINELS)
   const ownRedis = redisAddress(e.RESPONSE_CACHE_REDIS_URL, e.RESPONSE_CACHE_REDIS_CLUSTER_NODES)
   const sharedDatabaseWithoutRedis = optional(e.DATABASE_URL) !== null && stateRedis === null
   if (e.RESPONSE_CACHE === true && sharedDatabaseWithoutRedis) {

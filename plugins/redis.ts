@@ -71,10 +71,20 @@ export function redisConnection (address: RedisAddress, use: 'commands' | 'pub/s
   const options = serverOptions(urls[0]!, pubSub)
   if (!address.cluster) {
     const url = urls[0]!
+    // With Redis Sentinel the URL's host is the master group's name: ioredis asks the sentinels where its
+    // master is, and again after a failover (the connection is closed by the old master's demotion).
+    const where = address.sentinels
+      ? {
+          name: url.hostname,
+          sentinels: address.sentinels.map((s) => new URL(s))
+            .map((s) => ({ host: s.hostname, port: Number(s.port || 26379) })),
+          sentinelPassword: decodeURIComponent(new URL(address.sentinels[0]!).password) || undefined,
+          sentinelRetryStrategy: (attempt: number) => Math.min(attempt * 200, 2000)
+        }
+      : { host: url.hostname, port: Number(url.port || 6379) }
     return new Redis({
       ...options,
-      host: url.hostname,
-      port: Number(url.port || 6379),
+      ...where,
       db: Number(url.pathname.slice(1) || 0),
       lazyConnect: true,
       enableAutoPipelining: true,

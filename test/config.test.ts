@@ -167,6 +167,14 @@ test('a malformed DATABASE_URL or REDIS_URL names its setting at start, with the
     t.same(problems({ REDIS_URL: value }), [], `REDIS_URL=${value} is accepted`)
   }
   t.equal(problems({ DATABASE_URL: 'database', REDIS_URL: 'cache', PORT: 'x' }).length, 3, 'reported with the others, at once')
+  // Redis Sentinel: the sentinels' URLs, with REDIS_URL naming the master group.
+  const sentinels = 'redis://10.0.0.5:26379,redis://10.0.0.6:26379'
+  t.same(problems({ REDIS_URL: 'redis://:s3cret@mymaster/0', REDIS_SENTINELS: sentinels }), [], 'sentinels and a master group')
+  t.same(loadConfig({ REDIS_URL: 'redis://mymaster', REDIS_SENTINELS: sentinels }).redis,
+    { urls: ['redis://mymaster'], cluster: false, sentinels: ['redis://10.0.0.5:26379', 'redis://10.0.0.6:26379'] })
+  t.match(problems({ REDIS_SENTINELS: sentinels }), [/^REDIS_SENTINELS needs REDIS_URL naming the master group/])
+  t.match(problems({ REDIS_CLUSTER_NODES: 'redis://a:6379', REDIS_SENTINELS: sentinels }), [/^REDIS_SENTINELS watches one master/])
+  t.match(problems({ REDIS_URL: 'redis://mymaster', REDIS_SENTINELS: 'sentinel:26379' }), [/^REDIS_SENTINELS .*redis:\/\/sentinel-1:26379/])
 
   const service = spawnService(t, { DATABASE_URL: 'postgres//user:s3cret@db/app', PORT: '0' })
   t.equal(await service.exited, 1)

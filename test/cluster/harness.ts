@@ -260,6 +260,35 @@ export async function startPrivateRedis (t: TestLike, settings: string[] = []): 
   return { url: `redis://127.0.0.1:${port}`, port, start, stop }
 }
 
+/**
+ * A Redis Sentinel of the test's own (redis-server in sentinel mode) watching the master at
+ * `masterPort` as the group `name`, which it takes down after a second's silence; stopped at the end.
+ */
+export async function startRedisSentinel (t: TestLike, name: string, masterPort: number): Promise<{ port: number }> {
+  const bin = requireTool('redis-server', 'install Debian\'s redis-server package')
+  const dir = mkdtempSync(join(tmpdir(), 'redis-sentinel-'))
+  const port = await freePort()
+  // The sentinel rewrites its configuration file as it learns: one of its own, in a directory of its own.
+  const conf = join(dir, 'sentinel.conf')
+  writeFileSync(conf, [
+    `port ${port}`, 'bind 127.0.0.1', `dir ${dir}`,
+    `sentinel monitor ${name} 127.0.0.1 ${masterPort} 1`,
+    `sentinel down-after-milliseconds ${name} 1000`,
+    `sentinel failover-timeout ${name} 5000`, ''
+  ].join('\n'))
+  const child = track(spawn(bin, [conf, '--sentinel'], { stdio: 'ignore' }))
+  t.teardown(async () => {
+    child.kill('SIGKILL')
+    await exited(child)
+    rmSync(dir, { recursive: true, force: true })
+  })
+  for (let i = 0; i < 100; i++) {
+    if (await pingRedis(port)) return { port }
+    await sleep(50)
+  }
+  throw new Error(`redis-server --sentinel did not start on port ${port}`)
+}
+
 export interface RedisCluster {
   /** The nodes' URLs, as REDIS_CLUSTER_NODES takes them. */
   nodes: string[]
