@@ -8,6 +8,24 @@ import { sharedChanges } from './shared-changes.ts'
 import { deploymentConflict, isoNow, missingIssuerSerials, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerAccount, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 /** The schema's migrations, in order: version N is MIGRATIONS[N - 1]. */
+/**
+ * The statement triggers that log a table's changes through log_row_changes(`args`), one per kind of
+ * statement (each sees the transition tables it has), enabled ALWAYS: writes made with
+ * session_replication_role = replica (pg_restore, logical replication) are logged too.
+ */
+function changeLogTriggers (table: string, args: string): string {
+  const kinds = [
+    ['INSERT', 'REFERENCING NEW TABLE AS new_rows'],
+    ['UPDATE', 'REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows'],
+    ['DELETE', 'REFERENCING OLD TABLE AS old_rows'],
+    ['TRUNCATE', '']
+  ]
+  const name = (kind: string) => `${table}_log_${kind.toLowerCase()}s`
+  return kinds.map(([kind, transitions]) =>
+    `CREATE TRIGGER ${name(kind!)} AFTER ${kind} ON ${table} ${transitions} FOR EACH STATEMENT EXECUTE FUNCTION log_row_changes(${args});`
+  ).join('\n') + `\nALTER TABLE ${table} ${kinds.map(([kind]) => `ENABLE ALWAYS TRIGGER ${name(kind!)}`).join(', ')};`
+}
+
 export const MIGRATIONS: string[] = [
   `CREATE TABLE users (
      id TEXT PRIMARY KEY,
@@ -153,40 +171,26 @@ export const MIGRATIONS: string[] = [
      INSERT INTO change_log (tags) VALUES (tags);
      PERFORM pg_notify('store_changes_' || schema, '');
    END $$;
-   CREATE FUNCTION log_user_changes () RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+   -- Each changed row's tag (TG_ARGV[0] || its column TG_ARGV[1]), its table's tag (TG_ARGV[2]) for a
+   -- TRUNCATE or past 1000 tags, and a tag every such change carries (TG_ARGV[3], if given).
+   CREATE FUNCTION log_row_changes () RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
    DECLARE
+     tag text := format('%L || %I', TG_ARGV[0], TG_ARGV[1]);
      tags text[];
    BEGIN
      IF current_setting('graphql_service.own_writes', true) = 'on' THEN RETURN NULL; END IF;
      IF TG_OP = 'TRUNCATE' THEN
-       PERFORM log_change(TG_TABLE_SCHEMA, ARRAY['table:users'], 'table:users');
-       RETURN NULL;
+       tags := ARRAY[TG_ARGV[2]];
      ELSIF TG_OP = 'INSERT' THEN
-       SELECT array_agg(DISTINCT 'user:' || id) INTO tags FROM new_rows;
+       EXECUTE format('SELECT array_agg(DISTINCT %s) FROM new_rows', tag) INTO tags;
      ELSIF TG_OP = 'DELETE' THEN
-       SELECT array_agg(DISTINCT 'user:' || id) INTO tags FROM old_rows;
+       EXECUTE format('SELECT array_agg(DISTINCT %s) FROM old_rows', tag) INTO tags;
      ELSE
-       SELECT array_agg(tag) INTO tags FROM (SELECT 'user:' || id AS tag FROM old_rows UNION SELECT 'user:' || id FROM new_rows) AS changed;
+       EXECUTE format('SELECT array_agg(t) FROM (SELECT %s AS t FROM old_rows UNION SELECT %s FROM new_rows) AS changed', tag, tag)
+         INTO tags;
      END IF;
-     IF tags IS NOT NULL THEN PERFORM log_change(TG_TABLE_SCHEMA, tags || 'users'::text, 'table:users'); END IF;
-     RETURN NULL;
-   END $$;
-   CREATE FUNCTION log_message_changes () RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-   DECLARE
-     tags text[];
-   BEGIN
-     IF current_setting('graphql_service.own_writes', true) = 'on' THEN RETURN NULL; END IF;
-     IF TG_OP = 'TRUNCATE' THEN
-       PERFORM log_change(TG_TABLE_SCHEMA, ARRAY['table:messages'], 'table:messages');
-       RETURN NULL;
-     ELSIF TG_OP = 'INSERT' THEN
-       SELECT array_agg(DISTINCT 'room:' || room_id) INTO tags FROM new_rows;
-     ELSIF TG_OP = 'DELETE' THEN
-       SELECT array_agg(DISTINCT 'room:' || room_id) INTO tags FROM old_rows;
-     ELSE
-       SELECT array_agg(tag) INTO tags FROM (SELECT 'room:' || room_id AS tag FROM old_rows UNION SELECT 'room:' || room_id FROM new_rows) AS changed;
-     END IF;
-     PERFORM log_change(TG_TABLE_SCHEMA, tags, 'table:messages');
+     IF tags IS NOT NULL AND TG_NARGS > 3 THEN tags := tags || TG_ARGV[3]; END IF;
+     PERFORM log_change(TG_TABLE_SCHEMA, tags, TG_ARGV[2]);
      RETURN NULL;
    END $$;
    CREATE FUNCTION log_deployment_changes () RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
@@ -194,28 +198,10 @@ export const MIGRATIONS: string[] = [
      PERFORM log_change(TG_TABLE_SCHEMA, ARRAY['deployments'], 'deployments');
      RETURN NULL;
    END $$;
-   CREATE TRIGGER users_log_inserts AFTER INSERT ON users REFERENCING NEW TABLE AS new_rows
-     FOR EACH STATEMENT EXECUTE FUNCTION log_user_changes();
-   CREATE TRIGGER users_log_updates AFTER UPDATE ON users REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-     FOR EACH STATEMENT EXECUTE FUNCTION log_user_changes();
-   CREATE TRIGGER users_log_deletes AFTER DELETE ON users REFERENCING OLD TABLE AS old_rows
-     FOR EACH STATEMENT EXECUTE FUNCTION log_user_changes();
-   CREATE TRIGGER users_log_truncates AFTER TRUNCATE ON users
-     FOR EACH STATEMENT EXECUTE FUNCTION log_user_changes();
-   CREATE TRIGGER messages_log_inserts AFTER INSERT ON messages REFERENCING NEW TABLE AS new_rows
-     FOR EACH STATEMENT EXECUTE FUNCTION log_message_changes();
-   CREATE TRIGGER messages_log_updates AFTER UPDATE ON messages REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-     FOR EACH STATEMENT EXECUTE FUNCTION log_message_changes();
-   CREATE TRIGGER messages_log_deletes AFTER DELETE ON messages REFERENCING OLD TABLE AS old_rows
-     FOR EACH STATEMENT EXECUTE FUNCTION log_message_changes();
-   CREATE TRIGGER messages_log_truncates AFTER TRUNCATE ON messages
-     FOR EACH STATEMENT EXECUTE FUNCTION log_message_changes();
+   ${changeLogTriggers('users', "'user:', 'id', 'table:users', 'users'")}
+   ${changeLogTriggers('messages', "'room:', 'room_id', 'table:messages'")}
    CREATE TRIGGER app_deployments_log_changes AFTER INSERT OR UPDATE OR DELETE ON app_deployments
      FOR EACH STATEMENT EXECUTE FUNCTION log_deployment_changes();
-   ALTER TABLE users ENABLE ALWAYS TRIGGER users_log_inserts, ENABLE ALWAYS TRIGGER users_log_updates,
-     ENABLE ALWAYS TRIGGER users_log_deletes, ENABLE ALWAYS TRIGGER users_log_truncates;
-   ALTER TABLE messages ENABLE ALWAYS TRIGGER messages_log_inserts, ENABLE ALWAYS TRIGGER messages_log_updates,
-     ENABLE ALWAYS TRIGGER messages_log_deletes, ENABLE ALWAYS TRIGGER messages_log_truncates;
    ALTER TABLE app_deployments ENABLE ALWAYS TRIGGER app_deployments_log_changes;`
 ]
 
