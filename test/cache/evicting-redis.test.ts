@@ -41,7 +41,9 @@ test('under eviction, every lookup after a write sees it, on every instance shar
       continue
     }
     const records = [step % RECORDS, (step * 7) % RECORDS]
-    const key = `q:${records.join(',')}:${step % 1500}`
+    // Half the reads among 2000 keys (4 MB of answers, more than Redis holds: eviction), half among 100
+    // hot ones (read again soon: hits, unless their entry or a mark they need was evicted meanwhile).
+    const key = step % 2 === 0 ? `q:${records.join(',')}:${step % 4000}` : `q:${records.join(',')}:hot:${step % 100}`
     const found = await cache.find(key)
     if (found.entry) {
       served++
