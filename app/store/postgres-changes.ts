@@ -15,8 +15,10 @@
 //   position is told with each change); when it cannot say, the rows of the last `keepMs` (what a shared
 //   cache may still hold from before). An instance starting never empties what the others share.
 // - Rows older than `keepMs` are deleted, a bounded batch at a time, by whichever instance gets there,
-//   which records the last transaction id it deleted: a read that starts at or below it may have missed
-//   a deleted row (an instance away longer than the log keeps, none other listening), and says 'all'.
+//   which records the last transaction id it deleted: a read back from an absence that starts at or
+//   below it may have missed a deleted row (an instance away longer than the log keeps, none other
+//   listening), and says 'all'. (A row deleted during a shorter absence was read before it unless its
+//   transaction ran longer than the log keeps rows: that one commit can be missed.)
 import pg from 'pg'
 import type { ChangeListener, ChangeWatch } from './types.ts'
 
@@ -68,7 +70,7 @@ export function followChangeLog (options: ChangeLogOptions, listener: ChangeList
   let position: string | null = null
   /** Rows read whose transaction id is at or above `position`: the next read finds them again. */
   let told = new Map<string, bigint>()
-  /** When a read last answered (performance.now()): pruning runs once a PRUNE_MS after a read. */
+  /** When a read last answered (performance.now()): a longer gap than a heartbeat's is an absence. */
   let lastRead = -Infinity
   let reading: Promise<void> | null = null
   let readAgain = false
@@ -100,10 +102,13 @@ export function followChangeLog (options: ChangeLogOptions, listener: ChangeList
       ? c.query<{ horizon: string; pruned: string; rows: LogRow[] }>(READ_RECENT, [keep])
       : c.query<{ horizon: string; pruned: string; rows: LogRow[] }>(READ_FROM, [position])
     const { horizon, pruned, rows } = (await withinDeadline(query, deadlineMs)).rows[0]!
-    // Rows at or after where this read starts were deleted before it (this instance was away longer than
-    // the log keeps them). If the fleet's shared cache applied the log past them, reading on from there
-    // misses nothing; otherwise what they said is lost.
-    const missed = position !== null && BigInt(pruned) >= BigInt(position)
+    // Back from an absence (a lost or silent connection), rows at or after where this read starts may
+    // have been deleted meanwhile. If the fleet's shared cache applied the log past them, reading on from
+    // there misses nothing; otherwise what they said is lost. A reader that has not been away read every
+    // row pruned since (pruning takes rows older than keepMs): while a long transaction stays open, the
+    // position (its snapshot's xmin) stays below what is pruned, and that is no loss.
+    const away = performance.now() - lastRead > heartbeatMs + 2 * deadlineMs
+    const missed = away && position !== null && BigInt(pruned) >= BigInt(position)
     if (missed && listener.resumeFrom) {
       const fleet = await withinDeadline(listener.resumeFrom(), deadlineMs).catch(() => null)
       if (fleet !== null && BigInt(fleet) > BigInt(pruned) && client === c) {

@@ -7,7 +7,6 @@ import { followChangeLog } from './postgres-changes.ts'
 import { sharedChanges } from './shared-changes.ts'
 import { deploymentConflict, isoNow, missingIssuerSerials, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerAccount, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
-/** The schema's migrations, in order: version N is MIGRATIONS[N - 1]. */
 /**
  * The statement triggers that log a table's changes through log_row_changes(`args`), one per kind of
  * statement (each sees the transition tables it has), enabled ALWAYS: writes made with
@@ -26,6 +25,7 @@ function changeLogTriggers (table: string, args: string): string {
   ).join('\n') + `\nALTER TABLE ${table} ${kinds.map(([kind]) => `ENABLE ALWAYS TRIGGER ${name(kind!)}`).join(', ')};`
 }
 
+/** The schema's migrations, in order: version N is MIGRATIONS[N - 1]. */
 export const MIGRATIONS: string[] = [
   `CREATE TABLE users (
      id TEXT PRIMARY KEY,
