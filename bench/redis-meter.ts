@@ -52,6 +52,11 @@ export async function redisMeter (url: string): Promise<RedisMeter> {
       let topLevel = 0
       let scriptCalls = 0
       const byName: Record<string, number> = {}
+      // ioredis can fail a MONITOR connection on a line that arrives as it ends ("Command queue state
+      // error"): that one fails the sample while it is taken, and is ignored once it is taken.
+      let failed: Error | null = null
+      let taken = false
+      monitor.on('error', (err: Error) => { if (!taken) failed ??= err })
       monitor.on('monitor', (_time: string, args: string[], source: string) => {
         const name = String(args[0]).toLowerCase()
         if (source === 'lua') scriptCalls++
@@ -66,8 +71,10 @@ export async function redisMeter (url: string): Promise<RedisMeter> {
         await redis.ping()
         await new Promise((resolve) => setTimeout(resolve, 100))
       } finally {
+        taken = true
         monitor.disconnect()
       }
+      if (failed) throw failed
       for (const name of Object.keys(byName)) byName[name]! /= requests
       return { topLevelPerRequest: topLevel / requests, scriptCallsPerRequest: scriptCalls / requests, byName }
     },
