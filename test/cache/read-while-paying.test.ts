@@ -3,21 +3,18 @@
 // write, and its answer is used only once the charge is paid. Through a listening service on Redis, watched
 // with MONITOR, with the charge held by the test until it has seen what Redis received.
 import { test } from 'tap'
-import { Redis } from 'ioredis'
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { AppError } from '../../app/errors.ts'
 import type { CostReport } from '../../app/limits/cost-report.ts'
 import { gql, listenTestApp } from '../helpers/app.ts'
+import { monitorRedis } from '../cluster/harness.ts'
 
 const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'
 
 test('the cache lookup reaches Redis while the charge is unanswered; a refused charge sends the client nothing of it', async (t) => {
   const prefix = `t-${randomUUID().slice(0, 8)}:`
-  const monitor = await new Redis(REDIS_URL, { lazyConnect: true }).monitor().catch((err: Error) => {
-    throw new Error(`these tests need Redis at ${REDIS_URL} (TEST_REDIS_URL): ${err.message}`)
-  })
-  t.teardown(() => monitor.disconnect())
+  const monitor = await monitorRedis(t, REDIS_URL)
   const received: string[] = []
   monitor.on('monitor', (_time: string, args: string[]) => {
     const key = args.find((a) => a.startsWith(prefix))

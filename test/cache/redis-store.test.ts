@@ -4,6 +4,7 @@ import t0, { test, type Test } from 'tap'
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { RedisCacheStore } from '../../app/cache/redis-store.ts'
+import { monitorRedis } from '../cluster/harness.ts'
 import { ResponseCache, cacheKey, type Computed } from '../../app/cache/response-cache.ts'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -129,8 +130,7 @@ test('a miss answers the write sequence in the same step: the fill after it take
 
 /** The commands Redis received for keys under this file's prefix, watched with MONITOR. */
 async function watchCommands (t: Test) {
-  const monitor = await new Redis(REDIS_URL, { lazyConnect: true }).monitor()
-  t.teardown(() => monitor.disconnect())
+  const monitor = await monitorRedis(t, REDIS_URL)
   const seen: string[] = []
   // Calls a script makes are shown with the source `lua`: the script itself is the one command sent. Its
   // first run on a connection is an EVAL (ioredis's EVALSHA finds it unknown), later ones EVALSHA.

@@ -289,6 +289,21 @@ export async function startRedisSentinel (t: TestLike, name: string, masterPort:
   throw new Error(`redis-server --sentinel did not start on port ${port}`)
 }
 
+/**
+ * A MONITOR connection to the Redis at `url`, ended with the test. ioredis can fail such a connection on
+ * a line of another client's traffic ("Command queue state error": the bench smoke test runs beside these
+ * tests on the machine's Redis); that error is the connection's, not the test's, so it is not thrown. A
+ * line lost with it leaves what the test counts short, which fails the test rather than passing it.
+ */
+export async function monitorRedis (t: TestLike, url: string): Promise<Redis> {
+  const monitor = await new Redis(url, { lazyConnect: true }).monitor().catch((err: Error) => {
+    throw new Error(`these tests need Redis at ${url} (TEST_REDIS_URL): ${err.message}`)
+  })
+  monitor.on('error', () => {})
+  t.teardown(() => monitor.disconnect())
+  return monitor
+}
+
 export interface RedisCluster {
   /** The nodes' URLs, as REDIS_CLUSTER_NODES takes them. */
   nodes: string[]
