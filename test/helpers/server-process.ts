@@ -123,13 +123,22 @@ export async function startService (
   return { ...spawned, url }
 }
 
+/** Ports this process has handed out: the kernel may give a just-closed port 0 again, and two handed out for one instance (PORT and METRICS_PORT) must differ. */
+const handedOut = new Set<number>()
+
 /**
  * A port free on 127.0.0.1 a moment ago, for a listener that cannot take port 0 (e.g. METRICS_PORT, where 0 means off).
+ * Never one this process handed out before (one CI run started an instance whose PORT and METRICS_PORT came out equal).
  */
 export async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
+  for (;;) {
+    const server = createServer()
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const { port } = server.address() as AddressInfo
+    await new Promise((resolve) => server.close(resolve))
+    if (!handedOut.has(port)) {
+      handedOut.add(port)
+      return port
+    }
+  }
 }
