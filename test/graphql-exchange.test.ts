@@ -48,10 +48,14 @@ const schema = buildSchema(`
  * reading the caller would); a query naming `limited` is refused as the request budget refuses
  * (RATE_LIMITED, retry in 7 s), one naming `failing` answers with an error. With `charge`, each
  * admission is paid by it (as through Redis: `whilePaying` told first), and refused when it throws.
+ * An `id` in `seen.retired` is refused as the registry refuses an operation retired with its deployment.
  */
 function fakePipeline (charge?: () => Promise<void>) {
   const seen = {
     admitted: [] as Parameters<Pipeline['admit']>[0][],
+    /** Ids no longer served (PERSISTED_QUERY_NOT_FOUND), and the requests resolvesRegistered was asked of. */
+    retired: new Set<string>(),
+    resolved: [] as Parameters<Pipeline['resolvesRegistered']>[0][],
     executed: 0,
     cached: [] as string[],
     /** The caller each execution ran as (what its resolvers saw). */
@@ -61,6 +65,9 @@ function fakePipeline (charge?: () => Promise<void>) {
   const pipeline: FakePipeline = {
     async admit (request) {
       seen.admitted.push(request)
+      if (seen.retired.has(String(request.params.id))) {
+        throw new AppError('PERSISTED_QUERY_NOT_FOUND', `Persisted query not found: the operation "${String(request.params.id)}" was retired with ios 1.0.0`)
+      }
       const query = String(request.params.query ?? '')
       if (query.includes('limited')) {
         throw new AppError('RATE_LIMITED', 'Too many requests', { retryAfter: 7 })
@@ -97,7 +104,11 @@ function fakePipeline (charge?: () => Promise<void>) {
       return { data: { hello: (admission.variables.who as string | undefined) ?? 'world' } }
     },
     cached (_admission, outcome) { seen.cached.push(outcome) },
-    async operationType () { return 'query' }
+    async operationType () { return 'query' },
+    async resolvesRegistered (params) {
+      seen.resolved.push(params)
+      return !seen.retired.has(String(params.id))
+    }
   }
   return { pipeline, seen }
 }
@@ -180,6 +191,27 @@ test('a persisted GET: variables parsed, no rate-limit state, an ETag; the same 
   t.equal(badVariables.status, 400)
   t.equal(badVariables.json.errors[0].extensions.code, 'BAD_REQUEST')
   t.equal(badVariables.headers['cache-control'], 'no-store')
+})
+
+test('a remembered ETag answers 304 only while the registry still serves the id: once retired, the refusal', async (t) => {
+  const { exchange, seen } = exchangeOver()
+  const get = (headers: Record<string, string> = {}): HttpExchangeInput => ({
+    method: 'GET', url: '/graphql?id=hello', headers, query: { id: 'hello' }, caller: null, ip: '192.0.2.1'
+  })
+  const etag = answered(await exchange(get())).headers.etag!
+  t.same(seen.resolved, [], 'no If-None-Match: the registry is not asked twice (admission resolves it)')
+  t.equal(answered(await exchange(get({ 'if-none-match': etag }))).status, 304)
+  t.match(seen.resolved, [{ id: 'hello' }], 'asked before the remembered ETag answered')
+  t.equal(seen.admitted.length, 1, 'nothing admitted for the 304')
+
+  seen.retired.add('hello')
+  const stale = answered(await exchange(get({ 'if-none-match': etag })))
+  t.equal(stale.status, 200)
+  t.equal(stale.json.errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND')
+  t.match(stale.json.errors[0].message, /retired with ios 1\.0\.0/)
+  t.equal(stale.headers.etag, undefined, 'no ETag: the remembered one is not set on the refusal')
+  t.equal(stale.headers['cache-control'], 'no-store')
+  t.equal(seen.executed, 1)
 })
 
 test('a batch is one 200 answer, an array; a batch over MAX_BATCH_SIZE is refused whole', async (t) => {

@@ -6,7 +6,9 @@
 //   report is that caller's), `public, max-age=N` otherwise, and `Vary: Accept, Authorization`;
 //   anything else is `no-store`. A POST query's answer carries the same Cache-Control, without an ETag;
 // - If-None-Match is answered 304 *before executing* when this instance answered the same request
-//   (URL, Accept, caller) with that ETag less than max-age ago; after executing, a matching ETag
+//   (URL, Accept, caller) with that ETag less than max-age ago and the persisted registry still serves
+//   the operation (the exchange asks it between `remembered` and `notModified`: an id retired with its
+//   app deployment is answered PERSISTED_QUERY_NOT_FOUND, never 304); after executing, a matching ETag
 //   still turns the answer into a 304 (saving the bytes, e.g. on another instance).
 // The remembered ETags are per instance and bounded (CACHE_MAX_ENTRIES, and CACHE_MAX_BYTES: the key
 // holds the URL, up to Node's 16 KB header limit): a Redis round trip would
@@ -51,7 +53,8 @@ export interface HttpCacheOptions {
  */
 const entryBytes = (key: string) => key.length * 2 + 512
 
-interface Remembered {
+/** An ETag this instance answered a request with (HttpCache.remembered). */
+export interface Remembered {
   etag: string
   visibility: Visibility
   expires: number
@@ -63,10 +66,13 @@ interface Remembered {
  */
 export interface HttpCache {
   /**
-   * Before executing: true (the ETag and caching headers set, the exchange then answers 304) when this
-   * instance answered the same request with the ETag the client holds, less than max-age ago.
+   * Before executing: the ETag this instance answered the same request with, less than max-age ago, when
+   * the client's If-None-Match names it; undefined otherwise. Sets nothing: the exchange answers 304 from
+   * it (notModified) only once the registry still serves the operation the request names.
    */
-  answeredNotModified (request: CacheRequest, headers: CacheHeaders): boolean
+  remembered (request: CacheRequest): Remembered | undefined
+  /** Sets the ETag and caching headers of a 304 answered from a remembered ETag. */
+  notModified (request: CacheRequest, headers: CacheHeaders, remembered: Remembered): void
   /**
    * A successful GET answer, by its ETag (etagOf its bytes): sets the ETag and caching headers and
    * remembers the ETag; returns true when the client's If-None-Match names it (the exchange then
@@ -121,14 +127,17 @@ export function createHttpCache (options: HttpCacheOptions): HttpCache {
   }
 
   return {
-    answeredNotModified (request, headers) {
+    remembered (request) {
       const ifNoneMatch = request.headers['if-none-match']
-      if (!ifNoneMatch || !remembering) return false
+      if (!ifNoneMatch || !remembering) return undefined
       const known = remembered.get(keyOf(request))
-      if (!known || known.expires <= Date.now() || !ifNoneMatchHits(ifNoneMatch, known.etag)) return false
+      if (!known || known.expires <= Date.now() || !ifNoneMatchHits(ifNoneMatch, known.etag)) return undefined
+      return known
+    },
+
+    notModified (request, headers, known) {
       headers.etag = known.etag
       setVisibility(request, headers, known.visibility)
-      return true
     },
 
     cacheable (request, headers, etag, visibility) {

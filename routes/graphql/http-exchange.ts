@@ -82,7 +82,7 @@ export type HttpExchangeResult = HttpAnswer | EventStreamExchange
 
 export interface HttpExchangeOptions {
   config: Pick<Config, 'limits' | 'persistedOnly' | 'cacheMaxAgeSec' | 'cacheMaxEntries' | 'cacheMaxBytes'>
-  pipeline: Pick<Pipeline, 'admit' | 'execute' | 'operationType' | 'cached'>
+  pipeline: Pick<Pipeline, 'admit' | 'execute' | 'operationType' | 'resolvesRegistered' | 'cached'>
   /** How errors are shaped for callers (no internals in production), and where internal ones are logged. */
   errorOptions: FormatOptions
   /** The shared cache of query answers (RESPONSE_CACHE); null when it is off. */
@@ -368,14 +368,25 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
   // another origin cannot send without a preflight that CORS_ORIGINS answers. So a GET a page can
   // forge is an anonymous read whose answer that page cannot see: no cross-site request forgery.
   async function get (input: HttpExchangeInput, out: HttpAnswer): Promise<HttpAnswer> {
-    if (rememberEtags && httpCache.answeredNotModified(input, out.headers)) return notModified(out)
     const query = input.query as Record<string, unknown>
     const accept = input.headers.accept
-    const answered = await answer(input, out, {
+    const params: GraphQLRequestParams = {
       ...query,
       variables: parseJsonParam(query.variables, 'variables'),
       extensions: parseJsonParam(query.extensions, 'extensions')
-    })
+    }
+    // A remembered ETag answers 304 before executing, but only after the registry has resolved the
+    // operation the request names (a deployed id: one Map lookup, its plan cached; no store, no charge). The order
+    // matters: the ETag was remembered while the operation was served, and once its app deployment is
+    // retired the client must get PERSISTED_QUERY_NOT_FOUND naming it (from admission, below), not a 304
+    // that keeps it on its cached answer for good. (With the response cache on, its entries answer
+    // If-None-Match only after admission, which resolves the id first.)
+    const known = rememberEtags ? httpCache.remembered(input) : undefined
+    if (known && (await pipeline.resolvesRegistered(params, input.caller))) {
+      httpCache.notModified(input, out.headers, known)
+      return notModified(out)
+    }
+    const answered = await answer(input, out, params)
     const { body } = answered
     if (body.errors !== undefined || statusFor(accept, body) !== 200) {
       httpCache.uncacheable(out.headers)

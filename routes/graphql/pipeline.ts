@@ -146,6 +146,13 @@ export interface Pipeline {
    */
   operationType (params: GraphQLRequestParams, caller: Caller | null): Promise<string | undefined>
   /**
+   * Whether a persisted GET's document resolves as admission resolves it: to a registered operation
+   * the persisted registry still serves (not one retired with its app deployment), its plan cached.
+   * Asked before a remembered ETag answers 304 (http-exchange.ts). Checks, charges and counts nothing
+   * else (a deployment's usage counts admitted requests, and the 304 admits none).
+   */
+  resolvesRegistered (params: GraphQLRequestParams, caller: Caller | null): Promise<boolean>
+  /**
    * Runs an admitted query or mutation (or one event of a subscription, its root value) under the
    * execution deadline, with a fresh domain context (fresh loaders): its result, or "Query timeout"
    * when the deadline passes first (the domain then refuses any further write of that operation).
@@ -433,6 +440,14 @@ export function createPipeline (options: PipelineOptions): Pipeline {
         return (await operationOf(params, caller)).operation.type
       } catch {
         return undefined
+      }
+    },
+    async resolvesRegistered (params, caller) {
+      try {
+        await operationOf(params, caller, 'GET')
+        return true
+      } catch {
+        return false
       }
     },
     execute,
