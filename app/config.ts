@@ -4,6 +4,8 @@
 // Each variable is declared once, in `schema`: env-schema (Ajv) validates, coerces and defaults it there, and
 // the `Env` type is derived from that same `as const` schema, so the values come out typed with no casts.
 // Kept over hand-written readers because Ajv's coercion, defaults and messages stay exactly what they were.
+// Commands that only open the store and check operations read a part of it (loadCommandConfig: the store's
+// location and the limits, the same entries of the same schema), so they need no secret of the service.
 import { X509Certificate, createPrivateKey } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
@@ -390,6 +392,30 @@ function schemaErrors (err: unknown): { setting: string, message: string }[] {
   }))
 }
 
+/**
+ * The variables of `variables` (the schema or a part of it) read from `env`: validated, coerced and
+ * defaulted by env-schema. Every type error is added to `problems` (Ajv's allErrors), and the variables it
+ * names are read as unset (so the checks after it still run), `invalid` naming them.
+ */
+function readEnv<E> (
+  variables: { type: 'object', properties: object },
+  env: Record<string, string | undefined>,
+  problems: string[]
+): { e: E, invalid: Set<string> } {
+  // env: false: only `data` is read (env-schema would otherwise merge process.env under it).
+  const read = (data: Record<string, string | undefined>) =>
+    envSchema<E>({ schema: variables, data, dotenv: false, env: false })
+  try {
+    return { e: read(env), invalid: new Set() }
+  } catch (err) {
+    const errors = schemaErrors(err)
+    if (errors.length === 0) throw err
+    for (const { setting, message } of errors) problems.push(`${setting} ${message}`)
+    const invalid = new Set(errors.map(({ setting }) => setting))
+    return { e: read(Object.fromEntries(Object.entries(env).filter(([name]) => !invalid.has(name)))), invalid }
+  }
+}
+
 /** Every problem of an unusable configuration, one line each ("Configuration: ..."), found in one pass. */
 export class ConfigError extends Error {
   readonly problems: string[]
@@ -519,14 +545,113 @@ export function loadSigningConfig (env: Record<string, string | undefined> = env
   }
 }
 
-/** For the service and its commands: the configuration, or every problem on stderr (one line each) and exit code 1. */
-export function loadConfigOrExit (): Config {
+/**
+ * The variables a command reads to open the store and check operations, and nothing else: where the
+ * store is (DATABASE_URL, else SQLITE_PATH) and the limits operations are checked against. No secret
+ * of the service among them.
+ */
+const COMMAND_SETTINGS = [
+  'DATABASE_URL', 'DATABASE_POOL_SIZE', 'DATABASE_SCHEMA', 'DATABASE_APPLICATION_NAME', 'SQLITE_PATH',
+  'MAX_DEPTH', 'MAX_QUERY_LENGTH', 'MAX_QUERY_TOKENS', 'PLAN_CACHE_BYTES', 'MAX_RESPONSE_BYTES', 'MUTATION_COST',
+  'MAX_MUTATIONS_PER_OPERATION', 'MAX_ALIASES', 'MAX_DIRECTIVES_PER_FIELD', 'MAX_DIRECTIVES', 'MAX_VALIDATION_ERRORS',
+  'COST_BUDGET_ANONYMOUS', 'COST_BUDGET_USER', 'COST_BUDGET_ADMIN', 'COST_BUDGET_SERVICE', 'QUERY_TIMEOUT_MS',
+  'MAX_STRING_LENGTH', 'MAX_LIST_LENGTH', 'MAX_PAGE_SIZE', 'MAX_BATCH_SIZE', 'MAX_COUNT_TARGET',
+  'RATE_LIMIT_WINDOW_MS', 'RATE_LIMIT_REQUESTS', 'RATE_LIMIT_COST', 'RATE_LIMIT_COUNTING',
+  'DEPLOYMENTS_MAX_BYTES'
+] as const satisfies readonly (keyof Properties)[]
+type CommandSetting = typeof COMMAND_SETTINGS[number]
+
+/** COMMAND_SETTINGS' entries of the schema: the same types, bounds and defaults as the service's. */
+const commandSchema = {
+  type: 'object',
+  properties: Object.fromEntries(COMMAND_SETTINGS.map((name) => [name, schema.properties[name]]))
+} as const
+
+/**
+ * What the commands that open the store and check operations against the service's limits read
+ * (npm run app, schema:check, persisted:build): a part of Config, built by the code that builds it there.
+ */
+export type CommandConfig =
+  Pick<Config, 'databaseUrl' | 'databasePoolSize' | 'databaseSchema' | 'databaseApplicationName' | 'sqlitePath' | 'limits'> &
+  { deployments: Pick<Config['deployments'], 'maxBytes'> }
+
+/** The store's settings and the limits from COMMAND_SETTINGS' variables; a malformed DATABASE_URL is a problem. */
+function commandConfig (e: Pick<Env, CommandSetting>, problems: string[]): CommandConfig {
+  const databaseUrl = optional(e.DATABASE_URL)
+  // A malformed URL would otherwise fail later in a driver's words (getaddrinfo ENOTFOUND base).
+  const problem = urlProblem('DATABASE_URL', databaseUrl, ['postgres:', 'postgresql:'], 'postgres://user:password@host:5432/database')
+  if (problem) problems.push(problem)
+  return {
+    databaseUrl,
+    databasePoolSize: e.DATABASE_POOL_SIZE,
+    databaseSchema: optional(e.DATABASE_SCHEMA),
+    databaseApplicationName: e.DATABASE_APPLICATION_NAME,
+    sqlitePath: e.SQLITE_PATH,
+    limits: {
+      maxDepth: e.MAX_DEPTH,
+      maxQueryLength: e.MAX_QUERY_LENGTH,
+      maxQueryTokens: e.MAX_QUERY_TOKENS,
+      planCacheBytes: e.PLAN_CACHE_BYTES,
+      maxResponseBytes: e.MAX_RESPONSE_BYTES,
+      mutationCost: e.MUTATION_COST,
+      maxMutationsPerOperation: e.MAX_MUTATIONS_PER_OPERATION,
+      maxAliases: e.MAX_ALIASES,
+      maxDirectivesPerField: e.MAX_DIRECTIVES_PER_FIELD,
+      maxDirectives: e.MAX_DIRECTIVES,
+      maxValidationErrors: e.MAX_VALIDATION_ERRORS,
+      budgets: {
+        anonymous: e.COST_BUDGET_ANONYMOUS,
+        USER: e.COST_BUDGET_USER,
+        ADMIN: e.COST_BUDGET_ADMIN,
+        SERVICE: e.COST_BUDGET_SERVICE
+      },
+      timeoutMs: e.QUERY_TIMEOUT_MS,
+      maxStringLength: e.MAX_STRING_LENGTH,
+      maxListLength: e.MAX_LIST_LENGTH,
+      maxPageSize: e.MAX_PAGE_SIZE,
+      maxBatchSize: e.MAX_BATCH_SIZE,
+      maxCountTarget: e.MAX_COUNT_TARGET,
+      rateWindowMs: e.RATE_LIMIT_WINDOW_MS,
+      rateRequests: e.RATE_LIMIT_REQUESTS,
+      rateCostUnits: e.RATE_LIMIT_COST,
+      rateCounting: e.RATE_LIMIT_COUNTING
+    },
+    deployments: { maxBytes: e.DEPLOYMENTS_MAX_BYTES }
+  }
+}
+
+/**
+ * A command's configuration (npm run app, schema:check, persisted:build): COMMAND_SETTINGS only, read
+ * and validated as loadConfig reads them, with the same defaults; in either profile. Nothing else is read
+ * or required: a release job needs no JWT_SECRET or PARTNER_SECRET_KEY. Throws a ConfigError naming every
+ * invalid setting.
+ */
+export function loadCommandConfig (env: Record<string, string | undefined> = environment()): CommandConfig {
+  const problems: string[] = []
+  const { e } = readEnv<Pick<Env, CommandSetting>>(commandSchema, env, problems)
+  const config = commandConfig(e, problems)
+  if (problems.length > 0) throw new ConfigError(problems)
+  return config
+}
+
+/** `load`'s configuration, or every problem on stderr (one line each, URLs without credentials) and exit code 1. */
+function orExit<T> (load: () => T): T {
   try {
-    return loadConfig()
+    return load()
   } catch (err) {
     console.error(withoutCredentials(err instanceof Error ? err.message : String(err)))
     process.exit(1)
   }
+}
+
+/** For the service and its commands: the configuration, or every problem on stderr (one line each) and exit code 1. */
+export function loadConfigOrExit (): Config {
+  return orExit(() => loadConfig())
+}
+
+/** For the commands that read COMMAND_SETTINGS only: their configuration, or every problem on stderr and exit 1. */
+export function loadCommandConfigOrExit (): CommandConfig {
+  return orExit(() => loadCommandConfig())
 }
 
 /**
@@ -535,20 +660,7 @@ export function loadConfigOrExit (): Config {
  */
 export function loadConfig (env: Record<string, string | undefined> = environment()): Config {
   const problems: string[] = []
-  // env: false: only `data` is read (env-schema would otherwise merge process.env under it).
-  const read = (data: Record<string, string | undefined>) => envSchema<Env>({ schema, data, dotenv: false, env: false })
-  let e: Env
-  let invalid = new Set<string>()
-  try {
-    e = read(env)
-  } catch (err) {
-    // Type errors, all of them (Ajv's allErrors); the checks below still run, with each invalid variable unset.
-    const errors = schemaErrors(err)
-    if (errors.length === 0) throw err
-    for (const { setting, message } of errors) problems.push(`${setting} ${message}`)
-    invalid = new Set(errors.map(({ setting }) => setting))
-    e = read(Object.fromEntries(Object.entries(env).filter(([name]) => !invalid.has(name))))
-  }
+  const { e, invalid } = readEnv<Env>(schema, env, problems)
   const profile: Profile = e.NODE_ENV === 'production' ? 'production' : 'development'
   const prod = profile === 'production'
   const pick = <T>(value: T | undefined, dev: T, production: T): T => value ?? (prod ? production : dev)
@@ -578,9 +690,9 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     if (!allowed) problems.push(`CORS_ORIGINS entry "${entry}" is not an origin (expected scheme://host[:port], e.g. https://app.example.com)`)
     return allowed ?? entry
   })
-  // A malformed URL would otherwise fail later in a driver's words (getaddrinfo ENOTFOUND base).
+  // The store's settings and the limits (DATABASE_URL's form checked there): the part commands read alone.
+  const command = commandConfig(e, problems)
   for (const problem of [
-    urlProblem('DATABASE_URL', optional(e.DATABASE_URL), ['postgres:', 'postgresql:'], 'postgres://user:password@host:5432/database'),
     ...redisProblems('REDIS_URL', e.REDIS_URL, 'REDIS_CLUSTER_NODES', e.REDIS_CLUSTER_NODES,
       { setting: 'REDIS_SENTINELS', value: e.REDIS_SENTINELS }),
     ...redisProblems('RESPONSE_CACHE_REDIS_URL', e.RESPONSE_CACHE_REDIS_URL,
@@ -624,11 +736,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     readinessCacheMs: e.READINESS_CACHE_MS,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
     shutdownIdleDrainMs: pick(e.SHUTDOWN_IDLE_DRAIN_MS, 0, 1000),
-    databaseUrl: optional(e.DATABASE_URL),
-    databasePoolSize: e.DATABASE_POOL_SIZE,
-    databaseSchema: optional(e.DATABASE_SCHEMA),
-    databaseApplicationName: e.DATABASE_APPLICATION_NAME,
-    sqlitePath: e.SQLITE_PATH,
+    ...command,
     demoData: pick(e.DEMO_DATA, true, false),
     redis: redisAddress(e.REDIS_URL, e.REDIS_CLUSTER_NODES, e.REDIS_SENTINELS),
     redisPrefix: e.REDIS_PREFIX,
@@ -641,35 +749,6 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
       audience: optional(e.JWT_AUDIENCE),
       clockToleranceSec: e.JWT_CLOCK_TOLERANCE_SEC,
       maxLifetimeSec: e.JWT_MAX_LIFETIME_SEC
-    },
-    limits: {
-      maxDepth: e.MAX_DEPTH,
-      maxQueryLength: e.MAX_QUERY_LENGTH,
-      maxQueryTokens: e.MAX_QUERY_TOKENS,
-      planCacheBytes: e.PLAN_CACHE_BYTES,
-      maxResponseBytes: e.MAX_RESPONSE_BYTES,
-      mutationCost: e.MUTATION_COST,
-      maxMutationsPerOperation: e.MAX_MUTATIONS_PER_OPERATION,
-      maxAliases: e.MAX_ALIASES,
-      maxDirectivesPerField: e.MAX_DIRECTIVES_PER_FIELD,
-      maxDirectives: e.MAX_DIRECTIVES,
-      maxValidationErrors: e.MAX_VALIDATION_ERRORS,
-      budgets: {
-        anonymous: e.COST_BUDGET_ANONYMOUS,
-        USER: e.COST_BUDGET_USER,
-        ADMIN: e.COST_BUDGET_ADMIN,
-        SERVICE: e.COST_BUDGET_SERVICE
-      },
-      timeoutMs: e.QUERY_TIMEOUT_MS,
-      maxStringLength: e.MAX_STRING_LENGTH,
-      maxListLength: e.MAX_LIST_LENGTH,
-      maxPageSize: e.MAX_PAGE_SIZE,
-      maxBatchSize: e.MAX_BATCH_SIZE,
-      maxCountTarget: e.MAX_COUNT_TARGET,
-      rateWindowMs: e.RATE_LIMIT_WINDOW_MS,
-      rateRequests: e.RATE_LIMIT_REQUESTS,
-      rateCostUnits: e.RATE_LIMIT_COST,
-      rateCounting: e.RATE_LIMIT_COUNTING
     },
     trustProxy: list(e.TRUST_PROXY),
     pressure: {
@@ -690,7 +769,7 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
     persistedManifest: e.PERSISTED_MANIFEST !== undefined
       ? optional(e.PERSISTED_MANIFEST)
       : !prod && pick(e.DEMO_DATA, true, false) ? EXAMPLE_MANIFEST : null,
-    deployments: { maxBytes: e.DEPLOYMENTS_MAX_BYTES, usageFlushMs: e.DEPLOYMENT_USAGE_FLUSH_MS },
+    deployments: { ...command.deployments, usageFlushMs: e.DEPLOYMENT_USAGE_FLUSH_MS },
     apqMaxEntries: e.APQ_MAX_ENTRIES,
     apqMaxBytes: e.APQ_MAX_BYTES,
     apqMaxDocumentBytes: e.APQ_MAX_DOCUMENT_BYTES,

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { buildSchema } from 'graphql'
 import { readCommandLine } from '../app/command-line.ts'
-import { loadConfigOrExit, type Config } from '../app/config.ts'
+import { loadCommandConfigOrExit, type CommandConfig } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
 import {
   checkManifest,
@@ -64,7 +64,7 @@ const OPTIONS = {
   'stale-days': { type: 'string' }
 } as const
 
-export async function runApp (argv: string[], config: Config, out: (line: string) => void): Promise<number> {
+export async function runApp (argv: string[], config: CommandConfig, out: (line: string) => void): Promise<number> {
   let parsed
   try {
     parsed = parseArgs({ args: argv, allowPositionals: true, options: OPTIONS })
@@ -134,9 +134,10 @@ export async function runApp (argv: string[], config: Config, out: (line: string
 }
 
 if (import.meta.main) {
-  // Help needs no settings: answered before the configuration is read.
+  // Help needs no settings: answered before the configuration is read. Then only the store's location
+  // and the limits manifests are checked against (loadCommandConfig): a release job holds no secret of the service.
   readCommandLine(USAGE, { allowPositionals: true, options: OPTIONS })
-  const config = loadConfigOrExit()
+  const config = loadCommandConfigOrExit()
   try {
     process.exitCode = await runApp(process.argv.slice(2), config, (line) => console.log(line))
   } catch (err) {

@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import { dirname, join, relative, resolve } from 'node:path'
 import { buildSchema, print } from 'graphql'
 import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
-import { loadConfig } from '../app/config.ts'
+import { loadCommandConfig } from '../app/config.ts'
 import { makePlan, type DocumentPlan } from '../routes/graphql/plan.ts'
 import { sha256Hex } from '../routes/graphql/persisted.ts'
 import type { ApolloManifest } from '../routes/graphql/persisted-manifest.ts'
@@ -19,13 +19,8 @@ export const SCHEMA_FILE = new URL('../routes/graphql/schema.graphql', import.me
 export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_FILE, 'utf8')): ApolloManifest {
   const schema = buildSchema(schemaSDL)
   // The limits the service validates with (MAX_DEPTH etc. from the environment), so a document the
-  // service would refuse at start is refused here first.
-  const { limits } = loadConfig({
-    ...process.env,
-    NODE_ENV: 'development',
-    JWT_SECRET: undefined,
-    JWT_PUBLIC_KEY: undefined
-  })
+  // service would refuse at start is refused here first; no secret of the service is needed.
+  const { limits } = loadCommandConfig()
 
   const files = (readdirSync(folder, { recursive: true }) as string[])
     .filter((f) => /\.(graphql|gql)$/.test(f))

@@ -7,7 +7,7 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { buildSchema, findBreakingChanges, findDangerousChanges, parse, print } from 'graphql'
 import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
-import { loadConfigOrExit, type Config } from '../app/config.ts'
+import { loadCommandConfigOrExit, type CommandConfig } from '../app/config.ts'
 import { openStore } from '../app/store/index.ts'
 import type { Store } from '../app/store/types.ts'
 import { deploymentsBrokenBy } from '../routes/graphql/app-deployments.ts'
@@ -46,7 +46,7 @@ export function compareWithCommitted (
  */
 export async function runCheck (
   store: Store,
-  limits: Config['limits'],
+  limits: CommandConfig['limits'],
   out: (line: string) => void,
   err: (line: string) => void,
   committedText = readFileSync(EXPORTED, 'utf8'),
@@ -87,8 +87,9 @@ if (import.meta.main) {
     writeFileSync(EXPORTED, exportedSDL())
     console.log('wrote schema.graphql')
   } else if (command === 'check') {
-    // The app deployments are read from the configured store (SQLITE_PATH or DATABASE_URL), as the service would.
-    const config = loadConfigOrExit()
+    // The app deployments are read from the configured store (SQLITE_PATH or DATABASE_URL), as the service would;
+    // only the store's location and the limits are read (no secret of the service).
+    const config = loadCommandConfigOrExit()
     const store = await openStore(config)
     try {
       process.exitCode = await runCheck(store, config.limits, console.log, console.error)
