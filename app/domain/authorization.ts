@@ -1,7 +1,7 @@
 // Who may do what: the one place for every authorization rule, used by the GraphQL @auth directive,
 // GraphQL resolvers, SOAP handlers and subscriptions alike.
 import { AppError, forbidden, unauthenticated } from '../errors.ts'
-import type { Role, UserRow } from '../store/types.ts'
+import type { Role, Store, UserRow } from '../store/types.ts'
 import type { Caller } from './context.ts'
 
 /** The requirements the @auth directive can name: SELF (the user the field belongs to) and ADMIN. */
@@ -61,6 +61,14 @@ export function staleIdentity (caller: Caller, storedRole: Role | null): AppErro
     return forbidden(`The user's role is now ${storedRole}, not the token's ${caller.role}: use a new token`)
   }
   return undefined
+}
+
+/**
+ * The role the store gives a user now (null: the user is gone), read from the store itself (no loader's
+ * memory): what staleIdentity weighs a token's role against.
+ */
+export async function storedRole (store: Pick<Store, 'usersByIds'>, userId: string): Promise<Role | null> {
+  return (await store.usersByIds([userId]))[0]?.role ?? null
 }
 
 /** A user as a caller may see it: the email may be hidden (null) as well as the admin notes. */

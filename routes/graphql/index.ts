@@ -30,6 +30,7 @@ import type { WebSocket } from 'ws'
 import type { AppError } from '../../app/errors.ts'
 import { errorAnswer } from '../../app/fastify-errors.ts'
 import type { CacheStats, ResponseCache } from '../../app/cache/response-cache.ts'
+import { staleIdentity, storedRole } from '../../app/domain/authorization.ts'
 import type { DomainDeps } from '../../app/domain/context.ts'
 import type { DeploymentRequests } from './app-deployments.ts'
 import { memoryApqStore, redisApqStore } from './apq-store.ts'
@@ -269,15 +270,16 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   app.post('/graphql', { onRequest: identify }, handler)
 
   // App deployments for release pipelines (app-deployments.ts `deploymentVerbs`: administrators only,
-  // refused before the body is read; a manifest may be as large as DEPLOYMENTS_MAX_BYTES).
+  // refused before the body is read; a manifest may be as large as DEPLOYMENTS_MAX_BYTES). The token's
+  // ADMIN role must still be the user's in the store (staleIdentity): a demoted administrator's token is
+  // refused with FORBIDDEN, a deleted one's with UNAUTHENTICATED, before it expires. This hook waits on
+  // the store (one read of the caller's row), so it is async, unlike the others.
   const verbs = core.deploymentVerbs
-  const admitAdministrator: onRequestHookHandler = (request, _reply, done) => {
-    try {
-      request.caller = verbs.admit(ports.authenticate(request.headers.authorization))
-    } catch (err) {
-      return done(err as AppError)
-    }
-    done()
+  const admitAdministrator = async (request: FastifyRequest) => {
+    const caller = verbs.admit(ports.authenticate(request.headers.authorization))
+    const stale = staleIdentity(caller, await storedRole(ports.domain.store, caller.id))
+    if (stale) throw stale
+    request.caller = caller
   }
   const adminRoute = {
     onRequest: admitAdministrator,

@@ -16,6 +16,7 @@
 import type { Duplex } from 'node:stream'
 import type { Server } from 'node:net'
 import type { GraphQLSchema } from 'graphql'
+import { storedRole } from '../../app/domain/authorization.ts'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError } from '../../app/errors.ts'
 import { formatThrown, type FormatOptions } from '../../app/error-format.ts'
@@ -154,7 +155,7 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
     maxSubscriptionsPerCaller: ws.maxSubscriptionsPerCaller,
     // identity: user changes end a user's subscriptions (operations.ts)
     userChangesTopic: ports.userChangesTopic,
-    storedRole: async (userId) => (await ports.domain.store.usersByIds([userId]))[0]?.role ?? null
+    storedRole: (userId) => storedRole(ports.domain.store, userId)
   })
   const wsOptions = {
     start,

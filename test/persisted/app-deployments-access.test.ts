@@ -1,12 +1,15 @@
 // Who may publish and retire app deployments. The release job (`npm run app`, run as a process in the
 // production profile) needs the store's location and the limits it checks manifests against, and no
-// secret of the service (JWT_SECRET, PARTNER_SECRET_KEY), on the embedded file and on PostgreSQL.
-// (Manifests' refusals and bounds: app-deployments.test.ts.)
+// secret of the service (JWT_SECRET, PARTNER_SECRET_KEY), on the embedded file and on PostgreSQL. Over
+// HTTP, an ADMIN token speaks only while the store still says its user is an administrator: a demoted
+// administrator's token is refused with FORBIDDEN, a deleted one's with UNAUTHENTICATED, before it
+// expires, and nothing changes. (Manifests' refusals and bounds: app-deployments.test.ts.)
 import { test, type Test } from 'tap'
 import { spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { sha256Hex } from '../../routes/graphql/persisted.ts'
+import { gql, listenTestApp } from '../helpers/app.ts'
 import { freshSchema, TEST_DATABASE_URL } from '../helpers/postgres.ts'
 import { REPO } from '../helpers/server-process.ts'
 
@@ -72,4 +75,61 @@ test('npm run app in production needs no secret of the service: the embedded fil
 test('npm run app in production needs no secret of the service: PostgreSQL', async (t) => {
   const schema = await freshSchema(t, 'app_job')
   await publishListRetire(t, { DATABASE_URL: TEST_DATABASE_URL, DATABASE_SCHEMA: schema })
+})
+
+test('over HTTP, an ADMIN token of a user the store has demoted or deleted is refused, and nothing changes', async (t) => {
+  const { url, token } = await listenTestApp(t)
+  const root = token('1', 'ADMIN')
+  /** A new user made an administrator by the demo data's administrator (user 1); returns its id. */
+  const administrator = async (name: string) => {
+    const created = await gql(url, 'mutation ($input: CreateUserInput!) { createUser(input: $input) { id } }',
+      { input: { name, email: `${name}@example.com` } }, { authorization: `Bearer ${root}` })
+    const id = created.body.data.createUser.id as string
+    await setRole(id, 'ADMIN')
+    return id
+  }
+  const setRole = async (id: string, role: string) => {
+    const mutation = 'mutation ($id: ID!, $role: Role) { updateUser(id: $id, input: { role: $role }) { id } }'
+    const updated = await gql(url, mutation, { id, role }, { authorization: `Bearer ${root}` })
+    t.same([updated.body.data, updated.body.errors], [{ updateUser: { id } }, undefined], `user ${id} is now ${role}`)
+  }
+  const admin = (bearer: string, method: string, path: string, body?: unknown) =>
+    fetch(`${url}/admin/app-deployments${path}`, {
+      method,
+      headers: { authorization: `Bearer ${bearer}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: body === undefined ? undefined : JSON.stringify(body)
+    })
+  const refusal = async (response: Response) =>
+    ({ status: response.status, code: (await response.json()).errors?.[0]?.extensions?.code })
+  const listed = async () =>
+    ((await (await admin(root, 'GET', '')).json()).deployments as { name: string, version: string, state: string }[])
+      .map((d) => `${d.name} ${d.version} ${d.state}`)
+
+  const demotedId = await administrator('demoted')
+  const demoted = token(demotedId, 'ADMIN')
+  t.equal((await admin(demoted, 'PUT', '/web/1', apollo([entry(USERS)]))).status, 201, 'an administrator publishes')
+
+  await setRole(demotedId, 'USER')
+  const forbidden = { status: 403, code: 'FORBIDDEN' }
+  t.same(await refusal(await admin(demoted, 'PUT', '/web/2', apollo([entry(AUTHORS)]))), forbidden,
+    'the same token no longer publishes')
+  t.same(await refusal(await admin(demoted, 'POST', '/web/1/retire')), forbidden, 'nor retires')
+  t.same(await refusal(await admin(demoted, 'POST', '/check', apollo([entry(USERS)]))), forbidden, 'nor checks')
+  t.same(await refusal(await admin(demoted, 'GET', '')), forbidden, 'nor lists')
+  t.same(await listed(), ['web 1 active'], 'nothing changed (listed with another administrator\'s token)')
+
+  const deletedId = await administrator('deleted')
+  const deleted = token(deletedId, 'ADMIN')
+  t.equal((await admin(deleted, 'GET', '')).status, 200, 'an administrator lists')
+  const gone = await gql(url, 'mutation ($id: ID!) { deleteUser(id: $id) }', { id: deletedId }, { authorization: `Bearer ${root}` })
+  t.equal(gone.body.data?.deleteUser, true)
+  const unauthenticated = { status: 401, code: 'UNAUTHENTICATED' }
+  t.same(await refusal(await admin(deleted, 'PUT', '/web/2', apollo([entry(AUTHORS)]))), unauthenticated,
+    'a deleted user\'s token no longer publishes')
+  t.same(await refusal(await admin(deleted, 'POST', '/web/1/retire')), unauthenticated, 'nor retires')
+  t.same(await listed(), ['web 1 active'], 'nothing changed')
+
+  await setRole(demotedId, 'ADMIN')
+  t.equal((await admin(demoted, 'POST', '/web/1/retire')).status, 200, 'promoted again, the same token retires')
+  t.same(await listed(), ['web 1 retired'])
 })
