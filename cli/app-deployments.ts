@@ -76,7 +76,7 @@ export async function runApp (argv: string[], config: CommandConfig, out: (line:
   const [verb, file, ...extra] = positionals
   const schema = buildSchema(schemaSDL)
   if (verb === 'check' && file && extra.length === 0) {
-    const checked = checkManifest(readJson(file), schema, config.limits)
+    const checked = await checkManifest(readJson(file), schema, config.limits)
     if (checked.problems.length > 0) throw new Refused(checked.problems)
     out(`${file}: ${checked.operations.length} operations check for this service`)
     return 0

@@ -6,8 +6,12 @@ const TIMED_OUT = Symbol('timed out')
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** Dependencies that readiness checks besides the store (e.g. Redis), registered by their plugins. */
-    readinessChecks: Map<string, () => Promise<void>>
+    /**
+     * Dependencies that readiness checks besides the store (e.g. Redis), registered by their plugins: a
+     * check throws when the instance should not take traffic, and may resolve to a note (something it
+     * serves only in part) that /health/ready shows without failing.
+     */
+    readinessChecks: Map<string, () => Promise<void | string>>
   }
 }
 
@@ -21,7 +25,7 @@ declare module 'fastify' {
  * (a flood of probes must not flood the log; metrics count them).
  */
 export default fp(async function health (app: FastifyInstance) {
-  app.decorate('readinessChecks', new Map<string, () => Promise<void>>([['store', () => app.store.ping()]]))
+  app.decorate('readinessChecks', new Map<string, () => Promise<void | string>>([['store', () => app.store.ping()]]))
   let closing = false
   app.addHook('preClose', async () => { closing = true })
 
@@ -30,8 +34,9 @@ export default fp(async function health (app: FastifyInstance) {
     const checks: Record<string, 'ok' | string> = {}
     await Promise.all([...app.readinessChecks].map(async ([name, check]) => {
       try {
-        if (await withinDeadline(check(), 1000, TIMED_OUT) === TIMED_OUT) throw new Error('timed out')
-        checks[name] = 'ok'
+        const outcome = await withinDeadline(check(), 1000, TIMED_OUT)
+        if (outcome === TIMED_OUT) throw new Error('timed out')
+        checks[name] = outcome ?? 'ok'
       } catch (err) {
         checks[name] = `failing: ${(err as Error).message}`
       }
@@ -40,7 +45,7 @@ export default fp(async function health (app: FastifyInstance) {
   }
   /** The answer to every call while a verdict stands: its status and its body, serialized once. */
   const answerFor = (checks: Record<string, string>, shuttingDown: boolean): Answer => {
-    const ready = !shuttingDown && Object.values(checks).every((v) => v === 'ok')
+    const ready = !shuttingDown && Object.values(checks).every((v) => !v.startsWith('failing'))
     const status = ready ? 'ready' : shuttingDown ? 'shutting down' : 'not ready'
     return { code: ready ? 200 : 503, body: JSON.stringify({ status, checks }) }
   }

@@ -144,14 +144,14 @@ for (const [kind, open] of Object.entries(implementations)) {
 
     await t.test('app deployments: published all at once, idempotent, conflicting content refused, retired, counted', async (t) => {
       const op = (body: string, clientId: string | null = null) =>
-        ({ hash: createHash('sha256').update(body).digest('hex'), body, name: body.split(/[ {(]/)[1] ?? null, type: 'query', clientId })
+        ({ hash: createHash('sha256').update(body).digest('hex'), body, name: body.split(/[ {(]/)[1] ?? null, type: 'query', clientId, weight: 1000 })
       const users = op('query Users { users(first: 1) { edges { node { id } } } }')
       const me = op('query Me { me { id } }', 'relay-md5-id')
-      const first = { name: 'ios', version: '1.0.0', contentHash: 'c1', operations: [users, me] }
+      const first = { name: 'ios', version: '1.0.0', contentHash: 'c1', operations: [users, me], maxWeight: 1e9 }
       t.equal(await store.publishDeployment(first), 'published')
       t.equal(await store.publishDeployment(first), 'unchanged', 'the same name, version and content again: nothing to do')
       await t.rejects(store.publishDeployment({ ...first, contentHash: 'c2', operations: [users] }), { code: 'CONFLICT' })
-      t.equal(await store.publishDeployment({ name: 'android', version: '7', contentHash: 'c3', operations: [users] }), 'published')
+      t.equal(await store.publishDeployment({ name: 'android', version: '7', contentHash: 'c3', operations: [users], maxWeight: 1e9 }), 'published')
       const rows = await store.deploymentOperations()
       t.same(rows.filter((r) => r.app === 'ios').map((r) => [r.name, r.clientId, r.state]).sort(),
         [['Me', 'relay-md5-id', 'active'], ['Users', null, 'active']])
@@ -172,8 +172,30 @@ for (const [kind, open] of Object.entries(implementations)) {
       t.equal(retired.state, 'retired')
       t.ok(retired.retiredAt)
       t.same((await store.deploymentOperations()).filter((r) => r.app === 'ios').map((r) => r.state), ['retired', 'retired'])
+      t.same((await store.deploymentOperations([{ name: 'ios', version: '1.0.0' }])).map((r) => [r.app, r.body, r.weight]),
+        [['ios', '', 1000], ['ios', '', 1000]], 'the operations of the deployments asked for; a retired one\'s bodies are not read')
       t.equal(await store.publishDeployment(first), 'published', 'the same content published again after retirement is back')
       t.match((await store.listDeployments()).find((d) => d.name === 'ios'), { state: 'active', retiredAt: null })
+    })
+
+    await t.test('app deployments: the weight bound is checked in the publish\'s transaction, publishes one at a time', async (t) => {
+      const op = (body: string) =>
+        ({ hash: createHash('sha256').update(body).digest('hex'), body, name: null, type: 'query', clientId: null, weight: 400 })
+      const shared = op('query { me { id } }')
+      for (const d of await store.listDeployments()) await store.retireDeployment(d.name, d.version)
+      // 400 already active; each of these adds 400 (the shared operation counts once): one fits under 1000, not both.
+      t.equal(await store.publishDeployment({ name: 'bound', version: 'base', contentHash: 'b0', operations: [shared], maxWeight: 1000 }), 'published')
+      const outcomes = await Promise.allSettled(['a', 'b'].map((v) => store.publishDeployment({
+        name: 'bound', version: v, contentHash: `b-${v}`, operations: [shared, op(`query ${v.toUpperCase()} { me { name } }`)], maxWeight: 1000
+      })))
+      t.same(outcomes.map((o) => o.status).sort(), ['fulfilled', 'rejected'], 'two publishes at once: one passes the bound, the other is refused')
+      t.match(outcomes.find((o) => o.status === 'rejected'), { reason: { code: 'BAD_USER_INPUT', message: /would weigh 1200 bytes in memory, over DEPLOYMENTS_MAX_BYTES \(1000\)/ } })
+      const bound = (await store.listDeployments()).filter((d) => d.name === 'bound')
+      t.same(bound.map((d) => d.state), ['active', 'active'], 'the refused one left nothing behind, not even pending')
+      await store.retireDeployment('bound', 'base')
+      for (const d of bound) await store.retireDeployment(d.name, d.version)
+      await t.rejects(store.publishDeployment({ name: 'bound', version: 'base', contentHash: 'b0', operations: [shared], maxWeight: 100 }),
+        { code: 'BAD_USER_INPUT' }, 'a retired deployment published again is held to the bound too')
     })
 
     await t.test('answers ping', async (t) => {

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
 import { followChangeLog } from './postgres-changes.ts'
 import { sharedChanges } from './shared-changes.ts'
-import { deploymentConflict, isoNow, missingIssuerSerials, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerAccount, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
+import { deploymentConflict, deploymentTooHeavy, isoNow, missingIssuerSerials, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerAccount, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 /**
  * The statement triggers that log a table's changes through log_row_changes(`args`), one per kind of
@@ -202,12 +202,25 @@ export const MIGRATIONS: string[] = [
    ${changeLogTriggers('messages', "'room:', 'room_id', 'table:messages'")}
    CREATE TRIGGER app_deployments_log_changes AFTER INSERT OR UPDATE OR DELETE ON app_deployments
      FOR EACH STATEMENT EXECUTE FUNCTION log_deployment_changes();
-   ALTER TABLE app_deployments ENABLE ALWAYS TRIGGER app_deployments_log_changes;`
+   ALTER TABLE app_deployments ENABLE ALWAYS TRIGGER app_deployments_log_changes;`,
+  // What each operation weighs in an instance's memory (its plan and compiled code, as the publisher
+  // estimated it): DEPLOYMENTS_MAX_BYTES bounds the active operations' sum, checked as they are published.
+  // Operations published before get an estimate above plan.ts's upper ends for most texts.
+  `ALTER TABLE persisted_operations ADD COLUMN weight BIGINT;
+   UPDATE persisted_operations SET weight = octet_length(body) * 160 + 4096;
+   ALTER TABLE persisted_operations ALTER COLUMN weight SET NOT NULL;`
 ]
 
-// Arbitrary constant: the advisory lock that serialises migrations across instances.
+// Arbitrary constants: the advisory locks that serialise migrations, and app deployment publishes, across instances.
 const MIGRATION_LOCK = 727_001
+const PUBLISH_LOCK = 727_002
 
+// A retired deployment's bodies are not read: naming its operations needs only their ids.
+const DEPLOYMENT_OPERATION_COLUMNS = `d.name AS app, d.version, d.state,
+    p.hash, CASE WHEN d.state = 'active' THEN p.body ELSE '' END AS body, p.name, p.type, p.weight::float8 AS weight,
+    o.client_id AS "clientId" FROM app_deployments d
+    JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
+    JOIN persisted_operations p ON p.hash = o.hash`
 const ISO = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
 const USER_COLUMNS = `id, name, email, admin_notes AS "adminNotes", role, ${ISO('created_at')} AS "createdAt"`
 const CERTIFICATE_COLUMNS = 'c.fingerprint, c.thumbprint, c.issuer_serial AS "issuerSerial", c.login, c.pem, ' +
@@ -257,10 +270,13 @@ const q = {
     COALESCE(SUM(o.requests), 0)::bigint AS requests, ${ISO('MAX(o.last_used_at)')} AS "lastUsedAt"
     FROM app_deployments d LEFT JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
     GROUP BY d.name, d.version ORDER BY d.published_at DESC, d.name, d.version`),
-  deploymentOperations: query('deployment_operations', `SELECT d.name AS app, d.version, d.state, p.hash, p.body, p.name, p.type,
-    o.client_id AS "clientId" FROM app_deployments d
-    JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
-    JOIN persisted_operations p ON p.hash = o.hash WHERE d.state <> 'pending'`),
+  deploymentOperations: query('deployment_operations', `SELECT ${DEPLOYMENT_OPERATION_COLUMNS} WHERE d.state <> 'pending'`),
+  deploymentOperationsOf: query('deployment_operations_of', `SELECT ${DEPLOYMENT_OPERATION_COLUMNS}
+    WHERE d.state <> 'pending' AND (d.name, d.version) IN (SELECT * FROM unnest($1::text[], $2::text[]))`),
+  // Every distinct operation of the active deployments and of the one being published, once.
+  activeWeightWith: query('active_weight_with', `SELECT COALESCE(SUM(p.weight), 0)::bigint AS weight FROM persisted_operations p
+    WHERE p.hash IN (SELECT o.hash FROM app_deployment_operations o JOIN app_deployments d ON d.name = o.name AND d.version = o.version
+      WHERE d.state = 'active' OR (d.name = $1 AND d.version = $2))`),
   certificatesOf: query('certificates_of', 'SELECT fingerprint, thumbprint, issuer_serial AS "issuerSerial", login, pem, ' +
     `${ISO('added_at')} AS "addedAt" ` +
     'FROM partner_certificates WHERE login = $1 ORDER BY added_at DESC, fingerprint')
@@ -452,31 +468,31 @@ export async function openPostgresStore (options: PostgresOptions): Promise<Stor
           [c.fingerprint, c.thumbprint, c.issuerSerial, login, c.pem, c.addedAt])
       }
     }),
-    publishDeployment: ({ name, version, contentHash, operations }) => transaction(async (client) => {
-      // Two publishers of one name and version at once: the second waits on the first's row lock (or
-      // its primary key), then sees it.
-      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`${name}\n${version}`])
+    publishDeployment: ({ name, version, contentHash, operations, maxWeight }) => transaction(async (client) => {
+      // Publishes one at a time, fleet-wide: each sees the others' operations when it checks the bound.
+      await client.query('SELECT pg_advisory_xact_lock($1)', [PUBLISH_LOCK])
       const found = await client.query<{ state: string; contentHash: string }>(q.findDeployment([name, version]))
       const known = found.rows[0]
       if (known) {
         if (known.contentHash !== contentHash) throw deploymentConflict(name, version)
         if (known.state !== 'retired') return 'unchanged' as const
-        // The same content published again after its retirement: back in service (a retirement undone).
-        await client.query("UPDATE app_deployments SET state = 'active', retired_at = NULL WHERE name = $1 AND version = $2",
-          [name, version])
-        return 'published' as const
+      } else {
+        await client.query("INSERT INTO app_deployments (name, version, state, content_hash, published_at) VALUES ($1, $2, 'pending', $3, now())",
+          [name, version, contentHash])
+        // Two statements for the whole manifest, whatever its size.
+        await client.query(`INSERT INTO persisted_operations (hash, body, name, type, weight)
+          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) ON CONFLICT (hash) DO NOTHING`,
+        [operations.map((op) => op.hash), operations.map((op) => op.body), operations.map((op) => op.name),
+          operations.map((op) => op.type), operations.map((op) => Math.ceil(op.weight))])
+        await client.query(`INSERT INTO app_deployment_operations (name, version, hash, client_id)
+          SELECT $1, $2, u.hash, u.client_id FROM unnest($3::text[], $4::text[]) AS u(hash, client_id)`,
+        [name, version, operations.map((op) => op.hash), operations.map((op) => op.clientId)])
       }
-      await client.query("INSERT INTO app_deployments (name, version, state, content_hash, published_at) VALUES ($1, $2, 'pending', $3, now())",
-        [name, version, contentHash])
-      // Two statements for the whole manifest, whatever its size.
-      await client.query(`INSERT INTO persisted_operations (hash, body, name, type)
-        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) ON CONFLICT (hash) DO NOTHING`,
-      [operations.map((op) => op.hash), operations.map((op) => op.body), operations.map((op) => op.name),
-        operations.map((op) => op.type)])
-      await client.query(`INSERT INTO app_deployment_operations (name, version, hash, client_id)
-        SELECT $1, $2, u.hash, u.client_id FROM unnest($3::text[], $4::text[]) AS u(hash, client_id)`,
-      [name, version, operations.map((op) => op.hash), operations.map((op) => op.clientId)])
-      await client.query("UPDATE app_deployments SET state = 'active' WHERE name = $1 AND version = $2", [name, version])
+      const { rows } = await client.query<{ weight: string }>(q.activeWeightWith([name, version]))
+      const weight = Number(rows[0]!.weight)
+      if (weight > maxWeight) throw deploymentTooHeavy(name, version, weight, maxWeight)
+      // New, or the same content published again after its retirement (a retirement undone): in service.
+      await client.query("UPDATE app_deployments SET state = 'active', retired_at = NULL WHERE name = $1 AND version = $2", [name, version])
       return 'published' as const
     }),
     async retireDeployment (name, version) {
@@ -489,8 +505,11 @@ export async function openPostgresStore (options: PostgresOptions): Promise<Stor
       return (await pool.query<Deployment & { requests: string }>(q.listDeployments([]))).rows
         .map((row) => ({ ...row, requests: Number(row.requests) }))
     },
-    async deploymentOperations () {
-      return (await pool.query<DeploymentOperationRow>(q.deploymentOperations([]))).rows
+    async deploymentOperations (of) {
+      if (!of) return (await pool.query<DeploymentOperationRow>(q.deploymentOperations([]))).rows
+      if (of.length === 0) return []
+      return (await pool.query<DeploymentOperationRow>(
+        q.deploymentOperationsOf([of.map((d) => d.name), of.map((d) => d.version)]))).rows
     },
     async recordUsage (usage) {
       if (usage.length === 0) return

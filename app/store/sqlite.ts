@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
 import {
   deploymentConflict,
+  deploymentTooHeavy,
   isoNow,
   missingIssuerSerials,
   ROLES,
@@ -89,10 +90,18 @@ export const MIGRATIONS: string[] = [
      last_used_at TEXT,
      PRIMARY KEY (name, version, hash),
      FOREIGN KEY (name, version) REFERENCES app_deployments (name, version)
-   );`
+   );`,
+  // What each operation weighs in an instance's memory (postgres.ts says more).
+  `ALTER TABLE persisted_operations ADD COLUMN weight INTEGER NOT NULL DEFAULT 0;
+   UPDATE persisted_operations SET weight = length(CAST(body AS BLOB)) * 160 + 4096;`
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
+// A retired deployment's bodies are not read: naming its operations needs only their ids.
+const DEPLOYMENT_OPERATION_COLUMNS = `d.name AS app, d.version, d.state,
+  p.hash, CASE WHEN d.state = 'active' THEN p.body ELSE '' END AS body, p.name, p.type, p.weight, o.client_id AS clientId
+  FROM app_deployments d JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
+  JOIN persisted_operations p ON p.hash = o.hash`
 const CERTIFICATE_COLUMNS =
   'c.fingerprint, c.thumbprint, c.issuer_serial AS issuerSerial, c.login, c.pem, c.added_at AS addedAt, u.id AS userId, u.role ' +
   'FROM partner_certificates c JOIN users u ON u.login = c.login'
@@ -193,6 +202,9 @@ export interface SqliteOptions {
  * held by a connection of its own: the operating system releases it when the process ends, however it
  * ends, so it is never stale.
  */
+/** How long a statement waits for another process's write lock (a command's) before SQLITE_BUSY. */
+const BUSY_TIMEOUT_MS = 5000
+
 function claimInstanceLock (path: string): DatabaseSync {
   const lockPath = `${path}.instance-lock`
   const lock = new DatabaseSync(lockPath)
@@ -213,7 +225,7 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
   const instanceLock = options.instanceLock && path !== ':memory:' ? claimInstanceLock(path) : null
   const db = new DatabaseSync(path)
   db.exec(
-    'PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;'
+    `PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS};`
   )
   migrate(db)
 
@@ -250,19 +262,21 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
       'INSERT INTO partner_certificates (fingerprint, thumbprint, issuer_serial, login, pem, added_at) VALUES (?, ?, ?, ?, ?, ?)'),
     findDeployment: prepare('SELECT state, content_hash AS contentHash FROM app_deployments WHERE name = ? AND version = ?'),
     insertDeployment: prepare("INSERT INTO app_deployments (name, version, state, content_hash, published_at) VALUES (?, ?, 'pending', ?, ?)"),
-    insertOperation: prepare('INSERT INTO persisted_operations (hash, body, name, type) VALUES (?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING'),
+    insertOperation: prepare('INSERT INTO persisted_operations (hash, body, name, type, weight) VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING'),
     linkOperation: prepare('INSERT INTO app_deployment_operations (name, version, hash, client_id) VALUES (?, ?, ?, ?)'),
-    activateDeployment: prepare("UPDATE app_deployments SET state = 'active' WHERE name = ? AND version = ?"),
-    reactivateDeployment: prepare("UPDATE app_deployments SET state = 'active', retired_at = NULL WHERE name = ? AND version = ?"),
+    activateDeployment: prepare("UPDATE app_deployments SET state = 'active', retired_at = NULL WHERE name = ? AND version = ?"),
     retireDeployment: prepare("UPDATE app_deployments SET state = 'retired', retired_at = ? WHERE name = ? AND version = ? AND state <> 'retired'"),
     deploymentExists: prepare('SELECT 1 FROM app_deployments WHERE name = ? AND version = ?'),
     listDeployments: prepare(`SELECT d.name, d.version, d.state, d.content_hash AS contentHash, d.published_at AS publishedAt,
       d.retired_at AS retiredAt, COUNT(o.hash) AS operations, COALESCE(SUM(o.requests), 0) AS requests, MAX(o.last_used_at) AS lastUsedAt
       FROM app_deployments d LEFT JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
       GROUP BY d.name, d.version ORDER BY d.published_at DESC, d.name, d.version`),
-    deploymentOperations: prepare(`SELECT d.name AS app, d.version, d.state, p.hash, p.body, p.name, p.type, o.client_id AS clientId
-      FROM app_deployments d JOIN app_deployment_operations o ON o.name = d.name AND o.version = d.version
-      JOIN persisted_operations p ON p.hash = o.hash WHERE d.state <> 'pending'`),
+    deploymentOperations: prepare(`SELECT ${DEPLOYMENT_OPERATION_COLUMNS} WHERE d.state <> 'pending'`),
+    deploymentOperationsOf: prepare(`SELECT ${DEPLOYMENT_OPERATION_COLUMNS} WHERE d.state <> 'pending' AND d.name = ? AND d.version = ?`),
+    // Every distinct operation of the active deployments and of the one being published, once.
+    activeWeightWith: prepare(`SELECT COALESCE(SUM(p.weight), 0) AS weight FROM persisted_operations p
+      WHERE p.hash IN (SELECT o.hash FROM app_deployment_operations o JOIN app_deployments d ON d.name = o.name AND d.version = o.version
+        WHERE d.state = 'active' OR (d.name = ? AND d.version = ?))`),
     recordUsage: prepare(`UPDATE app_deployment_operations SET requests = requests + ?,
       last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < ? THEN ? ELSE last_used_at END
       WHERE name = ? AND version = ? AND hash = ?`),
@@ -287,6 +301,15 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
     }
   }
 
+  /** Runs `fn` with SQLite's busy timeout off: a lock held by another connection fails it at once (SQLITE_BUSY). */
+  const withoutWaiting = <T>(fn: () => T): T => {
+    db.exec('PRAGMA busy_timeout = 0')
+    try {
+      return fn()
+    } finally {
+      db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
+    }
+  }
   const transaction = <T>(fn: () => T): T => {
     db.exec('BEGIN IMMEDIATE')
     try {
@@ -432,21 +455,23 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
         throw err
       }
     },
-    async publishDeployment ({ name, version, contentHash, operations }) {
+    async publishDeployment ({ name, version, contentHash, operations, maxWeight }) {
+      // BEGIN IMMEDIATE takes the file's write lock first: publishes are one at a time.
       return transaction(() => {
         const known = stmt.findDeployment.get(name, version)
         if (known) {
           if (text(known, 'contentHash') !== contentHash) throw deploymentConflict(name, version)
           if (text(known, 'state') !== 'retired') return 'unchanged'
-          // The same content published again after its retirement: back in service (a retirement undone).
-          stmt.reactivateDeployment.run(name, version)
-          return 'published'
+        } else {
+          stmt.insertDeployment.run(name, version, contentHash, isoNow())
+          for (const op of operations) {
+            stmt.insertOperation.run(op.hash, op.body, op.name, op.type, Math.ceil(op.weight))
+            stmt.linkOperation.run(name, version, op.hash, op.clientId)
+          }
         }
-        stmt.insertDeployment.run(name, version, contentHash, isoNow())
-        for (const op of operations) {
-          stmt.insertOperation.run(op.hash, op.body, op.name, op.type)
-          stmt.linkOperation.run(name, version, op.hash, op.clientId)
-        }
+        const weight = Number((stmt.activeWeightWith.get(name, version) as { weight: number }).weight)
+        if (weight > maxWeight) throw deploymentTooHeavy(name, version, weight, maxWeight)
+        // New, or the same content published again after its retirement (a retirement undone): in service.
         stmt.activateDeployment.run(name, version)
         return 'published'
       })
@@ -471,8 +496,11 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
         retiredAt: textOrNull(row, 'retiredAt')
       }))
     },
-    async deploymentOperations () {
-      return stmt.deploymentOperations.all().map((row) => ({
+    async deploymentOperations (of) {
+      const rows = of
+        ? of.flatMap((d) => stmt.deploymentOperationsOf.all(d.name, d.version))
+        : stmt.deploymentOperations.all()
+      return rows.map((row) => ({
         app: text(row, 'app'),
         version: text(row, 'version'),
         state: deploymentState(text(row, 'state')),
@@ -480,13 +508,16 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
         body: text(row, 'body'),
         name: textOrNull(row, 'name'),
         type: text(row, 'type'),
-        clientId: textOrNull(row, 'clientId')
+        clientId: textOrNull(row, 'clientId'),
+        weight: Number(row.weight)
       }))
     },
     async recordUsage (usage) {
-      transaction(() => {
+      // Never waits for another process's write (a command's, an operator's): this runs on the event loop,
+      // and node:sqlite waits synchronously. Busy now: refused at once, the counts kept for the next write.
+      withoutWaiting(() => transaction(() => {
         for (const u of usage) stmt.recordUsage.run(u.requests, u.lastUsedAt, u.lastUsedAt, u.app, u.version, u.hash)
-      })
+      }))
     },
     watchChanges (listener) {
       // PRAGMA data_version changes when another connection (another process) commits, never for this

@@ -64,6 +64,11 @@ export interface DeployedOperation {
   type: string
   /** The id the app's manifest gave it when not its sha256 (Relay's md5, say): what its clients send. */
   clientId: string | null
+  /**
+   * What its plan and compiled code weigh in an instance's memory, in bytes, as the service estimates it
+   * (plan.ts: measured per character and per field): what DEPLOYMENTS_MAX_BYTES bounds.
+   */
+  weight: number
 }
 
 export type DeploymentState = 'pending' | 'active' | 'retired'
@@ -88,6 +93,12 @@ export interface DeploymentOperationRow extends DeployedOperation {
   app: string
   version: string
   state: DeploymentState
+}
+
+/** An app deployment's name and version. */
+export interface DeploymentKey {
+  name: string
+  version: string
 }
 
 /** Requests counted for one operation of one deployment since the last write. */
@@ -223,14 +234,26 @@ export interface Store {
    * Publishes an app deployment with its operations, all or nothing: stored pending, then active.
    * 'unchanged' when that name and version is active with the same content (a no-op); published again
    * when it was retired with the same content; AppError CONFLICT when it is there with other content.
+   * `maxWeight`: the active operations' weight (each distinct operation once) may not pass it once this
+   * one is active, checked in the publish's own transaction with every publish serialised (AppError
+   * BAD_USER_INPUT: deploymentTooHeavy), so two publishes at once cannot both pass it.
    */
-  publishDeployment (deployment: { name: string; version: string; contentHash: string; operations: readonly DeployedOperation[] }): Promise<'published' | 'unchanged'>
+  publishDeployment (deployment: {
+    name: string
+    version: string
+    contentHash: string
+    operations: readonly DeployedOperation[]
+    maxWeight: number
+  }): Promise<'published' | 'unchanged'>
   /** Retires an active deployment; false when no deployment has that name and version. */
   retireDeployment (name: string, version: string): Promise<boolean>
   /** Every deployment, newest first, with its usage. */
   listDeployments (): Promise<Deployment[]>
-  /** The operations of every deployment that is not pending (active ones to serve, retired ones to name). */
-  deploymentOperations (): Promise<DeploymentOperationRow[]>
+  /**
+   * The operations of the deployments that are not pending (active ones to serve, retired ones to name),
+   * all of them or those of `of`. A retired one's body is read as '' (naming it needs only its ids).
+   */
+  deploymentOperations (of?: readonly DeploymentKey[]): Promise<DeploymentOperationRow[]>
   /** Adds counted requests (and the latest use) to deployments' operations. */
   recordUsage (usage: readonly DeploymentUsage[]): Promise<void>
   /**
@@ -246,6 +269,13 @@ export interface Store {
 /** A name and version published again with other content: a new version must be a new version. */
 export function deploymentConflict (name: string, version: string): AppError {
   return new AppError('CONFLICT', `App deployment ${name} ${version} is published already with other operations: publish a new version`)
+}
+
+export function deploymentTooHeavy (name: string, version: string, weight: number, maxWeight: number): AppError {
+  return new AppError('BAD_USER_INPUT',
+    `App deployment ${name} ${version} not published: the active operations would weigh ${weight} bytes in memory, ` +
+    `over DEPLOYMENTS_MAX_BYTES (${maxWeight}); retire versions no longer in use first`,
+    { weight, maxWeight })
 }
 
 export function isoNow (): string {

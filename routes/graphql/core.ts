@@ -59,7 +59,9 @@ export interface RoomCore {
  * The core over its ports. `apq`: the automatic persisted queries' store (null: APQ off), chosen by the
  * door, which knows whether Redis is there.
  */
-export function createRoomCore (ports: GraphQLPorts, schema: () => GraphQLSchema, apq: ApqStore | null): RoomCore {
+export async function createRoomCore (
+  ports: GraphQLPorts, schema: () => GraphQLSchema, apq: ApqStore | null
+): Promise<RoomCore> {
   const { config } = ports
   const errorOptions: FormatOptions = {
     production: config.profile === 'production',
@@ -72,7 +74,8 @@ export function createRoomCore (ports: GraphQLPorts, schema: () => GraphQLSchema
   // registration (APQ: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode).
   const files = (config.persistedManifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
   // Read and checked now: a manifest the service cannot honour stops the start before anything listens.
-  const manifestFiles = files.map((file) => manifestFileDeployment(file, schema(), config.limits))
+  const manifestFiles: Awaited<ReturnType<typeof manifestFileDeployment>>[] = []
+  for (const file of files) manifestFiles.push(await manifestFileDeployment(file, schema(), config.limits))
   const deployments = createDeploymentCatalog({
     store: ports.domain.store,
     pin: plans.pin,
@@ -105,12 +108,13 @@ export function createRoomCore (ports: GraphQLPorts, schema: () => GraphQLSchema
   const warmUp = async (): Promise<WarmUpReport> => {
     const started = performance.now()
     for (const [i, { name, version, manifest }] of manifestFiles.entries()) {
+      const file = files[i]
       try {
         await publishManifest(ports.domain.store, {
           name, version, manifest, schema: schema(), limits: config.limits, maxBytes: config.deployments.maxBytes
         })
       } catch (err) {
-        throw new Error(`Persisted query manifest ${files[i]}: ${(err as Error).message}`)
+        throw new Error(`Persisted query manifest ${file}: ${(err as Error).message}`)
       }
     }
     await deployments.refresh()

@@ -207,7 +207,7 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
     : app.redis.client
       ? redisApqStore(app.redis.client, app.redis.key, config.apqMaxEntries, ports.log)
       : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
-  const core = createRoomCore(ports, () => app.graphql.schema, apq)
+  const core = await createRoomCore(ports, () => app.graphql.schema, apq)
   const { exchange, streaming, errorOptions } = core
   state.core = core
 
@@ -323,6 +323,9 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   // compilation now (core.warmUp: a manifest text the service cannot run is refused at start).
   app.addHook('onClose', () => core.deployments.stop())
   app.addHook('onReady', async () => {
+    // Not ready while the catalog refuses its operations (its view of the store stale); a note when it
+    // serves only some deployments. (Set once every plugin is registered: health comes after this room.)
+    app.readinessChecks?.set('app deployments', async () => core.deployments.readiness())
     const warmUp = await core.warmUp()
     state.persistedWarmUp = warmUp
     ports.log.info(

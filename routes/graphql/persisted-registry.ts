@@ -7,7 +7,6 @@ import { LruMap } from '../../app/lru-map.ts'
 import { apqEntryBytes, type ApqStore } from './apq-store.ts'
 import {
   PersistedMessages,
-  type ClientApp,
   persistedIdOf,
   persistedQueryExtension,
   sha256Hex,
@@ -62,24 +61,23 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
     return operation
   }
 
-  /** A deployed operation a request named: counted for its app deployment when the request says who it is. */
-  const deployedText = (operation: PersistedOperation, client: ClientApp | null | undefined) => {
-    if (client !== undefined) deployed.count(operation, client)
-    return registered(operation.text)
-  }
+  /** A deployed operation a request named (counted for its app deployment once the request is admitted). */
+  const deployedText = (operation: PersistedOperation): ResolvedDocument =>
+    ({ text: operation.text, registered: true, introspectionOnly: false, deployed: operation })
   const notFound = (id: string) => {
     const retired = deployed.retiredWith(id)
     return new AppError('PERSISTED_QUERY_NOT_FOUND', retired ? PersistedMessages.retired(id, retired) : PersistedMessages.notFound(id))
   }
 
   return {
-    async resolve (params, allowIntrospection = false, client) {
+    countUse: (operation, client) => deployed.count(operation, client),
+    async resolve (params, allowIntrospection = false) {
       const { query } = params
       const queryId = persistedIdOf(params)
       if (queryId !== undefined) {
         // The hot path: one Map lookup, no hashing, no parsing.
         const operation = deployed.find(queryId)
-        if (operation) return deployedText(operation, client)
+        if (operation) return deployedText(operation)
         const automatic = apq && queryId.startsWith('sha256:') ? await apqOperation(queryId.slice(7), undefined) : undefined
         if (!automatic) throw notFound(queryId)
         return registered(automatic.text)
@@ -89,7 +87,7 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
       if (pq) {
         const hash = pq.sha256Hash as string
         const fromDeployment = deployed.find(hash)
-        if (fromDeployment) return deployedText(fromDeployment, client)
+        if (fromDeployment) return deployedText(fromDeployment)
         if (persistedOnly && deployed.retiredWith(hash)) throw notFound(hash)
         if (persistedOnly) throw new AppError('PERSISTED_QUERY_NOT_FOUND', PersistedMessages.notFoundPersistedOnly)
         if (query === undefined || query === null) {

@@ -50,6 +50,8 @@ export interface ResolvedDocument {
    * (`allowIntrospection`): it may run only if it is introspection alone (the pipeline checks its plan).
    */
   introspectionOnly: boolean
+  /** The app deployment operation it is, when it is one: counted for its deployment once admitted. */
+  deployed?: PersistedOperation
 }
 
 export interface PersistedQueries {
@@ -58,9 +60,9 @@ export interface PersistedQueries {
    * request's own `query` otherwise, refused in persisted-only mode unless `allowIntrospection`
    * (then marked `introspectionOnly`).
    */
-  resolve (
-    params: GraphQLRequestParams, allowIntrospection?: boolean, client?: ClientApp | null
-  ): Promise<ResolvedDocument>
+  resolve (params: GraphQLRequestParams, allowIntrospection?: boolean): Promise<ResolvedDocument>
+  /** Counts an admitted request of a deployed operation for its deployment (the one `client` names, if it holds it). */
+  countUse (operation: PersistedOperation, client: ClientApp | null): void
 }
 
 /** One registered operation. The text is the exact string the pipeline plans (its plan cache key). */

@@ -41,6 +41,7 @@ import {
   persistedIdOf,
   type ClientApp,
   type GraphQLRequestParams,
+  type PersistedOperation,
   type PersistedQueries
 } from './persisted.ts'
 import { scalarCoercion, type ScalarCoercion } from './variables.ts'
@@ -98,8 +99,8 @@ export type PlanCacheLimits = Config['limits']
 export interface Plans {
   /** The plan of a text: from the cache, or made (and cached) now. Throws when the text cannot run. */
   plan (source: string): DocumentPlan
-  /** Makes and compiles the plan of a deploy-time text, kept until unpinned (never evicted). */
-  pin (source: string): void
+  /** Makes and compiles the plan of a deploy-time text, kept until unpinned (never evicted): what it weighs. */
+  pin (source: string): number
   /** Lets a pinned text go (its app deployment was retired): planned again, and cached, if it runs again. */
   unpin (source: string): void
   /**
@@ -134,8 +135,8 @@ export interface PipelineOptions {
 export interface Pipeline {
   /** The plan of a text: from the cache, or made (and cached) now. Throws when the text cannot run. */
   plan (source: string): DocumentPlan
-  /** Makes and compiles the plan of a deploy-time text, kept until unpinned (never evicted). */
-  pin (source: string): void
+  /** Makes and compiles the plan of a deploy-time text, kept until unpinned (never evicted): what it weighs. */
+  pin (source: string): number
   /** Lets a pinned text go (its app deployment was retired): planned again, and cached, if it runs again. */
   unpin (source: string): void
   /** Checks and prices an operation, spends its cost units; throws (having spent nothing else) when refused. */
@@ -283,6 +284,7 @@ export function createPlans (schema: () => GraphQLSchema, limits: PlanCacheLimit
       const made = makePlan(schema(), source, limits)
       for (const operation of made.operations) compiledOf(schema(), operation)
       pinned.set(source, made)
+      return weightOf(made)
     },
     unpin (source) {
       pinned.delete(source)
@@ -330,13 +332,11 @@ export function createPipeline (options: PipelineOptions): Pipeline {
   /**
    * The operation a request names: its document resolved, planned, and the operation chosen (with the document's text).
    */
-  /** `client`: the request's app, when the request is admitted (its deployment's usage is counted then). */
   async function operationOf (
     params: GraphQLRequestParams,
     caller: Caller | null,
-    transport?: Transport,
-    client?: ClientApp | null
-  ): Promise<{ operation: OperationPlan; source: string }> {
+    transport?: Transport
+  ): Promise<{ operation: OperationPlan; source: string; deployed: PersistedOperation | undefined }> {
     const operationName = params.operationName ?? null
     if (operationName !== null && typeof operationName !== 'string') {
       throw new AppError('BAD_REQUEST', 'operationName must be a string')
@@ -356,13 +356,13 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     ) {
       throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     }
-    const document = await options.persisted.resolve(params, caller?.role === 'ADMIN', client)
+    const document = await options.persisted.resolve(params, caller?.role === 'ADMIN')
     if (transport === 'GET' && !document.registered) throw new AppError('METHOD_NOT_ALLOWED', GET_PERSISTED_ONLY)
     const operation = selectOperation(plans.plan(document.text), operationName)
     if (document.introspectionOnly && !operation.onlyIntrospects) {
       throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
     }
-    return { operation, source: document.text }
+    return { operation, source: document.text, deployed: document.deployed }
   }
 
   async function admit ({
@@ -376,7 +376,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
   }: OperationRequest): Promise<Admission> {
     // HTTP requests have paid at the route; a WebSocket (or a batch) carries many operations on one request.
     if (!paidByRequest) await options.spendRequest(caller, ip)
-    const { operation, source } = await operationOf(params, caller, transport, client)
+    const { operation, source, deployed } = await operationOf(params, caller, transport)
     if (!ALLOWED[transport].has(operation.type)) refuseOnTransport(operation.type, transport)
     if (operation.introspects && !options.introspection && caller?.role !== 'ADMIN') {
       throw new AppError('INTROSPECTION_DISABLED', Messages.introspectionDisabled)
@@ -393,6 +393,8 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     }
     // Compiled once paid for: the compilation is bounded by the budget just checked (each field costs at least 1).
     const compiled = plans.compiled(operation, source)
+    // Only an admitted request counts for its app deployment's usage (a refused one did not use it).
+    if (deployed) options.persisted.countUse(deployed, client)
     return { caller, operation, compiled, variables, cost }
   }
 

@@ -169,7 +169,7 @@ test('app deployments on two instances in persisted-only mode', async (t) => {
       const webRow = all.find((d) => d.name === 'web')
       return iosRow?.requests >= 9 && webRow?.requests >= 4 ? { iosRow, webRow } : null
     }, 5_000, 100)
-    // Refused requests count for nobody; a client that does not name its version counts for every holder.
+    // Refused requests count for nobody; a client that does not name its version counts once, for the newest holder.
     t.equal(counted.iosRow.requests, 9, 'ios 1.0.0: 7 AppUser named ios, and the first AppUser each instance served')
     t.ok(counted.iosRow.lastUsedAt, 'the last use is recorded')
     t.equal(counted.webRow.requests, 4, 'web 5.0.0: 2 AppUsers named web (not ios, which holds it too), 2 AppMessages')

@@ -65,7 +65,7 @@ test('a flood of health probes costs the cheapest path: one store check, no acce
     })))
     t.same([...new Set(statuses)], ['200 application/json; charset=utf-8'], path)
   }
-  t.same(await (await fetch(`${url}/health/ready`)).json(), { status: 'ready', checks: { store: 'ok' } })
+  t.same(await (await fetch(`${url}/health/ready`)).json(), { status: 'ready', checks: { store: 'ok', 'app deployments': 'ok' } })
   t.equal(pings(), 1, 'one store ping for 101 readiness calls')
   await fetch(`${url}/no-such-route`)
   await new Promise((resolve) => setTimeout(resolve, 300)) // the log's batch is handed on every 200 ms

@@ -23,16 +23,16 @@ const USERS = 'query Users { users { id } }'
 test('a manifest that does not check is refused with every reason, and nothing is published', async (t) => {
   const config = testConfig({ MAX_DEPTH: '2' })
   const schema = buildSchema(schemaSDL)
-  const problemsOf = (manifest: unknown) => checkManifest(manifest, schema, config.limits).problems
-  t.match(problemsOf('not a manifest'), [/./], 'not an object')
-  t.match(problemsOf({ format: 'some-other-format', operations: [] }), [/format/], 'an unknown format')
-  t.match(problemsOf(apollo([])), ['the manifest holds no operation'])
-  t.match(problemsOf(apollo([{ id: sha256Hex('query Other { users { id } }'), body: USERS }])),
+  const problemsOf = async (manifest: unknown) => (await checkManifest(manifest, schema, config.limits)).problems
+  t.match(await problemsOf('not a manifest'), [/./], 'not an object')
+  t.match(await problemsOf({ format: 'some-other-format', operations: [] }), [/format/], 'an unknown format')
+  t.match(await problemsOf(apollo([])), ['the manifest holds no operation'])
+  t.match(await problemsOf(apollo([{ id: sha256Hex('query Other { users { id } }'), body: USERS }])),
     [/does not match the sha256 of its text/], 'a hash that is not its text\'s')
-  t.match(problemsOf(apollo([entry('query A { users { id } } query B { users { id } }')])), [/2 operations/])
-  t.match(problemsOf(apollo([entry('query Broken { users { id')])), [/does not parse/])
+  t.match(await problemsOf(apollo([entry('query A { users { id } } query B { users { id } }')])), [/2 operations/])
+  t.match(await problemsOf(apollo([entry('query Broken { users { id')])), [/does not parse/])
   const deep = 'subscription Deep { messageAdded(roomId: "general") { author { id } } }'
-  t.match(problemsOf(apollo([entry(USERS), entry(deep), entry('query Unknown { nobody }')])), [
+  t.match(await problemsOf(apollo([entry(USERS), entry(deep), entry('query Unknown { nobody }')])), [
     /^subscription Deep \(sha256:[0-9a-f]{12}…\): .*depth/,
     /^query Unknown \(sha256:[0-9a-f]{12}…\): Cannot query field "nobody"/
   ], 'every refused operation is named, a subscription the limits refuse too')
@@ -48,16 +48,21 @@ test('a manifest that does not check is refused with every reason, and nothing i
   t.same(await store.listDeployments(), [], 'nothing published')
 })
 
-test('the active operations stay within DEPLOYMENTS_MAX_BYTES: a publish past it is refused', async (t) => {
+test('the active operations\' weight stays within DEPLOYMENTS_MAX_BYTES: a publish past it is refused', async (t) => {
   const config = testConfig()
   const schema = buildSchema(schemaSDL)
   const store = openSqliteStore(':memory:')
   t.teardown(() => store.close())
   const publish = (version: string, body: string, maxBytes: number) =>
     publishManifest(store, { name: 'web', version, manifest: apollo([entry(body)]), schema, limits: config.limits, maxBytes })
-  const maxBytes = Buffer.byteLength(USERS) + 10
-  t.match(await publish('1', USERS, maxBytes), { outcome: 'published' })
+  // What the first operation weighs in memory (its plan and compiled code), and a little room: not a second one.
   const second = 'query UsersAgain { users { id name } }'
+  const weightOf = async (body: string) =>
+    (await checkManifest(apollo([entry(body)]), schema, config.limits)).operations[0]!.weight
+  const weights = [await weightOf(USERS), await weightOf(second)]
+  t.ok(weights[0]! > Buffer.byteLength(USERS) * 50, `an operation weighs far more than its text (${weights[0]} bytes)`)
+  const maxBytes = Math.max(...weights) + 10
+  t.match(await publish('1', USERS, maxBytes), { outcome: 'published' })
   await t.rejects(publish('2', second, maxBytes), { code: 'BAD_USER_INPUT', message: /over DEPLOYMENTS_MAX_BYTES/ })
   t.same((await store.listDeployments()).map((d) => d.version), ['1'])
   await store.retireDeployment('web', '1')
