@@ -283,7 +283,8 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   }
   const adminRoute = {
     onRequest: admitAdministrator,
-    bodyLimit: Math.max(config.bodyLimitBytes, config.deployments.maxBytes)
+    // A manifest whose operations weigh DEPLOYMENTS_MAX_BYTES in memory has a text of less than a 96th of it (plan.ts).
+    bodyLimit: Math.max(config.bodyLimitBytes, Math.ceil(config.deployments.maxBytes / 32))
   }
   type Named = { Params: { name: string; version: string } }
   app.get<{ Querystring: { staleDays?: string } }>('/admin/app-deployments', adminRoute,
