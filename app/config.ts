@@ -314,7 +314,7 @@ const schema = {
     PERSISTED_ONLY: { type: 'boolean' },
     PERSISTED_MANIFEST: { type: 'string' },
     DEPLOYMENTS_MAX_BYTES: { type: 'integer', minimum: 0, default: 268435456 },
-    DEPLOYMENT_USAGE_FLUSH_MS: { type: 'integer', minimum: 100, maximum: 600000, default: 2000 },
+    DEPLOYMENT_USAGE_FLUSH_MS: { type: 'integer', minimum: 100, maximum: 600000, default: 1000 },
     APQ_MAX_ENTRIES: { type: 'integer', minimum: 0, default: 10000 },
     APQ_MAX_BYTES: { type: 'integer', minimum: 0, default: 33554432 },
     APQ_MAX_DOCUMENT_BYTES: { type: 'integer', minimum: 0, default: 16384 },

@@ -18,6 +18,7 @@ import {
   listDeployments,
   publishManifest,
   retireDeployment,
+  runningTargets,
   type ListedDeployment
 } from '../routes/graphql/app-deployments.ts'
 import { schemaSDL } from '../routes/graphql/schema.ts'
@@ -95,16 +96,23 @@ export async function runApp (argv: string[], config: CommandConfig, out: (line:
   const store = await openStore(config)
   try {
     if (verb === 'publish') {
+      // Checked against what the running instances run (their schema and limits, as they said in the
+      // store), not this checkout's: the checkout's only when no instance has said.
+      const running = await runningTargets(store)
       const published = await publishManifest(store, {
         name: values.name!,
         version: values.version!,
         manifest: readJson(file!),
         schema,
         limits: config.limits,
-        maxBytes: config.deployments.maxBytes
+        maxBytes: config.deployments.maxBytes,
+        ...(running.length > 0 ? { targets: running } : {})
       })
+      const checkedBy = running.length > 0
+        ? `checked by ${running.map((target) => target.label).join(' and ')}`
+        : 'checked against this checkout\'s schema and limits (no running instance has said what it runs)'
       out(published.outcome === 'published'
-        ? `published ${values.name} ${values.version}: ${published.operations} operations, live on every instance within seconds`
+        ? `published ${values.name} ${values.version}: ${published.operations} operations, ${checkedBy}; live on every instance within seconds`
         : `${values.name} ${values.version} is published already with these operations: nothing changed`)
     } else if (verb === 'retire') {
       await retireDeployment(store, values.name!, values.version!)

@@ -120,6 +120,9 @@ export const storeTags: { readonly [M in Method]: Declaration<M> } = {
   listDeployments: deployments,
   deploymentOperations: deployments,
   recordUsage: deployments,
+  recordServiceInstance: deployments,
+  forgetServiceInstance: deployments,
+  serviceProfiles: deployments,
   watchChanges: unrelated('reports changes made elsewhere; reads and writes nothing itself'),
   ping: unrelated('reads no data'),
   close: unrelated('reads no data')

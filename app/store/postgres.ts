@@ -208,7 +208,13 @@ export const MIGRATIONS: string[] = [
   // Operations published before get an estimate above plan.ts's upper ends for most texts.
   `ALTER TABLE persisted_operations ADD COLUMN weight BIGINT;
    UPDATE persisted_operations SET weight = octet_length(body) * 160 + 4096;
-   ALTER TABLE persisted_operations ALTER COLUMN weight SET NOT NULL;`
+   ALTER TABLE persisted_operations ALTER COLUMN weight SET NOT NULL;
+   CREATE TABLE service_instances (
+     instance TEXT PRIMARY KEY,
+     hash TEXT NOT NULL,
+     profile TEXT NOT NULL,
+     seen_at TIMESTAMPTZ NOT NULL
+   );`
 ]
 
 // Arbitrary constants: the advisory locks that serialise migrations, and app deployment publishes, across instances.
@@ -521,6 +527,20 @@ export async function openPostgresStore (options: PostgresOptions): Promise<Stor
          WHERE o.name = u.name AND o.version = u.version AND o.hash = u.hash`,
         [usage.map((u) => u.app), usage.map((u) => u.version), usage.map((u) => u.hash),
           usage.map((u) => u.requests), usage.map((u) => u.lastUsedAt)])
+    },
+    async recordServiceInstance (instance, hash, profile) {
+      await pool.query(`INSERT INTO service_instances (instance, hash, profile, seen_at) VALUES ($1, $2, $3, now())
+        ON CONFLICT (instance) DO UPDATE SET hash = $2, profile = $3, seen_at = now()`, [instance, hash, profile])
+      await pool.query("DELETE FROM service_instances WHERE seen_at < now() - interval '1 day'")
+    },
+    async forgetServiceInstance (instance) {
+      await pool.query('DELETE FROM service_instances WHERE instance = $1', [instance])
+    },
+    async serviceProfiles (withinMs) {
+      return (await pool.query<{ hash: string; profile: string; instances: number; seenAt: string }>(
+        `SELECT hash, MIN(profile) AS profile, COUNT(*)::int AS instances, ${ISO('MAX(seen_at)')} AS "seenAt"
+         FROM service_instances WHERE seen_at > now() - $1 * interval '1 millisecond'
+         GROUP BY hash ORDER BY MAX(seen_at) DESC`, [withinMs])).rows
     },
     watchChanges: sharedChanges((listener) =>
       followChangeLog({ connection, schema: schema ?? null, keepMs: changesKeepMs }, listener)),

@@ -93,7 +93,13 @@ export const MIGRATIONS: string[] = [
    );`,
   // What each operation weighs in an instance's memory (postgres.ts says more).
   `ALTER TABLE persisted_operations ADD COLUMN weight INTEGER NOT NULL DEFAULT 0;
-   UPDATE persisted_operations SET weight = length(CAST(body AS BLOB)) * 160 + 4096;`
+   UPDATE persisted_operations SET weight = length(CAST(body AS BLOB)) * 160 + 4096;
+   CREATE TABLE service_instances (
+     instance TEXT PRIMARY KEY,
+     hash TEXT NOT NULL,
+     profile TEXT NOT NULL,
+     seen_at TEXT NOT NULL
+   );`
 ]
 
 const USER_COLUMNS = 'id, name, email, admin_notes AS adminNotes, role, created_at AS createdAt'
@@ -280,6 +286,12 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
     recordUsage: prepare(`UPDATE app_deployment_operations SET requests = requests + ?,
       last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < ? THEN ? ELSE last_used_at END
       WHERE name = ? AND version = ? AND hash = ?`),
+    recordServiceInstance: prepare(`INSERT INTO service_instances (instance, hash, profile, seen_at) VALUES (?, ?, ?, ?)
+      ON CONFLICT (instance) DO UPDATE SET hash = excluded.hash, profile = excluded.profile, seen_at = excluded.seen_at`),
+    forgetServiceInstancesBefore: prepare('DELETE FROM service_instances WHERE seen_at < ?'),
+    forgetServiceInstance: prepare('DELETE FROM service_instances WHERE instance = ?'),
+    serviceProfiles: prepare(`SELECT hash, MIN(profile) AS profile, COUNT(*) AS instances, MAX(seen_at) AS seenAt
+      FROM service_instances WHERE seen_at > ? GROUP BY hash ORDER BY MAX(seen_at) DESC`),
     ping: prepare('SELECT 1'),
     dataVersion: prepare('PRAGMA data_version')
   }
@@ -517,6 +529,21 @@ export function openSqliteStore (path: string, options: SqliteOptions = {}): Sto
       // and node:sqlite waits synchronously. Busy now: refused at once, the counts kept for the next write.
       withoutWaiting(() => transaction(() => {
         for (const u of usage) stmt.recordUsage.run(u.requests, u.lastUsedAt, u.lastUsedAt, u.app, u.version, u.hash)
+      }))
+    },
+    async recordServiceInstance (instance, hash, profile) {
+      // A heartbeat: it never waits on another process's lock (the next one comes within a minute).
+      withoutWaiting(() => {
+        stmt.recordServiceInstance.run(instance, hash, profile, isoNow())
+        stmt.forgetServiceInstancesBefore.run(new Date(Date.now() - 86_400_000).toISOString())
+      })
+    },
+    async forgetServiceInstance (instance) {
+      withoutWaiting(() => stmt.forgetServiceInstance.run(instance))
+    },
+    async serviceProfiles (withinMs) {
+      return stmt.serviceProfiles.all(new Date(Date.now() - withinMs).toISOString()).map((row) => ({
+        hash: text(row, 'hash'), profile: text(row, 'profile'), instances: Number(row.instances), seenAt: text(row, 'seenAt')
       }))
     },
     watchChanges (listener) {

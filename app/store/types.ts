@@ -254,6 +254,15 @@ export interface Store {
    * all of them or those of `of`. A retired one's body is read as '' (naming it needs only its ids).
    */
   deploymentOperations (of?: readonly DeploymentKey[]): Promise<DeploymentOperationRow[]>
+  /**
+   * Records that instance `instance` runs, now, the service profile `hash` (its schema and limits, as JSON
+   * `profile`): what publishes are checked against. Instances not seen for a day are forgotten.
+   */
+  recordServiceInstance (instance: string, hash: string, profile: string): Promise<void>
+  /** Forgets an instance (it stopped). */
+  forgetServiceInstance (instance: string): Promise<void>
+  /** The profiles of the instances seen in the last `withinMs`, with how many run each, the latest seen first. */
+  serviceProfiles (withinMs: number): Promise<{ hash: string; profile: string; instances: number; seenAt: string }[]>
   /** Adds counted requests (and the latest use) to deployments' operations. */
   recordUsage (usage: readonly DeploymentUsage[]): Promise<void>
   /**

@@ -14,11 +14,11 @@
 //   refuses its operations once its view may be stale, answers the persisted registry's lookups, names a
 //   retired operation's deployments, and counts admitted requests per deployment and operation, written
 //   to the store in batches.
-import { createHash } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { basename, extname } from 'node:path'
 import { getHeapStatistics } from 'node:v8'
-import type { GraphQLSchema } from 'graphql'
+import { buildSchema, type GraphQLSchema } from 'graphql'
 import type { Config } from '../../app/config.ts'
 import type { Caller } from '../../app/domain/context.ts'
 import { AppError, forbidden, unauthenticated } from '../../app/errors.ts'
@@ -135,6 +135,73 @@ export async function checkManifest (json: unknown, schema: GraphQLSchema, limit
   return { operations: problems.length > 0 ? [] : [...byHash.values()], problems }
 }
 
+// ---------------------------------------------------------------------------------------------
+// What the running instances run: a publish is checked against it, not against the publisher's checkout
+
+/** What decides whether an instance can serve an operation: its schema's text, its limits, its bound. */
+export interface ServiceProfile {
+  schema: string
+  limits: Limits
+  maxBytes: number
+}
+
+/** What a manifest is checked against: a schema, limits and bound, and whose (label null: this process's own). */
+export interface CheckTarget {
+  schema: GraphQLSchema
+  limits: Limits
+  maxBytes: number
+  label: string | null
+}
+
+/**
+ * Each instance says which profile it runs when it starts and every PROFILE_HEARTBEAT_MS; a profile counts
+ * as running while an instance said so within PROFILE_RUNNING_MS (an instance that stops says so too).
+ */
+export const PROFILE_HEARTBEAT_MS = 60_000
+const PROFILE_RUNNING_MS = 3 * PROFILE_HEARTBEAT_MS
+
+/** The schemas of the profiles met, built once each (a fleet runs one or two at a time). */
+const profileSchemas = new Map<string, GraphQLSchema>()
+
+function schemaOf (hash: string, sdl: string): GraphQLSchema {
+  let schema = profileSchemas.get(hash)
+  if (!schema) {
+    if (profileSchemas.size >= 16) profileSchemas.delete(profileSchemas.keys().next().value!)
+    profileSchemas.set(hash, schema = buildSchema(sdl))
+  }
+  return schema
+}
+
+/** The profiles of the running instances, as check targets; empty when none has said (none runs, or older ones). */
+export async function runningTargets (store: Store): Promise<CheckTarget[]> {
+  return (await store.serviceProfiles(PROFILE_RUNNING_MS)).map(({ hash, profile, instances }) => {
+    const { schema, limits, maxBytes } = JSON.parse(profile) as ServiceProfile
+    return { schema: schemaOf(hash, schema), limits, maxBytes, label: `the ${instances} running instance(s) of profile ${hash.slice(0, 12)}` }
+  })
+}
+
+/**
+ * Checks a manifest against every target: its operations (each with the most it weighs for any of them)
+ * and the bound the publish is held to (the least of theirs), or every problem, named with its target's
+ * label when there is one.
+ */
+export async function checkAgainst (
+  manifest: unknown, targets: readonly CheckTarget[]
+): Promise<CheckedManifest & { maxBytes: number }> {
+  let operations: DeployedOperation[] = []
+  for (const [i, target] of targets.entries()) {
+    const checked = await checkManifest(manifest, target.schema, target.limits)
+    if (checked.problems.length > 0) {
+      const problems = target.label ? checked.problems.map((problem) => `refused by ${target.label}: ${problem}`) : checked.problems
+      return { operations: [], problems, maxBytes: 0 }
+    }
+    operations = i === 0
+      ? checked.operations
+      : operations.map((op, j) => ({ ...op, weight: Math.max(op.weight, checked.operations[j]!.weight) }))
+  }
+  return { operations, problems: [], maxBytes: Math.min(...targets.map((target) => target.maxBytes)) }
+}
+
 /** What makes a deployment's content the same: its operations' hashes and the ids its clients send, sorted. */
 export function contentHashOf (operations: readonly DeployedOperation[]): string {
   const lines = operations.map((op) => `${op.hash} ${op.clientId ?? ''}`).sort()
@@ -170,11 +237,21 @@ export async function manifestFileDeployment (file: string, schema: GraphQLSchem
  */
 export async function publishManifest (
   store: Store,
-  options: { name: string; version: string; manifest: unknown; schema: GraphQLSchema; limits: Limits; maxBytes: number }
+  options: {
+    name: string
+    version: string
+    manifest: unknown
+    schema: GraphQLSchema
+    limits: Limits
+    maxBytes: number
+    /** What to check it against instead of `schema`, `limits` and `maxBytes` (the running instances' profiles). */
+    targets?: readonly CheckTarget[]
+  }
 ): Promise<{ outcome: 'published' | 'unchanged'; operations: number }> {
   const name = assertDeploymentName(options.name, 'name')
   const version = assertDeploymentName(options.version, 'version')
-  const checked = await checkManifest(options.manifest, options.schema, options.limits)
+  const { schema, limits, maxBytes } = options
+  const checked = await checkAgainst(options.manifest, options.targets ?? [{ schema, limits, maxBytes, label: null }])
   if (checked.problems.length > 0) {
     throw new AppError('BAD_USER_INPUT', `App deployment ${name} ${version} not published: ${checked.problems.join('; ')}`,
       { problems: checked.problems })
@@ -184,7 +261,7 @@ export async function publishManifest (
     version,
     contentHash: contentHashOf(checked.operations),
     operations: checked.operations,
-    maxWeight: options.maxBytes
+    maxWeight: checked.maxBytes
   })
   return { outcome, operations: checked.operations.length }
 }
@@ -257,6 +334,8 @@ export interface CatalogOptions {
   maxBytes: number
   /** How often counted requests are written to the store (ms). */
   usageFlushMs: number
+  /** What this instance runs: said to the store while it runs (what publishes are checked against). */
+  profile: ServiceProfile
   log: RoomLogger
 }
 
@@ -329,6 +408,12 @@ export function createDeploymentCatalog (options: CatalogOptions) {
   let activeDeployments: string[] = []
   /** Weight of what is served (plans and compiled code). */
   let servedWeight = 0
+  const instance = randomUUID()
+  const profileJson = JSON.stringify(options.profile)
+  const profileHash = createHash('sha256').update(profileJson).digest('hex')
+  let heartbeat: NodeJS.Timeout | null = null
+  const sayRunning = () => store.recordServiceInstance(instance, profileHash, profileJson)
+    .catch((err: unknown) => log.warn({ err: (err as Error).message }, 'could not tell the store which profile this instance runs: retried in a minute'))
 
   // Whether the view can be vouched for: changes reported (or the feed down) since a reload last succeeded.
   let reported = 0
@@ -590,8 +675,13 @@ export function createDeploymentCatalog (options: CatalogOptions) {
     registered,
     refresh,
     flush,
-    /** Starts following the store's changes (a change reloads) and writing usage every usageFlushMs. */
-    start (): void {
+    /**
+     * Says which profile this instance runs (and again every PROFILE_HEARTBEAT_MS), starts following the
+     * store's changes (a change reloads) and writing usage every usageFlushMs.
+     */
+    async start (): Promise<void> {
+      await sayRunning()
+      heartbeat = setInterval(() => { void sayRunning() }, PROFILE_HEARTBEAT_MS).unref()
       watch = store.watchChanges({
         changed (tags) {
           if (tags !== 'all' && !tags.includes('deployments')) return
@@ -610,6 +700,8 @@ export function createDeploymentCatalog (options: CatalogOptions) {
     async stop (): Promise<void> {
       stopped = true
       if (timer) clearInterval(timer)
+      if (heartbeat) clearInterval(heartbeat)
+      await store.forgetServiceInstance(instance).catch(() => {})
       if (retryTimer) clearTimeout(retryTimer)
       if (staleTimer) clearTimeout(staleTimer)
       await watch?.stop()
@@ -671,6 +763,12 @@ export interface VerbOptions {
  */
 export function deploymentVerbs (options: VerbOptions) {
   const { store, catalog, log } = options
+  /** What the running instances run (this one among them), or this instance's own when none has said. */
+  const targets = async (): Promise<CheckTarget[]> => {
+    const running = await runningTargets(store)
+    if (running.length > 0) return running
+    return [{ schema: options.schema(), limits: options.limits, maxBytes: options.maxBytes, label: null }]
+  }
   const administrator = (caller: Caller | null): Caller => {
     if (!caller) throw unauthenticated()
     if (caller.role !== 'ADMIN') throw forbidden('App deployments are published and retired by administrators')
@@ -690,14 +788,20 @@ export function deploymentVerbs (options: VerbOptions) {
     },
     async check (caller: Caller | null, manifest: unknown) {
       administrator(caller)
-      const { operations, problems } = await checkManifest(manifest, options.schema(), options.limits)
+      const { operations, problems } = await checkAgainst(manifest, await targets())
       if (problems.length > 0) throw new AppError('BAD_USER_INPUT', `The manifest does not check: ${problems.join('; ')}`, { problems })
       return { operations: operations.length }
     },
     async publish (caller: Caller | null, name: string, version: string, manifest: unknown) {
       const admin = administrator(caller)
       const published = await publishManifest(store, {
-        name, version, manifest, schema: options.schema(), limits: options.limits, maxBytes: options.maxBytes
+        name,
+        version,
+        manifest,
+        schema: options.schema(),
+        limits: options.limits,
+        maxBytes: options.maxBytes,
+        targets: await targets()
       })
       await catalog.refresh()
       log.info({ caller: admin.id, app: name, version, ...published }, 'app deployment published')

@@ -22,6 +22,7 @@ import { createPersistedQueries } from './persisted-registry.ts'
 import { createPipeline, createPlans, type Pipeline } from './pipeline.ts'
 import type { GraphQLPorts } from './ports.ts'
 import { createStreaming, type Streaming } from './streaming.ts'
+import { schemaSDL } from './schema.ts'
 
 export interface WarmUpReport {
   /** Operations of the active app deployments planned (parsed, validated, analysed) and compiled at start. */
@@ -82,6 +83,7 @@ export async function createRoomCore (
     unpin: plans.unpin,
     maxBytes: config.deployments.maxBytes,
     usageFlushMs: config.deployments.usageFlushMs,
+    profile: { schema: schemaSDL, limits: config.limits, maxBytes: config.deployments.maxBytes },
     log: ports.log
   })
   const persisted = createPersistedQueries({
@@ -118,7 +120,7 @@ export async function createRoomCore (
       }
     }
     await deployments.refresh()
-    deployments.start()
+    await deployments.start()
     if (config.persistedOnly && deployments.stats.operations === 0) {
       ports.log.warn({}, 'persisted-only mode without an active app deployment (npm run app -- publish, or PERSISTED_MANIFEST): every GraphQL operation will be refused')
     }

@@ -123,7 +123,10 @@ export async function startService (
   return { ...spawned, url }
 }
 
-/** Ports this process has handed out: the kernel may give a just-closed port 0 again, and two handed out for one instance (PORT and METRICS_PORT) must differ. */
+/**
+ * Ports this process has handed out: the kernel may give a just-closed port 0 again, and two handed out
+ * for one instance (PORT and METRICS_PORT) must differ.
+ */
 const handedOut = new Set<number>()
 
 /**

@@ -4,6 +4,7 @@
 // and names the others in /health/ready; only admitted requests count, a request without client headers
 // once; the usage flush never waits on another process's lock. (Two instances: test/cluster/app-deployments.test.ts.)
 import { test } from 'tap'
+import { writeFileSync } from 'node:fs'
 import { DatabaseSync } from 'node:sqlite'
 import { buildSchema } from 'graphql'
 import { buildApp } from '../../app/app.ts'
@@ -13,6 +14,7 @@ import type { ChangeListener, Store } from '../../app/store/types.ts'
 import { checkManifest, publishManifest, STALE_AFTER_MS } from '../../routes/graphql/app-deployments.ts'
 import { sha256Hex } from '../../routes/graphql/persisted.ts'
 import { schemaSDL } from '../../routes/graphql/schema.ts'
+import { runApp } from '../../cli/app-deployments.ts'
 import { capturedLog, testConfig, type TestLike } from '../helpers/app.ts'
 
 const apollo = (operations: { id: string; body: string }[]) =>
@@ -208,4 +210,35 @@ test('the embedded usage flush never waits on another process\'s write lock: the
   t.ok(longest < 1000, `the event loop never waited on the lock (longest stall ${Math.round(longest)} ms)`)
   await sleep(500)
   t.equal((await store.listDeployments())[0]!.requests, 3, 'the counts kept and written by a later flush')
+})
+
+test('a publish is checked against what the running instances run, not the release job\'s own settings', async (t) => {
+  const dir = t.testdir()
+  const env = { SQLITE_PATH: `${dir}/service.db` }
+  const service = openSqliteStore(env.SQLITE_PATH)
+  t.teardown(() => service.close())
+  await loadDemoData(service)
+  // The instance runs MAX_ALIASES=15 (the default); the release job's environment says 50.
+  const { get, app } = await listening(t, service, env)
+  const aliases = Array.from({ length: 20 }, (_, i) => `a${i}: users { id }`).join(' ')
+  const MANY = `query Many { ${aliases} }`
+  const file = `${dir}/manifest.json`
+  writeFileSync(file, JSON.stringify(apollo([entry(MANY), entry(USERS)])))
+  const job = testConfig({ ...env, MAX_ALIASES: '50' })
+  const out: string[] = []
+  const refusal = await runApp(['publish', '--name', 'ios', '--version', '1', file], job, (line) => out.push(line))
+    .then(() => null, (err: { problems: string[] }) => err.problems)
+  t.match(refusal, [/^refused by the 1 running instance\(s\) of profile [0-9a-f]{12}: query Many .*alias/i], 'refused with the instances\' answer')
+  t.same(await service.listDeployments(), [], 'nothing published')
+  t.equal(codeOf((await get(USERS)).body), 'PERSISTED_QUERY_NOT_FOUND')
+
+  writeFileSync(file, JSON.stringify(apollo([entry(USERS)])))
+  t.equal(await runApp(['publish', '--name', 'ios', '--version', '2', file], job, (line) => out.push(line)), 0)
+  t.match(out.at(-1), /^published ios 2: 1 operations, checked by the 1 running instance\(s\) of profile [0-9a-f]{12}; live/)
+
+  // Stopped, the instance says so: a publish then has only the job's own settings to go by, and says that.
+  await app.close()
+  writeFileSync(file, JSON.stringify(apollo([entry(MANY)])))
+  t.equal(await runApp(['publish', '--name', 'ios', '--version', '3', file], job, (line) => out.push(line)), 0)
+  t.match(out.at(-1), /checked against this checkout's schema and limits \(no running instance has said what it runs\)/)
 })
