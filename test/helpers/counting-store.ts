@@ -7,7 +7,11 @@ import { openSqliteStore } from '../../app/store/sqlite.ts'
  * start is such a change) and writes their usage. They can land while any request is in flight, so they
  * are kept apart (`ownCalls`) from the calls that requests make.
  */
-export const APP_OWN_CALLS = new Set(['watchChanges', 'listDeployments', 'deploymentOperations', 'recordUsage'])
+export const APP_OWN_CALLS = new Set([
+  'watchChanges', 'listDeployments', 'deploymentOperations', 'recordUsage',
+  // It says which profile it runs (at start, every minute, when it stops), read back by publishes.
+  'recordServiceInstance', 'forgetServiceInstance', 'serviceProfiles'
+])
 
 /**
  * A store whose every call is recorded: every resolver of the schema reads or writes through the

@@ -41,7 +41,8 @@ async function publishListRetire (t: Test, env: Record<string, string>) {
 
   const published = releaseJob(['publish', '--name', 'web', '--version', '1.0.0', manifest], env)
   t.equal(published.status, 0, `publish exits 0: ${published.stderr}`)
-  t.equal(published.stdout, 'published web 1.0.0: 1 operations, live on every instance within seconds\n')
+  t.equal(published.stdout, 'published web 1.0.0: 1 operations, checked against this checkout\'s schema and limits ' +
+    '(no running instance has said what it runs); live on every instance within seconds\n')
   t.equal(published.stderr, '', 'nothing on standard error (no setting is missing)')
 
   const listed = releaseJob(['list'], env)
