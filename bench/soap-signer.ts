@@ -30,18 +30,30 @@ function reference (id: string, digest: string): string {
 /**
  * Signs SOAP 1.1 request bodies as `key`'s holder, whose certificate (PEM) travels in the message.
  * `body` is the Body's content, one element with its own default namespace (e.g. a GetUser element).
+ * `clock` (epoch milliseconds) dates the messages (tests share one with the service).
  */
-export function createRequestSigner (keyPem: string, certPem: string): (body: string) => string {
+export function createRequestSigner (
+  keyPem: string, certPem: string, clock: () => number = Date.now
+): (body: string) => string {
   const key: KeyObject = createPrivateKey(keyPem)
   const der = certPem.replace(/-----[^-]+-----|\s/g, '')
   const tokenId = `x509-${randomUUID().replaceAll('-', '')}`
-  let last = 0
+  let lastMs = 0
+  let inMs = 0
   return (body) => {
-    // A Created of its own for every message, to the millisecond: the same Body signed twice with one
-    // Created would be the same message (RSA PKCS#1 v1.5 signatures are deterministic), which the
-    // service refuses as a replay. (A signature takes about 0.5 ms, so this never runs ahead of the clock.)
-    const now = last = Math.max(Date.now(), last + 1)
-    const created = new Date(now).toISOString()
+    // A Created of its own for every message: the same Body signed twice with one Created would be the
+    // same message (RSA PKCS#1 v1.5 signatures are deterministic), which the service refuses as a replay.
+    // Created is the clock's millisecond, never later: messages signed within one millisecond differ in
+    // three more digits of the fraction (xs:dateTime allows any number; the instant read is still that
+    // millisecond). It used to be one millisecond after the last message's, which ran ahead of the
+    // clock whenever signing took less than a millisecond (about 0.4 ms here): a pool of 12000 messages
+    // made before a round ended 7 s in the future, past the 5 s of clock skew the service tolerates, and
+    // the messages sent first (the last signed) were refused (HTTP 500, "The Timestamp Created is in the future").
+    const now = Math.max(clock(), lastMs) // (a clock set back goes on from where it was)
+    inMs = now === lastMs ? inMs + 1 : 0
+    lastMs = now
+    if (inMs > 999) throw new Error('more than 1000 messages signed in one millisecond')
+    const created = new Date(now).toISOString().replace('Z', `${String(inMs).padStart(3, '0')}Z`)
     const expires = new Date(now + EXPIRES_AFTER_MS).toISOString()
     // Each text below is already its own exclusive C14N (namespaces on the element, attributes in order).
     const timestamp = `<Timestamp xmlns="${WSU_NS}" Id="_1"><Created>${created}</Created><Expires>${expires}</Expires></Timestamp>`
