@@ -104,7 +104,7 @@ export const MIGRATIONS: string[] = [
   // App deployments: an app's name and version with the persisted operations it ships (stored once
   // whichever versions share them), and their usage. Every change to a deployment is published as
   // 'deployments' on the schema's channel, the instances' own included: each instance reloads the
-  // operations it serves from it (routes/graphql/app-deployments.ts).
+  // operations it serves from it (routes/graphql/deployment-catalog.ts).
   `CREATE TABLE persisted_operations (
      hash TEXT PRIMARY KEY,
      body TEXT NOT NULL,

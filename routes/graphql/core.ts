@@ -1,6 +1,6 @@
 // The room's Fastify-free core, built over its ports (ports.ts) in dependency order by `createRoomCore`:
 //
-//   plans (pipeline.ts: createPlans) → the app deployments' catalog (app-deployments.ts; pins the
+//   plans (pipeline.ts: createPlans) → the app deployments' catalog (deployment-catalog.ts; pins the
 //     operations it serves) → persisted registry (persisted-registry.ts; plans registered texts) →
 //     pipeline (pipeline.ts; resolves documents through the registry) → the HTTP exchange
 //     (http-exchange.ts) and the streaming carriers (streaming.ts: WebSocket sessions, event streams)
@@ -10,13 +10,8 @@
 import type { GraphQLSchema } from 'graphql'
 import type { FormatOptions } from '../../app/error-format.ts'
 import type { ApqStore } from './apq-store.ts'
-import {
-  createDeploymentCatalog,
-  deploymentVerbs,
-  manifestFileDeployment,
-  publishManifest,
-  type DeploymentCatalog
-} from './app-deployments.ts'
+import { deploymentVerbs, manifestFileDeployment, publishManifest } from './app-deployments.ts'
+import { createDeploymentCatalog, type DeploymentCatalog } from './deployment-catalog.ts'
 import { createHttpExchange } from './http-exchange.ts'
 import { createPersistedQueries } from './persisted-registry.ts'
 import { createPipeline, createPlans, type Pipeline } from './pipeline.ts'

@@ -34,7 +34,7 @@ import { withinAnswerCap } from './answer-size.ts'
 import { createHttpCache, etagOf } from './http-cache.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
 import type { Pipeline } from './pipeline.ts'
-import { clientAppOf } from './app-deployments.ts'
+import { clientAppOf } from './persisted.ts'
 import { createCachedAnswers, type Answered, type CachedAnswersOptions, type GraphQLResponseBody } from './cached-answers.ts'
 
 /** One HTTP request to /graphql, as the exchange reads it. */

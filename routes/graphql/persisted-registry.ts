@@ -14,7 +14,7 @@ import {
   type PersistedQueries,
   type ResolvedDocument
 } from './persisted.ts'
-import type { RegisteredOperations } from './app-deployments.ts'
+import type { RegisteredOperations } from './deployment-catalog.ts'
 
 // ---------------------------------------------------------------------------------------------
 // The resolver

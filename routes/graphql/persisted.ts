@@ -29,6 +29,14 @@ export interface ClientApp {
   version: string
 }
 
+/** The app a request's headers say it comes from (ClientApp), or null. */
+export function clientAppOf (headers: Record<string, string | string[] | undefined>): ClientApp | null {
+  const one = (value: string | string[] | undefined) => (typeof value === 'string' && value.length <= 100 ? value : undefined)
+  const name = one(headers['apollographql-client-name']) ?? one(headers['graphql-client-name'])
+  const version = one(headers['apollographql-client-version']) ?? one(headers['graphql-client-version'])
+  return name && version ? { name, version } : null
+}
+
 export interface GraphQLRequestParams {
   query?: unknown
   queryId?: unknown
