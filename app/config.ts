@@ -710,16 +710,16 @@ export function loadConfig (env: Record<string, string | undefined> = environmen
   const tracing = tracingConfig(e, problems)
   const responseCache = responseCacheConfig(e, problems)
   const soapSigning = soapSigningConfig(e, problems)
-  if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
-  const port = e.PORT
   const namespaceBase = e.SOAP_NAMESPACE_BASE.replace(/\/+$/, '')
   if (!/^[A-Za-z][A-Za-z0-9+.-]*:[^\s"<>&']+$/.test(namespaceBase)) {
-    throw new Error('Configuration: SOAP_NAMESPACE_BASE must be an absolute URI (e.g. urn:example:users or https://example.com/soap)')
+    problems.push('SOAP_NAMESPACE_BASE must be an absolute URI (e.g. urn:example:users or https://example.com/soap)')
   }
   const publicUrl = optional(e.SOAP_PUBLIC_URL)?.replace(/\/+$/, '') ?? null
   if (publicUrl !== null && !/^https?:\/\/[^\s"<>&']+$/.test(publicUrl)) {
-    throw new Error('Configuration: SOAP_PUBLIC_URL must be an http(s) URL')
+    problems.push('SOAP_PUBLIC_URL must be an http(s) URL')
   }
+  if (problems.length > 0 || !partnerSecretKey) throw new ConfigError(problems)
+  const port = e.PORT
 
   return {
     profile,

@@ -3,7 +3,7 @@
 // Fills `keys` distinct entries (an answer of about `answerBytes`, one `user:<id>` tag each, keys as the
 // cache makes them), then prints entries held, the bytes of their records in the store's block (outside
 // V8's heap: heapGrowth counts it as external memory), and the process's heap and RSS growth after a
-// full GC. What a running service grows by is test/cache/memory-bound.test.ts's measure.
+// full GC. What a running service grows by is test/cluster/memory-bound.test.ts's measure.
 import { MemoryCacheStore } from '../app/cache/memory-store.ts'
 import { ResponseCache, cacheKey } from '../app/cache/response-cache.ts'
 

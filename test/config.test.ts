@@ -212,3 +212,11 @@ test('each invalid variable is one line in Ajv\'s words, and the other checks st
   t.equal(typed.soap.allowSha1, true, 'booleans are booleans')
   t.match(typed.tracing, { tracesUrl: 'http://collector:4318/v1/traces', protocol: 'http/protobuf', samplerRatio: 0.25, headers: '' })
 })
+
+test('every invalid setting is reported together, the SOAP addresses among them', async (t) => {
+  t.same(problems({ SOAP_NAMESPACE_BASE: 'not a uri', SOAP_PUBLIC_URL: 'ftp://partners.example.com', MAX_DEPTH: 'deep' }).sort(), [
+    'MAX_DEPTH must be integer',
+    'SOAP_NAMESPACE_BASE must be an absolute URI (e.g. urn:example:users or https://example.com/soap)',
+    'SOAP_PUBLIC_URL must be an http(s) URL'
+  ].sort())
+})
