@@ -51,6 +51,8 @@ export interface BuildOptions extends LoggingOptions {
   clock?: () => number
   /** Told of every write's changed read tags, whatever the transport, instead of the response cache (tests). */
   invalidation?: Invalidation
+  /** Entries of the SOAP binding's in-process replay memory (tests make it small; REPLAY_MEMORY_ENTRIES otherwise). */
+  soapReplayMemoryEntries?: number
 }
 
 /**
@@ -213,6 +215,6 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(room.plugin)
   await app.register(healthRoutes)
   await app.register(queryUiRoutes)
-  await app.register(soapRoutes, { domain, clock: options.clock })
+  await app.register(soapRoutes, { domain, clock: options.clock, replayMemoryEntries: options.soapReplayMemoryEntries })
   return app
 }

@@ -3,7 +3,9 @@
 // SOAP 1.1: faultcode/faultstring/detail, HTTP 500 (SOAP 1.1 §6.2).
 // SOAP 1.2: Code/Reason/Detail, HTTP 400 for Sender faults and 500 otherwise (SOAP 1.2 part 2, table 20).
 // Except throttling, in both versions: RATE_LIMITED is HTTP 429 with Retry-After, as every HTTP client,
-// proxy and retry policy understands it (a 500 would read as a server failure and be retried at once).
+// proxy and retry policy understands it (a 500 would read as a server failure and be retried at once);
+// likewise a SERVICE_UNAVAILABLE fault that says when to retry (a full WS-Security replay memory) is
+// HTTP 503 with Retry-After. One without a time (a store or Redis that does not answer) stays a fault's own status.
 // WS-Security failures use the WSS fault codes wsse:InvalidSecurity
 // and wsse:FailedAuthentication (the faultcode in 1.1, a
 // Subcode of Sender in 1.2), never a bare HTTP 401.
@@ -93,12 +95,14 @@ export interface SoapResponse {
   fault?: string
 }
 
-/** Throttling keeps its HTTP meaning in both SOAP versions (see the top of this file). */
+/** Throttling, and unavailability with a time to retry, keep their HTTP meaning in both SOAP versions (see the top). */
 function throttled (fault: SoapFault, response: SoapResponse): SoapResponse {
   response.fault = fault.code
-  return fault.code === 'RATE_LIMITED'
-    ? { ...response, status: ErrorCodes.RATE_LIMITED.status, retryAfter: fault.retryAfter }
-    : response
+  if (fault.code === 'RATE_LIMITED') return { ...response, status: ErrorCodes.RATE_LIMITED.status, retryAfter: fault.retryAfter }
+  if (fault.code === 'SERVICE_UNAVAILABLE' && fault.retryAfter !== undefined) {
+    return { ...response, status: ErrorCodes.SERVICE_UNAVAILABLE.status, retryAfter: fault.retryAfter }
+  }
+  return response
 }
 
 export const CONTENT_TYPE: Record<SoapVersion, string> = {

@@ -11,6 +11,7 @@
 // Other application-wide hooks (metrics, load shedding) apply as to any route.
 import { createHash } from 'node:crypto'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { Counter } from 'prom-client'
 import { trustedPeers } from '../../app/peers.ts'
 import type { DomainDeps } from '../../app/domain/context.ts'
 import { AppError, ErrorCodes } from '../../app/errors.ts'
@@ -29,6 +30,8 @@ export interface SoapRoutesOptions {
   domain: DomainDeps
   /** Epoch milliseconds; WS-Security freshness and nonce lifetimes are judged against it (tests inject one). */
   clock?: () => number
+  /** Entries of the in-process replay memory (REPLAY_MEMORY_ENTRIES unless a test makes it small). */
+  replayMemoryEntries?: number
 }
 
 const SOAP12_TYPE = /^\s*application\/soap\+xml\s*(;|$)/i
@@ -65,11 +68,21 @@ function listeningAuthority (request: FastifyRequest): string {
 export default async function soapRoutes (app: FastifyInstance, options: SoapRoutesOptions) {
   const { config } = app
   const clock = options.clock ?? Date.now
+  // Nonces and signatures already received: in Redis across instances, else in this process (bounded).
+  const replayMemory = app.redis.client ? null : memoryNonceCache(options.replayMemoryEntries)
+  // For the operator: messages refused (503) because that memory was full; 0 with Redis (Redis bounds itself).
+  // eslint-disable-next-line no-new -- a prom-client metric registers itself in `registers` when constructed
+  new Counter({
+    name: 'soap_replay_memory_full_total',
+    help: 'SOAP messages refused with HTTP 503 because the in-process WS-Security replay memory was full of live nonces and signatures',
+    registers: [app.metricsRegistry],
+    collect () { this.reset(); this.inc(replayMemory?.refusedFull ?? 0) }
+  })
   const wsSecurity = createWsSecurity({
     store: options.domain.store,
     partnerSecretKey: config.soap.partnerSecretKey,
     maxAgeMs: config.soap.maxAgeSec * 1000,
-    nonces: app.redis.client ? redisNonceCache(app.redis.client, app.redis.key) : memoryNonceCache(),
+    nonces: replayMemory ?? redisNonceCache(app.redis.client!, app.redis.key),
     clock,
     allowSha1: config.soap.allowSha1
   })

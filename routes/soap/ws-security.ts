@@ -23,6 +23,9 @@
 // accepted. A password change or a removed account therefore takes effect within CREDENTIAL_CACHE_MS.
 // X.509 signatures instead of (or beside) a password: signature.ts; a signed message's replay is
 // refused by its SignatureValue through the same NonceCache.
+// Capacity: without Redis, the NonceCache is this process's memory of REPLAY_MEMORY_ENTRIES live nonces
+// and signatures; full of live ones, it refuses a new message with SERVICE_UNAVAILABLE and a Retry-After
+// (HTTP 503) rather than forget one, and counts it (soap_replay_memory_full_total).
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Cluster, Redis } from 'ioredis'
 import type { Caller } from '../../app/domain/context.ts'
@@ -58,22 +61,53 @@ export interface NonceCache {
 }
 
 /**
+ * Live nonces and signatures one instance remembers in process (without Redis): its capacity. Each is
+ * remembered for WSSE_MAX_AGE_SEC plus the clock skew (305 s by default), so an instance holds a
+ * sustained 1000000 / 305 = about 3300 fresh messages a second (UsernameToken nonces and signed
+ * messages together, every partner): several times what one core verifies of signed messages, though
+ * not all one core answers with PasswordDigest (the benchmark's soap-get-user row: 3000 to 4500 a
+ * second). At full, about 60 MB (an entry is about 61 bytes, measured with Node 24: see memoryNonceCache).
+ */
+export const REPLAY_MEMORY_ENTRIES = 1_000_000
+
+/** The in-process NonceCache, with what the metrics read of it. */
+export interface MemoryNonceCache extends NonceCache {
+  /** Claims refused because the memory was full of live entries (SERVICE_UNAVAILABLE), since it was made. */
+  readonly refusedFull: number
+}
+
+/**
  * In-process, bounded and expiring. Entries are added in time order with the same lifetime, so the
  * oldest sit at the front of the Map and expire first. When full of live nonces it refuses new ones
- * (fail closed) rather than forget a live nonce and let its replay through.
+ * (fail closed) rather than forget a live nonce and let its replay through: SERVICE_UNAVAILABLE with
+ * the seconds until its oldest entry expires as retryAfter (the carrier answers 503 with Retry-After).
+ * Compact, so that the capacity above costs tens of megabytes: a key is kept as the first 16 bytes of
+ * its SHA-256 (a one-byte string of 16 characters; two different keys share them with a probability of
+ * 2^-128 a pair) and its expiry as milliseconds from the first claim (a small integer, not a heap number).
  */
-export function memoryNonceCache (maxEntries = 200_000): NonceCache {
+export function memoryNonceCache (maxEntries = REPLAY_MEMORY_ENTRIES): MemoryNonceCache {
   const seen = new Map<string, number>()
+  let origin: number | null = null
+  let refusedFull = 0
   return {
+    get refusedFull () { return refusedFull },
     async claim (key, ttlMs, now) {
+      origin ??= now
+      const at = now - origin
       for (const [k, expires] of seen) {
-        if (expires > now) break
+        if (expires > at) break
         seen.delete(k)
       }
-      const expires = seen.get(key)
-      if (expires !== undefined && expires > now) return false
-      if (seen.size >= maxEntries) throw new AppError('SERVICE_UNAVAILABLE', 'Too many WS-Security nonces in flight; retry later')
-      seen.set(key, now + ttlMs)
+      const id = createHash('sha256').update(key).digest().toString('latin1', 0, 16)
+      const expires = seen.get(id)
+      if (expires !== undefined && expires > at) return false
+      if (seen.size >= maxEntries) {
+        refusedFull++
+        const oldest = seen.values().next().value!
+        throw new AppError('SERVICE_UNAVAILABLE', 'Too many WS-Security nonces and signatures in flight; retry later',
+          { retryAfter: Math.max(1, Math.ceil((oldest - at) / 1000)) })
+      }
+      seen.set(id, at + ttlMs)
       return true
     }
   }

@@ -54,7 +54,9 @@ export interface SoapTestApp {
 export async function listenSoapApp (
   t: TestLike,
   env: Record<string, string> = {},
-  options: { clock?: () => number; store?: Store; invalidation?: Invalidation } = {}
+  options: {
+    clock?: () => number; store?: Store; invalidation?: Invalidation; replayMemoryEntries?: number
+  } = {}
 ): Promise<SoapTestApp> {
   const config = testConfig(env)
   const store = options.store ?? openSqliteStore(':memory:')
@@ -66,7 +68,13 @@ export async function listenSoapApp (
       userId: '5'
     })
   }
-  const app = await buildApp(config, { store, logger: false, clock: options.clock, invalidation: options.invalidation })
+  const app = await buildApp(config, {
+    store,
+    logger: false,
+    clock: options.clock,
+    invalidation: options.invalidation,
+    soapReplayMemoryEntries: options.replayMemoryEntries
+  })
   t.teardown(async () => {
     await app.close()
     if (!options.store) await store.close()

@@ -454,17 +454,18 @@ test('a replayed Nonce is refused after its first use; another partner\'s same N
     'once the nonce could be forgotten, the Created refuses the message')
 })
 
-test('a nonce cache full of live nonces refuses (SERVICE_UNAVAILABLE, a Server fault) rather than forget one', async (t) => {
+test('a nonce cache full of live nonces refuses (SERVICE_UNAVAILABLE, 503 with Retry-After) rather than forget one', async (t) => {
   const store = await seededStore(t)
   const core = serviceOver(store, { nonces: memoryNonceCache(1) })
   t.equal((await exchange(core, V1, '1.1', envelope('1.1', getUser(), AUTH))).response.status, 200)
   for (const soapVersion of ['1.1', '1.2'] as const) {
     const { response, steps, internal } = await exchange(core, V1, soapVersion, envelope(soapVersion, getUser(), AUTH))
-    t.equal(response.status, 500, `SOAP ${soapVersion}: status`)
+    t.equal(response.status, 503, `SOAP ${soapVersion}: status`)
+    t.ok(response.retryAfter! >= 1 && response.retryAfter! <= 305, `SOAP ${soapVersion}: retry once the nonce is forgotten`)
     t.match(faultOf(t, response.body, 'the response'), {
       code: soapVersion === '1.1' ? 'soap:Server' : 'env:Receiver',
       errorCode: 'SERVICE_UNAVAILABLE',
-      reason: 'Too many WS-Security nonces in flight; retry later'
+      reason: 'Too many WS-Security nonces and signatures in flight; retry later'
     })
     t.same(steps, ['spendOnAddress'], 'authenticated nobody')
     t.same(internal, [], 'an expected refusal, not an internal error')

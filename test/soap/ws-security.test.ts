@@ -230,7 +230,7 @@ test('the in-process nonce cache fails closed when full of live nonces, and free
   t.equal(await cache.claim('c', 1000, 30), true)
   await t.rejects(
     cache.claim('d', 1000, 40),
-    { code: 'SERVICE_UNAVAILABLE', message: 'Too many WS-Security nonces in flight; retry later' },
+    { code: 'SERVICE_UNAVAILABLE', message: 'Too many WS-Security nonces and signatures in flight; retry later', details: { retryAfter: 1 } },
     'full: refused rather than forget a live nonce'
   )
   t.equal(await cache.claim('a', 1000, 40), false, 'the live nonces are all still remembered')
