@@ -3,7 +3,8 @@
 // knows about Fastify. Every failure comes back as a Fault response, never as a thrown error.
 // Steps: hardened parse → mandatory headers → operation by the Body's element (namespace-aware) → the
 // declared action must agree → WS-Security (a message that authenticates nobody spends its address's
-// request budget) → the partner's request budget → arguments (typed, capped) → the partner's cost
+// request budget) → the partner's request budget → a signed message's operation again, from its Body as
+// signed (signature.ts), never from the message's text → arguments (typed, capped) → the partner's cost
 // units → domain → response, signed by the service's key (replySigner) when the request's signature verified.
 import { createDomainContext, withinDeadline, type Caller, type Events } from '../../app/domain/context.ts'
 import { assertWithinCaps, type InputCaps } from '../../app/domain/input.ts'
@@ -231,9 +232,23 @@ export function createSoapService (options: SoapServiceOptions) {
     }
   }
 
+  /** The operation a Body's element names, whose action the carrier's declared actions must not contradict. */
+  function operationOf (version: ServiceVersion, namespace: string, element: XmlElement, actions: SoapRequest['actions']) {
+    const operation = element.ns === namespace ? version.operations.get(element.local) : undefined
+    if (!operation) {
+      throw SoapFault.client(
+        'OPERATION_NOT_FOUND',
+        `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`
+      )
+    }
+    checkActions(actions, soapActionOf(namespace, operation), operation)
+    return operation
+  }
+
   /**
-   * The authenticated caller of a message and its operation; a
-   * message that authenticates nobody is counted on the address.
+   * The authenticated caller of a message and its operation's element (read from the message, checked
+   * before any cryptography); a signed message's Body as it was signed, too. A message that
+   * authenticates nobody is counted on the address.
    */
   async function authenticated (
     version: ServiceVersion,
@@ -246,22 +261,24 @@ export function createSoapService (options: SoapServiceOptions) {
       const envelope = parseEnvelope(request.envelope, request.soapVersion, options.xmlLimits)
       const security = securityHeader(envelope.headers, request.soapVersion)
       const element = envelope.operation
-      const operation = element.ns === namespace ? version.operations.get(element.local) : undefined
-      if (!operation) {
-        throw SoapFault.client(
-          'OPERATION_NOT_FOUND',
-          `${version.serviceName} ${version.id} has no operation {${element.ns}}${element.local}`
-        )
-      }
-      checkActions(request.actions, soapActionOf(namespace, operation), operation)
-      const signed = { xml: request.envelope, root: envelope.root, body: envelope.body }
-      const { caller, signed: verified } = await wsSecurity.authenticate(security, admission.checkAddress, signed)
-      exchange.signed = verified
-      return { caller, operation, element }
+      const operation = operationOf(version, namespace, element, request.actions)
+      const message = { xml: request.envelope, root: envelope.root, body: envelope.body, limits: options.xmlLimits }
+      const { caller, signed, signedBody } = await wsSecurity.authenticate(security, admission.checkAddress, message)
+      exchange.signed = signed
+      return { caller, operation, element, signedBody }
     } catch (err) {
       await admission.spendOnAddress()
       throw err
     }
+  }
+
+  /** A signed message runs what was signed: the operation and its arguments from the signed Body, not the message. */
+  function signedOperation (version: ServiceVersion, namespace: string, body: XmlElement, actions: SoapRequest['actions']) {
+    if (body.children.length !== 1) {
+      throw SoapFault.client('BAD_REQUEST', `The signed Body must hold exactly one element (the operation); it holds ${body.children.length}`)
+    }
+    const element = body.children[0]!
+    return { operation: operationOf(version, namespace, element, actions), element }
   }
 
   async function execute (
@@ -271,8 +288,12 @@ export function createSoapService (options: SoapServiceOptions) {
     admission: Admission,
     exchange: Exchange
   ): Promise<string> {
-    const { caller, operation, element } = await authenticated(version, request, namespace, admission, exchange)
+    const authentic = await authenticated(version, request, namespace, admission, exchange)
+    const { caller } = authentic
     await admission.spendRequest(caller)
+    const { operation, element } = authentic.signedBody
+      ? signedOperation(version, namespace, authentic.signedBody, request.actions)
+      : authentic
     const args = readArgs(operation, element, namespace, caps)
     const cost = costOf(operation, args, version, pricing)
     admission.describe?.(operation.name, cost)

@@ -26,23 +26,33 @@
 //   registered to a partner and valid now, and the signature is verified with the registered
 //   certificate, never with a key the message supplies.
 // - Cryptography in the order that makes a forgery cheap to refuse: the SignatureValue is verified
-//   first, over the canonical SignedInfo alone (one small canonicalisation, one RSA operation); the
-//   References are digested only once it holds, so a message signed with someone else's key costs
-//   what a good one does. The canonicalisation works on xmldom's reading of the same text: each element
-//   it reads (SignedInfo, every signed element) is taken at the same position as in our tree and must
-//   agree with it (names, Ids, SignedInfo's whole content), so what was verified is what we act on.
-// - The replay key is the SHA-256 of exactly the SignatureValue bytes that were verified.
-import { X509Certificate, createHash, timingSafeEqual, verify as verifyRsa } from 'node:crypto'
+//   first, over the canonical SignedInfo alone (one small canonicalisation, one RSA operation), so a
+//   message signed with someone else's key costs less than a good one. Then xml-crypto verifies the
+//   whole signature (SignedInfo, every Reference's digest) with the registered certificate, on xmldom's
+//   reading of the same text, with only the algorithms above registered. Its output is what the
+//   service acts on: getSignedReferences(), the canonical XML of exactly what was signed, read once
+//   checkSignature returned true (never after it threw or returned false: xml-crypto issue #575, where a
+//   check that threw left references nobody had authenticated readable; the SignedXml is this
+//   message's own and dropped with it). The signed references must hold the Body (of the request's
+//   SOAP version) and a wsu:Timestamp, once each; both are read again by our hardened reader, and the
+//   operation, its arguments and the Timestamp's freshness come from them, never from the message's
+//   unsigned text. So our reading and xmldom's need not be compared: whatever xmldom read that was
+//   signed is what runs, and the checks above on our tree only refuse.
+// - The replay key is the SHA-256 of the verifying certificate's fingerprint and the signed references
+//   (each one's SHA-256, in order): the same content signed with the same key is the same message,
+//   however its signature is spelled.
+import { X509Certificate, createHash, verify as verifyRsa, type KeyObject } from 'node:crypto'
 import { DOMParser } from '@xmldom/xmldom'
-import { ExclusiveCanonicalization, ExclusiveCanonicalizationWithComments } from 'xml-crypto'
+import { ExclusiveCanonicalization, ExclusiveCanonicalizationWithComments, SignedXml } from 'xml-crypto'
 import {
   findCertificatePartner, usableCertificate, type CertificateName, type CertificatePartner
 } from '../../app/domain/partners.ts'
 import { certificateIssuerSerial, issuerSerialKey, type Store } from '../../app/store/types.ts'
-import { attribute, child, type XmlElement } from './envelope.ts'
+import { attribute, child, parseXml, type XmlElement, type XmlLimits } from './envelope.ts'
 import { SoapFault, WSSE_NS } from './faults.ts'
 
 export const DS_NS = 'http://www.w3.org/2000/09/xmldsig#'
+const WSU_NS = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
 const EC_NS = 'http://www.w3.org/2001/10/xml-exc-c14n#'
 const XMLNS_NS = 'http://www.w3.org/2000/xmlns/'
 const X509_V3 = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509v3'
@@ -88,14 +98,20 @@ export interface SignatureCheckOptions {
 export interface SignedMessage {
   xml: string
   root: XmlElement
-  /** The Envelope's Body: its single child is the operation the service dispatches. */
+  /** The Envelope's Body (as our reader read the message): it must be the element a Reference names. */
   body: XmlElement
+  /** The reader's limits, which the signed references are read under too. */
+  limits: XmlLimits
 }
 
 export interface VerifiedSignature {
   partner: CertificatePartner
-  /** SHA-256 of the verified SignatureValue's bytes (hex): the message's replay key. */
+  /** SHA-256 over the certificate's fingerprint and the signed references (hex): the message's replay key. */
   replayKey: string
+  /** The Body as it was signed (its signed reference, read by our reader): the operation runs from it. */
+  body: XmlElement
+  /** The wsu:Timestamp as it was signed: its freshness is judged on it. */
+  timestamp: XmlElement
 }
 
 const invalid = (message: string) => SoapFault.invalidSecurity(message)
@@ -184,11 +200,8 @@ function base64Value (element: XmlElement, what: string): Buffer {
 }
 
 interface Reference {
-  uri: string
+  /** The element of our tree its "#id" names. */
   target: XmlElement
-  prefixes: string[]
-  hash: string
-  digest: Buffer
 }
 
 /** Reads SignedInfo (its shape, algorithms and References) from our tree. */
@@ -222,15 +235,11 @@ function readSignedInfo (signedInfo: XmlElement, ids: Map<string, XmlElement>, s
     }
     for (const enveloped of transforms.slice(0, last)) shape(enveloped, [], 'The enveloped-signature Transform')
     shape(digestMethod![0]!, [], 'DigestMethod')
-    const hash = algorithmOf(digestMethod![0]!, digestMethods, 'The digest method')
+    algorithmOf(digestMethod![0]!, digestMethods, 'The digest method')
     shape(digestValue![0]!, [], 'DigestValue', true)
-    return {
-      uri,
-      target,
-      prefixes: inclusivePrefixes(transforms[last]!, 'Transform'),
-      hash: HASH_OF[hash]!,
-      digest: base64Value(digestValue![0]!, 'A DigestValue')
-    }
+    inclusivePrefixes(transforms[last]!, 'Transform')
+    base64Value(digestValue![0]!, 'A DigestValue')
+    return { target }
   })
   return { c14n, prefixes, hash: HASH_OF[method]!, references }
 }
@@ -341,40 +350,13 @@ function elementChildren (node: Node): Element[] {
   return Array.from(node.childNodes).filter((n): n is Element => n.nodeType === 1)
 }
 
-/** Names, attributes (namespace declarations aside) and text of one element, as our reader and xmldom read it. */
-function describeOurs (element: XmlElement): string {
-  const attributes = element.attributes.map((a) => `{${a.ns}}${a.local}=${JSON.stringify(a.value)}`).sort().join(' ')
-  return `{${element.ns}}${element.local} ${attributes} ${JSON.stringify(element.text)}`
-}
-
-function describeDom (element: Element): string {
-  const attributes = Array.from(element.attributes).filter((a) => a.namespaceURI !== XMLNS_NS)
-    .map((a) => `{${a.namespaceURI ?? ''}}${a.localName}=${JSON.stringify(a.value)}`).sort().join(' ')
-  const text = Array.from(element.childNodes).filter((n) => n.nodeType === 3 || n.nodeType === 4)
-    .map((n) => (n as CharacterData).data).join('')
-  return `{${element.namespaceURI ?? ''}}${element.localName} ${attributes} ${JSON.stringify(text)}`
-}
-
-/**
- * xmldom's element at the position of `element` in our tree (child index by child index from the root),
- * which must read as ours does (its names, attributes and text; with `deep`, those of every descendant).
- */
-function domElementOf (doc: Document, element: XmlElement, parents: Map<XmlElement, XmlElement>,
-  deep: boolean): Element {
-  const path: number[] = []
-  for (let e = element, p = parents.get(e); p; e = p, p = parents.get(e)) path.push(p.children.indexOf(e))
-  let node: Element | undefined = doc.documentElement ?? undefined
-  for (let i = path.length - 1; i >= 0 && node; i--) node = elementChildren(node)[path[i]!]
-  if (!node) throw inconsistent()
-  const pending: Array<[XmlElement, Element]> = [[element, node]]
-  while (pending.length > 0) {
-    const [ours, theirs] = pending.pop()!
-    const children = elementChildren(theirs)
-    if (describeOurs(ours) !== describeDom(theirs)) throw inconsistent()
-    if (deep && children.length !== ours.children.length) throw inconsistent()
-    if (deep) ours.children.forEach((c, i) => pending.push([c, children[i]!]))
-  }
-  return node
+/** xmldom's ds:Signature and its SignedInfo: one of each, as in our reading (anything else is refused). */
+function domSignature (doc: Document): { signature: Element; signedInfo: Element } {
+  const signatures = doc.getElementsByTagNameNS(DS_NS, 'Signature')
+  const signature = signatures.length === 1 ? signatures.item(0) : null
+  const signedInfo = signature ? elementChildren(signature)[0] : undefined
+  if (!signature || signedInfo?.namespaceURI !== DS_NS || signedInfo.localName !== 'SignedInfo') throw inconsistent()
+  return { signature, signedInfo }
 }
 
 /** Namespace declarations in scope at `element` (for an InclusiveNamespaces prefix list), nearest first. */
@@ -400,9 +382,36 @@ export function canonical (element: Element, algorithm: string, prefixes: string
   })
 }
 
+/**
+ * The canonical XML of each Reference of `signature` (an element of xmldom's reading of `xml`), as
+ * xml-crypto's SignedXml vouches for it: verified with `key` (the registered certificate's; the KeyInfo
+ * names it, it never supplies it), with only the `accepted` algorithms registered. getSignedReferences()
+ * is read only once checkSignature returned true: a check that threw or returned false is a refusal and
+ * leaves nothing to read (xml-crypto issue #575). The SignedXml is this call's own.
+ */
+function signedReferences (
+  signature: Element, xml: string, key: KeyObject, accepted: ReadonlySet<string>
+): string[] {
+  const check = new SignedXml({ publicCert: key, getCertFromKeyInfo: () => null })
+  for (const algorithms of [check.CanonicalizationAlgorithms, check.HashAlgorithms, check.SignatureAlgorithms]) {
+    for (const name of Object.keys(algorithms)) if (!accepted.has(name)) delete algorithms[name]
+  }
+  let verified: boolean
+  try {
+    check.loadSignature(signature)
+    verified = check.checkSignature(xml)
+  } catch {
+    throw failedCheck('The signature does not verify with the registered certificate')
+  }
+  if (verified !== true) throw failedCheck('A Reference\'s digest does not match the signed element')
+  return check.getSignedReferences()
+}
+
 export function createSignatureCheck (options: SignatureCheckOptions) {
   const signatureMethods = new Set(options.allowSha1 ? [RSA_SHA256, RSA_SHA1] : [RSA_SHA256])
   const digestMethods = new Set(options.allowSha1 ? [SHA256, SHA1] : [SHA256])
+  // What xml-crypto may use: these and the transforms; anything else its reading met is a refusal.
+  const accepted = new Set([...signatureMethods, ...digestMethods, ...TRANSFORMS])
 
   /**
    * Verifies the signature of a message whose Security header holds a ds:Signature; a WS-Security fault
@@ -446,23 +455,28 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
 
     await beforeCrypto()
     const doc = domOf(message.xml)
-    // First the SignatureValue over SignedInfo (read alike by both parsers, down to its last element).
-    const domSignedInfo = domElementOf(doc, signedInfo![0]!, parents, true)
-    const signedInfoCanonical = canonical(domSignedInfo, info.c14n, info.prefixes)
+    const dom = domSignature(doc)
+    // First the SignatureValue over SignedInfo alone: a forgery is refused before any Reference is digested.
+    const signedInfoCanonical = canonical(dom.signedInfo, info.c14n, info.prefixes)
     if (!verifyRsa(info.hash, Buffer.from(signedInfoCanonical, 'utf8'), partner.publicKey, value)) {
       throw failedCheck('The SignatureValue does not verify with the registered certificate')
     }
-    // Then each signed element, at its place in our tree, read alike (names and Ids), digested. A
-    // same-document "#id" reference drops comments (XML Signature 4.4.3.3), whichever C14N it names.
-    for (const reference of info.references) {
-      const target = domElementOf(doc, reference.target, parents, false)
-      const canonicalTarget = canonical(target, EXC_C14N, reference.prefixes)
-      const digest = createHash(reference.hash).update(canonicalTarget, 'utf8').digest()
-      if (digest.length !== reference.digest.length || !timingSafeEqual(digest, reference.digest)) {
-        throw failedCheck(`The digest of ${reference.uri} does not match the signed element`)
-      }
+    // Then xml-crypto's verification of the whole, and only what it vouches for from here on.
+    const references = signedReferences(dom.signature, message.xml, partner.publicKey, accepted)
+    // The Body and the Timestamp among them: one of each (two References to one element sign one text).
+    const bodies = new Map<string, XmlElement>()
+    const timestamps = new Map<string, XmlElement>()
+    for (const xml of new Set(references)) {
+      const element = parseXml(xml, message.limits)
+      if (element.ns === message.body.ns && element.local === 'Body') bodies.set(xml, element)
+      else if (element.ns === WSU_NS && element.local === 'Timestamp') timestamps.set(xml, element)
     }
-    return { partner, replayKey: createHash('sha256').update(value).digest('hex') }
+    if (bodies.size !== 1) throw invalid('The signed references must hold one Body of the message\'s SOAP version')
+    if (timestamps.size !== 1) throw invalid('The signed references must hold one wsu:Timestamp')
+    // The same content signed with the same key is the same message (two partners may sign the same text).
+    const replayKey = createHash('sha256').update(partner.certificate.fingerprint256)
+    for (const xml of references) replayKey.update(createHash('sha256').update(xml, 'utf8').digest())
+    return { partner, replayKey: replayKey.digest('hex'), body: [...bodies.values()][0]!, timestamp: [...timestamps.values()][0]! }
   }
 
   return { verify }

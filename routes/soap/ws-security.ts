@@ -22,7 +22,8 @@
 // without a sealed password remember, for the same time, the SHA-256 of a text password that scrypt
 // accepted. A password change or a removed account therefore takes effect within CREDENTIAL_CACHE_MS.
 // X.509 signatures instead of (or beside) a password: signature.ts; a signed message's replay is
-// refused by its SignatureValue through the same NonceCache.
+// refused by what was signed (its signed references) through the same NonceCache, and its freshness is
+// judged on the Timestamp as signed.
 // Capacity: without Redis, the NonceCache is this process's memory of REPLAY_MEMORY_ENTRIES live nonces
 // and signatures; full of live ones, it refuses a new message with SERVICE_UNAVAILABLE and a Retry-After
 // (HTTP 503) rather than forget one, and counts it (soap_replay_memory_full_total).
@@ -141,6 +142,8 @@ interface PartnerEntry {
 export interface Authenticated {
   caller: Caller
   signed: boolean
+  /** A signed message's Body as it was signed (signature.ts): the operation and its arguments are read from it. */
+  signedBody?: XmlElement
 }
 
 export interface WsSecurityOptions {
@@ -201,6 +204,17 @@ export function createWsSecurity (options: WsSecurityOptions) {
     const at = instant(created, what)
     if (at > now + CLOCK_SKEW_MS) throw SoapFault.failedAuthentication(`${what} is in the future`)
     if (now - at > maxAgeMs) throw SoapFault.failedAuthentication(`${what} is older than ${Math.round(maxAgeMs / 1000)} seconds`)
+  }
+
+  /** A wsu:Timestamp's Created must be fresh, and its Expires (when given) not past. */
+  function checkTimestamp (timestamp: XmlElement, now: number): void {
+    const created = text(child(timestamp, WSU_NS, 'Created'))
+    if (!created) throw SoapFault.failedAuthentication('The Timestamp needs a Created')
+    checkFresh(created, 'The Timestamp Created', now)
+    const expires = text(child(timestamp, WSU_NS, 'Expires'))
+    if (expires !== undefined && instant(expires, 'The Timestamp Expires') <= now - CLOCK_SKEW_MS) {
+      throw SoapFault.failedAuthentication('The message has expired (Timestamp Expires)')
+    }
   }
 
   function readToken (element: XmlElement): UsernameToken {
@@ -295,19 +309,13 @@ export function createWsSecurity (options: WsSecurityOptions) {
     const now = clock()
 
     const timestamp = child(security, WSU_NS, 'Timestamp')
-    if (timestamp) {
-      const created = text(child(timestamp, WSU_NS, 'Created'))
-      if (!created) throw SoapFault.failedAuthentication('The Timestamp needs a Created')
-      checkFresh(created, 'The Timestamp Created', now)
-      const expires = text(child(timestamp, WSU_NS, 'Expires'))
-      if (expires !== undefined && instant(expires, 'The Timestamp Expires') <= now - CLOCK_SKEW_MS) {
-        throw SoapFault.failedAuthentication('The message has expired (Timestamp Expires)')
-      }
-    }
+    if (timestamp) checkTimestamp(timestamp, now)
 
     if (!child(security, DS_NS, 'Signature')) return { caller: await usernameCaller(security, now, beforeScrypt), signed: false }
     if (!message) throw SoapFault.invalidSecurity('Signed messages are not accepted here')
     const verified = await signatures.verify(message, security, timestamp, now, beforeScrypt)
+    // The header's Timestamp above was a cheap early refusal; the signed one is what counts.
+    checkTimestamp(verified.timestamp, now)
     const caller = verified.partner.caller
     const beside = child(security, WSSE_NS, 'UsernameToken') && await usernameCaller(security, now, beforeScrypt)
     if (beside && beside.id !== caller.id) {
@@ -317,7 +325,7 @@ export function createWsSecurity (options: WsSecurityOptions) {
     if (!(await nonces.claim(`signature:${verified.replayKey}`, maxAgeMs + CLOCK_SKEW_MS, now))) {
       throw SoapFault.failedAuthentication('This signed message has already been received (replayed message)')
     }
-    return { caller, signed: true }
+    return { caller, signed: true, signedBody: verified.body }
   }
 
   return { authenticate }
