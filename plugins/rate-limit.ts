@@ -11,7 +11,7 @@
 // counters and waits only for Redis. Same headers (X-RateLimit-Limit/-Remaining/-Reset, Retry-After).
 import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastify'
-import type { Caller } from '../app/domain/context.ts'
+import { callerKey, type Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
 import type { CostReport, CostUnitsLeft } from '../app/limits/cost-report.ts'
 import { clientAddress } from '../app/peers.ts'
@@ -62,9 +62,12 @@ type Budget = 'req' | 'cost'
 const userKeys = new WeakMap<Caller, Record<Budget, string>>()
 function counterKey (budget: Budget, caller: Caller | null, ip: string): string {
   // One caller's two budgets in one hash slot (the braces), so that one script leases both on a cluster.
-  if (!caller) return `{ip:${ip}}:${budget}`
+  if (!caller) return `{${callerKey(null, ip)}}:${budget}`
   let keys = userKeys.get(caller)
-  if (!keys) userKeys.set(caller, keys = { req: `{user:${caller.id}}:req`, cost: `{user:${caller.id}}:cost` })
+  if (!keys) {
+    const key = callerKey(caller, ip)
+    userKeys.set(caller, keys = { req: `{${key}}:req`, cost: `{${key}}:cost` })
+  }
   return keys[budget]
 }
 

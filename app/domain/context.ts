@@ -15,6 +15,14 @@ export interface Caller {
   expiresAt?: number
 }
 
+/**
+ * Who a budget or a cap counts: the user when authenticated, the client address otherwise. The one
+ * home of that rule: the rate limits (plugins/rate-limit.ts), the subscription caps and event pricing.
+ */
+export function callerKey (caller: Caller | null, ip: string): string {
+  return caller ? `user:${caller.id}` : `ip:${ip}`
+}
+
 /** Things that happened, for subscribers (GraphQL subscriptions, across instances through Redis). */
 export type DomainEvent =
   | { type: 'messageAdded'; message: import('../store/types.ts').MessageRow }

@@ -2,7 +2,7 @@
 // whoever holds it (the user, or the client address when anonymous), one spend per distinct payer per
 // event. The pipeline (Pipeline.chargeEvent) and the fan-out hub (fanout.ts) both use it; it imports
 // neither, so neither imports the other through it.
-import type { Caller } from '../../app/domain/context.ts'
+import { callerKey, type Caller } from '../../app/domain/context.ts'
 import type { CostUnitsLeft } from '../../app/limits/cost-report.ts'
 import type { SpendCostUnits } from './ports.ts'
 /** Who pays for a subscriber's events, and how much each costs. */
@@ -11,11 +11,6 @@ export interface Payer {
   ip: string
   /** Cost units per event. */
   cost: number
-}
-
-/** Who a budget or a cap counts: the user when authenticated, the client address otherwise. */
-export function callerKey (caller: Caller | null, ip: string): string {
-  return caller ? `user:${caller.id}` : `ip:${ip}`
 }
 
 /**

@@ -30,7 +30,7 @@ import {
   setRefusalHeaders,
   wantsGraphQLResponse
 } from '../../app/media-types.ts'
-import { withinAnswerCap } from './answer-size.ts'
+import { answerTooLarge, withinAnswerCap } from './answer-size.ts'
 import { createHttpCache, etagOf } from './http-cache.ts'
 import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
 import type { Pipeline } from './pipeline.ts'
@@ -214,12 +214,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
   }
   /** Replaces the answer by the error of an answer over the cap (still 200: the request was processed). */
   function tooLarge (out: HttpAnswer): void {
-    const error = new AppError(
-      'RESPONSE_TOO_LARGE',
-      `The answer is larger than ${maxAnswer} bytes: ask for fewer fields or smaller pages`,
-      { maxResponseBytes: maxAnswer }
-    )
-    const replaced = { errors: [formatError(error, errorOptions)] }
+    const replaced = { errors: [formatError(answerTooLarge(maxAnswer), errorOptions)] }
     out.answer = replaced
     out.body = JSON.stringify(replaced)
   }

@@ -17,12 +17,11 @@
 import type { ExecutionResult, GraphQLSchema } from 'graphql'
 import type { MQEmitter } from 'mqemitter'
 import { AppError } from '../../app/errors.ts'
-import type { Caller, DomainEvent } from '../../app/domain/context.ts'
+import { callerKey, type Caller, type DomainEvent } from '../../app/domain/context.ts'
 import { staleIdentity } from '../../app/domain/authorization.ts'
 import type { Role } from '../../app/store/types.ts'
-import { withinAnswerCap } from './answer-size.ts'
+import { answerTooLarge, withinAnswerCap } from './answer-size.ts'
 import { formatError, formatResult, formatThrown, type FormatOptions } from '../../app/error-format.ts'
-import { callerKey } from './event-pricing.ts'
 import { TopicEvents, createFanout, type Fanout, type Subscription, type SubscriptionSink } from './fanout.ts'
 import type { Admission, OperationRequest, Pipeline } from './pipeline.ts'
 import type { OperationPlan } from './plan.ts'
@@ -66,12 +65,7 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   const serialised = (result: ExecutionResult): string => {
     const json = JSON.stringify(formatResult(result, options.format()))
     if (withinAnswerCap(json, maxResponseBytes)) return json
-    const error = new AppError(
-      'RESPONSE_TOO_LARGE',
-      `The answer is larger than ${maxResponseBytes} bytes: ask for fewer fields or smaller pages`,
-      { maxResponseBytes }
-    )
-    return JSON.stringify({ errors: [formatError(error, options.format())] })
+    return JSON.stringify({ errors: [formatError(answerTooLarge(maxResponseBytes), options.format())] })
   }
   const answerOf = async (admission: Admission, root?: unknown): Promise<string> => {
     try {
