@@ -13,7 +13,7 @@ import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastify'
 import { callerKey, type Caller } from '../app/domain/context.ts'
 import { AppError } from '../app/errors.ts'
-import type { CostReport, CostUnitsLeft } from '../app/limits/cost-report.ts'
+import type { BudgetSpending, CostReport, CostUnitsLeft } from '../app/limits/cost-report.ts'
 import { clientAddress } from '../app/peers.ts'
 import { appendRouteHook } from '../app/route-hooks.ts'
 import { SharedCounters, leaseScript, localCounters, type Taken, type WindowCounters } from '../app/limits/window-counters.ts'
@@ -22,22 +22,11 @@ import { SharedCounters, leaseScript, localCounters, type Taken, type WindowCoun
  * The caller's budgets, for what the request hook does not cover: transports call these members through
  * the object at each call, so a test can replace one (to count or slow down spending) and be obeyed.
  */
-export interface Budgets {
+export interface Budgets extends BudgetSpending {
   /** The window counters of both budgets (in-process, or shared through Redis: app/limits/window-counters.ts). */
   counters: WindowCounters
-  /** Spends one request of the caller's request budget; throws RATE_LIMITED when it is exhausted. */
-  spendRequest (caller: Caller | null, ip: string): Promise<void>
   /** Throws RATE_LIMITED when the caller's request budget is already exhausted; spends nothing. */
   checkRequestBudget (caller: Caller | null, ip: string): Promise<void>
-  /** Spends `cost` units of the caller's window: what is left (negative when over) and when the window resets. */
-  spendCostUnits (caller: Caller | null, ip: string, cost: number): CostUnitsLeft | Promise<CostUnitsLeft>
-  /**
-   * What every transport calls once an operation is priced: refuses it over the caller's per-operation
-   * budget (COST_LIMIT_EXCEEDED), spends its cost units, refuses it when the window is exhausted
-   * (RATE_LIMITED). Returns the price report sent to the caller: at once from in-process counters or a
-   * share of the window this instance holds (no promise on the request's path), as a promise from Redis.
-   */
-  chargeCost (caller: Caller | null, ip: string, cost: number): CostReport | Promise<CostReport>
 }
 
 declare module 'fastify' {

@@ -30,10 +30,10 @@ import { assertWithinCaps } from '../../app/domain/input.ts'
 import { createDomainContext, withinDeadline, type Caller, type DomainDeps } from '../../app/domain/context.ts'
 import type { ReadSet } from '../../app/domain/read-tags.ts'
 import type { Config } from '../../app/config.ts'
-import type { CostReport } from '../../app/limits/cost-report.ts'
+import type { BudgetSpending, CostReport } from '../../app/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
 import { chargeEvent, type Payer } from './event-pricing.ts'
-import type { Instrumentation, OperationPhases, SpendCostUnits } from './ports.ts'
+import type { Instrumentation, OperationPhases } from './ports.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
 import {
   PersistedMessages,
@@ -111,23 +111,14 @@ export interface Plans {
   readonly stats: { entries: number; bytes: number }
 }
 
-/** What the pipeline needs from the service. */
-export interface PipelineOptions {
+/** What the pipeline needs from the service: the caller's budgets (BudgetSpending) among them. */
+export interface PipelineOptions extends BudgetSpending {
   schema (): GraphQLSchema
   limits: Config['limits']
   introspection: boolean
   domain: DomainDeps
   plans: Plans
   persisted: PersistedQueries
-  /**
-   * Refuses an operation over the caller's budget, spends its cost units
-   * (RATE_LIMITED when exhausted): the one call every transport makes.
-   */
-  chargeCost (caller: Caller | null, ip: string, cost: number): CostReport | Promise<CostReport>
-  /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
-  spendRequest (caller: Caller | null, ip: string): Promise<void>
-  /** Spends cost units of the caller's window (what chargeCost spends): what is left, and when the window resets. */
-  spendCostUnits: SpendCostUnits
   /** Instruments that wrap the operation phases (tracing); none: the phases run as they are. */
   instrumentation?: Instrumentation
 }

@@ -7,30 +7,16 @@ import type { MQEmitter } from 'mqemitter'
 import type { ResponseCache } from '../../app/cache/response-cache.ts'
 import type { Config } from '../../app/config.ts'
 import type { Caller, DomainDeps } from '../../app/domain/context.ts'
-import type { CostReport, CostUnitsLeft } from '../../app/limits/cost-report.ts'
+import type { BudgetSpending } from '../../app/limits/cost-report.ts'
 import type { AdmittedOperation, OperationPhases } from '../../app/operation-phases.ts'
 
 export type { AdmittedOperation, OperationPhases }
 
 /** Spends cost units of a caller's window: what is left, and when the window resets (subscription events). */
-export type SpendCostUnits = (
-  caller: Caller | null,
-  ip: string,
-  units: number
-) => CostUnitsLeft | Promise<CostUnitsLeft>
+export type SpendCostUnits = BudgetSpending['spendCostUnits']
 
 /** The budgets every GraphQL transport spends through (plugins/rate-limit.ts implements them). */
-export interface Budgets {
-  /** Spends one request from the caller's request budget; throws RATE_LIMITED when over. */
-  spendRequest (caller: Caller | null, ip: string): Promise<void>
-  /**
-   * Refuses an operation over the caller's budget, spends its cost units
-   * (RATE_LIMITED when exhausted): the one call every transport makes.
-   */
-  chargeCost (caller: Caller | null, ip: string, cost: number): CostReport | Promise<CostReport>
-  /** Spends cost units of the caller's window: what is left, and when the window resets (subscription events). */
-  spendCostUnits: SpendCostUnits
-}
+export type Budgets = BudgetSpending
 
 /** Where the room reports what it cannot answer itself (internal errors, a Redis outage). */
 export interface RoomLogger {
