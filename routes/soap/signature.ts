@@ -27,23 +27,23 @@
 //   certificate, never with a key the message supplies.
 // - Cryptography in the order that makes a forgery cheap to refuse: the SignatureValue is verified
 //   first, over the canonical SignedInfo alone (one small canonicalisation, one RSA operation), so a
-//   message signed with someone else's key costs less than a good one. Then xml-crypto verifies the
-//   whole signature (SignedInfo, every Reference's digest) with the registered certificate, on xmldom's
-//   reading of the same text, with only the algorithms above registered. Its output is what the
-//   service acts on: getSignedReferences(), the canonical XML of exactly what was signed, read once
-//   checkSignature returned true (never after it threw or returned false: xml-crypto issue #575, where a
-//   check that threw left references nobody had authenticated readable; the SignedXml is this
-//   message's own and dropped with it). The signed references must hold the Body (of the request's
-//   SOAP version) and a wsu:Timestamp, once each; both are read again by our hardened reader, and the
-//   operation, its arguments and the Timestamp's freshness come from them, never from the message's
-//   unsigned text. So our reading and xmldom's need not be compared: whatever xmldom read that was
-//   signed is what runs, and the checks above on our tree only refuse.
+//   message signed with someone else's key costs less than a good one. The canonicalisation works on
+//   xmldom's reading of the same text: SignedInfo must read alike in both, down to its last element (so
+//   the References read from our tree are the signed ones), and each signed element is taken at the same
+//   place as in our tree and must read alike there (names, attributes, Ids). Then each Reference's
+//   digest, over the canonical XML of its element. That canonical XML, what was signed, is all the
+//   service acts on: the signed references must hold the Body (of the request's SOAP version) and a
+//   wsu:Timestamp, once each; both are read again by our hardened reader from their canonical text, and
+//   the operation, its arguments and the Timestamp's freshness come from them, never from the message's
+//   own text (xmldom reads U+2028 in text as a line feed: what it canonicalised, not what we read, ran).
+//   A throw anywhere on the way is a refusal and leaves nothing read. (xml-crypto's own checkSignature
+//   and getSignedReferences() give the same output, measured 7 times dearer: its XPath lookups.)
 // - The replay key is the SHA-256 of the verifying certificate's fingerprint and the signed references
 //   (each one's SHA-256, in order): the same content signed with the same key is the same message,
 //   however its signature is spelled.
-import { X509Certificate, createHash, verify as verifyRsa, type KeyObject } from 'node:crypto'
+import { X509Certificate, createHash, timingSafeEqual, verify as verifyRsa } from 'node:crypto'
 import { DOMParser } from '@xmldom/xmldom'
-import { ExclusiveCanonicalization, ExclusiveCanonicalizationWithComments, SignedXml } from 'xml-crypto'
+import { ExclusiveCanonicalization, ExclusiveCanonicalizationWithComments } from 'xml-crypto'
 import {
   findCertificatePartner, usableCertificate, type CertificateName, type CertificatePartner
 } from '../../app/domain/partners.ts'
@@ -200,8 +200,12 @@ function base64Value (element: XmlElement, what: string): Buffer {
 }
 
 interface Reference {
+  uri: string
   /** The element of our tree its "#id" names. */
   target: XmlElement
+  prefixes: string[]
+  hash: string
+  digest: Buffer
 }
 
 /** Reads SignedInfo (its shape, algorithms and References) from our tree. */
@@ -235,11 +239,15 @@ function readSignedInfo (signedInfo: XmlElement, ids: Map<string, XmlElement>, s
     }
     for (const enveloped of transforms.slice(0, last)) shape(enveloped, [], 'The enveloped-signature Transform')
     shape(digestMethod![0]!, [], 'DigestMethod')
-    algorithmOf(digestMethod![0]!, digestMethods, 'The digest method')
+    const hash = algorithmOf(digestMethod![0]!, digestMethods, 'The digest method')
     shape(digestValue![0]!, [], 'DigestValue', true)
-    inclusivePrefixes(transforms[last]!, 'Transform')
-    base64Value(digestValue![0]!, 'A DigestValue')
-    return { target }
+    return {
+      uri,
+      target,
+      prefixes: inclusivePrefixes(transforms[last]!, 'Transform'),
+      hash: HASH_OF[hash]!,
+      digest: base64Value(digestValue![0]!, 'A DigestValue')
+    }
   })
   return { c14n, prefixes, hash: HASH_OF[method]!, references }
 }
@@ -350,13 +358,40 @@ function elementChildren (node: Node): Element[] {
   return Array.from(node.childNodes).filter((n): n is Element => n.nodeType === 1)
 }
 
-/** xmldom's ds:Signature and its SignedInfo: one of each, as in our reading (anything else is refused). */
-function domSignature (doc: Document): { signature: Element; signedInfo: Element } {
-  const signatures = doc.getElementsByTagNameNS(DS_NS, 'Signature')
-  const signature = signatures.length === 1 ? signatures.item(0) : null
-  const signedInfo = signature ? elementChildren(signature)[0] : undefined
-  if (!signature || signedInfo?.namespaceURI !== DS_NS || signedInfo.localName !== 'SignedInfo') throw inconsistent()
-  return { signature, signedInfo }
+/** Names, attributes (namespace declarations aside) and text of one element, as our reader and xmldom read it. */
+function describeOurs (element: XmlElement): string {
+  const attributes = element.attributes.map((a) => `{${a.ns}}${a.local}=${JSON.stringify(a.value)}`).sort().join(' ')
+  return `{${element.ns}}${element.local} ${attributes} ${JSON.stringify(element.text)}`
+}
+
+function describeDom (element: Element): string {
+  const attributes = Array.from(element.attributes).filter((a) => a.namespaceURI !== XMLNS_NS)
+    .map((a) => `{${a.namespaceURI ?? ''}}${a.localName}=${JSON.stringify(a.value)}`).sort().join(' ')
+  const text = Array.from(element.childNodes).filter((n) => n.nodeType === 3 || n.nodeType === 4)
+    .map((n) => (n as CharacterData).data).join('')
+  return `{${element.namespaceURI ?? ''}}${element.localName} ${attributes} ${JSON.stringify(text)}`
+}
+
+/**
+ * xmldom's element at the position of `element` in our tree (child index by child index from the root),
+ * which must read as ours does (its names, attributes and text; with `deep`, those of every descendant).
+ */
+function domElementOf (doc: Document, element: XmlElement, parents: Map<XmlElement, XmlElement>,
+  deep: boolean): Element {
+  const path: number[] = []
+  for (let e = element, p = parents.get(e); p; e = p, p = parents.get(e)) path.push(p.children.indexOf(e))
+  let node: Element | undefined = doc.documentElement ?? undefined
+  for (let i = path.length - 1; i >= 0 && node; i--) node = elementChildren(node)[path[i]!]
+  if (!node) throw inconsistent()
+  const pending: Array<[XmlElement, Element]> = [[element, node]]
+  while (pending.length > 0) {
+    const [ours, theirs] = pending.pop()!
+    const children = elementChildren(theirs)
+    if (describeOurs(ours) !== describeDom(theirs)) throw inconsistent()
+    if (deep && children.length !== ours.children.length) throw inconsistent()
+    if (deep) ours.children.forEach((c, i) => pending.push([c, children[i]!]))
+  }
+  return node
 }
 
 /** Namespace declarations in scope at `element` (for an InclusiveNamespaces prefix list), nearest first. */
@@ -383,35 +418,29 @@ export function canonical (element: Element, algorithm: string, prefixes: string
 }
 
 /**
- * The canonical XML of each Reference of `signature` (an element of xmldom's reading of `xml`), as
- * xml-crypto's SignedXml vouches for it: verified with `key` (the registered certificate's; the KeyInfo
- * names it, it never supplies it), with only the `accepted` algorithms registered. getSignedReferences()
- * is read only once checkSignature returned true: a check that threw or returned false is a refusal and
- * leaves nothing to read (xml-crypto issue #575). The SignedXml is this call's own.
+ * The canonical XML of each Reference's element as xmldom reads it (the text its digest is of), once
+ * every digest matches: what was signed, and all the service acts on. The element is xmldom's at the
+ * place of ours (read alike: names, attributes, Ids); what lies inside it is taken from its canonical
+ * text, never from our reading, so a difference between the two readers below it cannot run unsigned.
+ * Anything that throws on the way is a refusal and leaves nothing.
  */
-function signedReferences (
-  signature: Element, xml: string, key: KeyObject, accepted: ReadonlySet<string>
+function digestedReferences (
+  doc: Document, references: readonly Reference[], parents: Map<XmlElement, XmlElement>
 ): string[] {
-  const check = new SignedXml({ publicCert: key, getCertFromKeyInfo: () => null })
-  for (const algorithms of [check.CanonicalizationAlgorithms, check.HashAlgorithms, check.SignatureAlgorithms]) {
-    for (const name of Object.keys(algorithms)) if (!accepted.has(name)) delete algorithms[name]
-  }
-  let verified: boolean
-  try {
-    check.loadSignature(signature)
-    verified = check.checkSignature(xml)
-  } catch {
-    throw failedCheck('The signature does not verify with the registered certificate')
-  }
-  if (verified !== true) throw failedCheck('A Reference\'s digest does not match the signed element')
-  return check.getSignedReferences()
+  return references.map((reference) => {
+    // A same-document "#id" reference drops comments (XML Signature 4.4.3.3), whichever C14N it names.
+    const canonicalTarget = canonical(domElementOf(doc, reference.target, parents, false), EXC_C14N, reference.prefixes)
+    const digest = createHash(reference.hash).update(canonicalTarget, 'utf8').digest()
+    if (digest.length !== reference.digest.length || !timingSafeEqual(digest, reference.digest)) {
+      throw failedCheck(`The digest of ${reference.uri} does not match the signed element`)
+    }
+    return canonicalTarget
+  })
 }
 
 export function createSignatureCheck (options: SignatureCheckOptions) {
   const signatureMethods = new Set(options.allowSha1 ? [RSA_SHA256, RSA_SHA1] : [RSA_SHA256])
   const digestMethods = new Set(options.allowSha1 ? [SHA256, SHA1] : [SHA256])
-  // What xml-crypto may use: these and the transforms; anything else its reading met is a refusal.
-  const accepted = new Set([...signatureMethods, ...digestMethods, ...TRANSFORMS])
 
   /**
    * Verifies the signature of a message whose Security header holds a ds:Signature; a WS-Security fault
@@ -455,14 +484,15 @@ export function createSignatureCheck (options: SignatureCheckOptions) {
 
     await beforeCrypto()
     const doc = domOf(message.xml)
-    const dom = domSignature(doc)
-    // First the SignatureValue over SignedInfo alone: a forgery is refused before any Reference is digested.
-    const signedInfoCanonical = canonical(dom.signedInfo, info.c14n, info.prefixes)
+    // First the SignatureValue over SignedInfo (read alike by both parsers, down to its last element, so
+    // the References read from our tree are the signed ones): a forgery is refused before any digest.
+    const domSignedInfo = domElementOf(doc, signedInfo![0]!, parents, true)
+    const signedInfoCanonical = canonical(domSignedInfo, info.c14n, info.prefixes)
     if (!verifyRsa(info.hash, Buffer.from(signedInfoCanonical, 'utf8'), partner.publicKey, value)) {
       throw failedCheck('The SignatureValue does not verify with the registered certificate')
     }
-    // Then xml-crypto's verification of the whole, and only what it vouches for from here on.
-    const references = signedReferences(dom.signature, message.xml, partner.publicKey, accepted)
+    // Then each signed element's digest, and only its canonical text from here on.
+    const references = digestedReferences(doc, info.references, parents)
     // The Body and the Timestamp among them: one of each (two References to one element sign one text).
     const bodies = new Map<string, XmlElement>()
     const timestamps = new Map<string, XmlElement>()
