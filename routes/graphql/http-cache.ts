@@ -19,6 +19,7 @@
 // without it, unchanged data gives byte-identical answers and so the same ETag.
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Caller } from '../../app/domain/context.ts'
+import { ifNoneMatchHits } from '../../app/if-none-match.ts'
 import { LruMap } from '../../app/lru-map.ts'
 import { textHash } from '../../app/text-hash.ts'
 
@@ -83,16 +84,6 @@ export interface HttpCache {
   visible (request: CacheRequest, headers: CacheHeaders, visibility: Visibility): void
   /** Any other answer (errors, refusals): never stored. */
   uncacheable (headers: CacheHeaders): void
-}
-
-/** Whether an If-None-Match value names `etag` (weak comparison, as RFC 9110 requires for it). */
-export function ifNoneMatchHits (header: string | undefined, etag: string): boolean {
-  if (!header) return false
-  if (header.trim() === '*') return true
-  return header.split(',').some((tag) => {
-    const t = tag.trim()
-    return (t.startsWith('W/') ? t.slice(2) : t) === etag
-  })
 }
 
 /**

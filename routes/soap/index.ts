@@ -16,6 +16,7 @@ import { trustedPeers } from '../../app/peers.ts'
 import type { DomainDeps } from '../../app/domain/context.ts'
 import { AppError, ErrorCodes } from '../../app/errors.ts'
 import { fastifyErrorAsAppError } from '../../app/fastify-errors.ts'
+import { ifNoneMatchHits } from '../../app/if-none-match.ts'
 import type { SoapVersion } from './envelope.ts'
 import { SoapFault, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
 import { SERVICE_VERSIONS, type ServiceVersion } from './operations.ts'
@@ -168,10 +169,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     if (config.soap.publicUrl === null && config.trustProxy.length > 0) {
       reply.header('vary', 'X-Forwarded-Host, X-Forwarded-Proto')
     }
-    const ifNoneMatch = request.headers['if-none-match']
-    if (ifNoneMatch !== undefined && (ifNoneMatch.trim() === '*' || ifNoneMatch.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag))) {
-      return reply.code(304).send()
-    }
+    if (ifNoneMatchHits(request.headers['if-none-match'], etag)) return reply.code(304).send()
     return reply.type('text/xml; charset=utf-8').send(wsdl)
   }
 
