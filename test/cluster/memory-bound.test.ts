@@ -1,5 +1,5 @@
 // RESPONSE_CACHE_MAX_BYTES is what the process grows by: services started as `npm start` starts one
-// (production profile, the embedded store), two with the in-process response cache and two without, are
+// (production profile, the embedded store), three with the in-process response cache and three without, are
 // sent the same 100000 persisted GETs of distinct keys (each a miss, kept until the cache is full, then
 // cycling through it). The cache's share (the RSS of the process with the cache less the RSS of the one
 // without, both after the same requests) stays within the factor docs/settings.md states. Kept on the
@@ -41,7 +41,7 @@ async function distinctGets (url: string, first: number, count: number): Promise
   agent.destroy()
 }
 
-// Four services, each sent 100000 requests: 40-80 s on a 2-CPU machine.
+// Six services, each sent 100000 requests: 60-120 s on a 2-CPU machine.
 t0.setTimeout(300_000)
 
 test(`the in-process response cache grows the process by at most ${FACTOR} x RESPONSE_CACHE_MAX_BYTES`, async (t) => {
@@ -79,16 +79,19 @@ test(`the in-process response cache grows the process by at most ${FACTOR} x RES
     t.comment(`cache ${cache ? 'on' : 'off'}: RSS ${(atStart / MiB).toFixed(1)} MiB at start, ${(after / MiB).toFixed(1)} MiB after ${KEYS} distinct keys`)
     return after
   }
-  // One after the other: each measures its own process. Two of each, alternating, and their means
+  // One after the other: each measures its own process. Three of each, alternating, and their medians
   // compared: V8's heap makes one reading differ from the next by up to 10 MiB either way (readings of
-  // single pairs put the share at 0.66-1.27 x over eight runs).
+  // single pairs put the share at 0.66-1.27 x over eight runs), and now and then one process's RSS stands
+  // ~180 MiB higher 2 s after the same load (2 of 5 CI runs, never reproduced alone: a heap not yet given
+  // back, on one process of four). A cache that really grew past its bound shows in every reading, so in
+  // the median; one such outlier does not move it.
   const readings = { off: [] as number[], on: [] as number[] }
-  for (let i = 0; i < 2; i++) {
+  for (let i = 0; i < 3; i++) {
     readings.off.push(await rssAfterLoad(false))
     readings.on.push(await rssAfterLoad(true))
   }
-  const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length
-  const share = mean(readings.on) - mean(readings.off)
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
+  const share = median(readings.on) - median(readings.off)
   t.comment(`the cache's share ${(share / MiB).toFixed(1)} MiB, ${(share / MAX_BYTES).toFixed(2)} x RESPONSE_CACHE_MAX_BYTES`)
   t.ok(share <= FACTOR * MAX_BYTES, `the cache's share, ${(share / MiB).toFixed(1)} MiB, within ${FACTOR} x ${MAX_BYTES / MiB} MiB`)
 })
