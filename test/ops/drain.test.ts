@@ -95,5 +95,7 @@ test('production shutdown takes SHUTDOWN_IDLE_DRAIN_MS (1 s) with connections op
   const exit = await Promise.race([service.exited, sleep(5000).then(() => 'still running after 5 s')])
   const ms = performance.now() - started
   t.equal(exit, 0, `a graceful exit (not the SHUTDOWN_GRACE_MS timeout's exit 1):\n${service.stdout()}${service.stderr()}`)
-  t.ok(ms >= 900 && ms < 1800, `stopped after the 1 s drain, as docs/settings.md says (took ${Math.round(ms)} ms)`)
+  // Well under SHUTDOWN_GRACE_MS (10 s), whose timeout would exit 1: 1.03-1.09 s here, 1.9 s once on a CI
+  // machine whose two CPUs other test files kept busy.
+  t.ok(ms >= 900 && ms < 2500, `stopped after the 1 s drain, as docs/settings.md says (took ${Math.round(ms)} ms)`)
 })
