@@ -63,9 +63,14 @@ function operationCheck (
     if (cost > maxBudget) return { problem: `its cost with its defaults, ${cost}, is over every caller's budget (at most ${maxBudget})` }
     return { weight: plan.bytes + plan.operations.reduce((sum, op) => sum + op.compiledBytes, 0) }
   } catch (err) {
-    const nested = (err as { errors?: readonly { message: string }[] }).errors
-    return { problem: nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message }
+    return { problem: whyRefused(err) }
   }
+}
+
+/** Why planning refused a text, in words: every validation error of it, or the error's own message. */
+export function whyRefused (err: unknown): string {
+  const nested = (err as { errors?: readonly { message: string }[] }).errors
+  return nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
 }
 
 /** Work done in slices of this many ms, the event loop served between them: a large manifest never stalls requests. */

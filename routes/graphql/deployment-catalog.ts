@@ -10,7 +10,7 @@ import { createHash, randomUUID } from 'node:crypto'
 import { getHeapStatistics } from 'node:v8'
 import { AppError } from '../../app/errors.ts'
 import type { ChangeWatch, Deployment, DeploymentKey, DeploymentOperationRow, DeploymentUsage, Store } from '../../app/store/types.ts'
-import { operationLabel, PROFILE_HEARTBEAT_MS, slices, type ServiceProfile } from './app-deployments.ts'
+import { operationLabel, PROFILE_HEARTBEAT_MS, slices, whyRefused, type ServiceProfile } from './app-deployments.ts'
 import type { RoomLogger } from './ports.ts'
 import type { ClientApp, PersistedOperation } from './persisted.ts'
 
@@ -148,7 +148,9 @@ export function createDeploymentCatalog (options: CatalogOptions) {
     const read = new Map<string, DeploymentOperationRow[]>()
     for (const row of await store.deploymentOperations(toRead)) {
       const key = keyOf(row.app, row.version)
-      read.set(key, [...(read.get(key) ?? []), row])
+      const rows = read.get(key)
+      if (rows) rows.push(row)
+      else read.set(key, [row])
     }
     for (const key of loaded.keys()) if (!seen.has(key)) loaded.delete(key)
     for (const head of heads) {
@@ -169,9 +171,9 @@ export function createDeploymentCatalog (options: CatalogOptions) {
     for (const [deployment, { rows }] of active) {
       let problem: string | null = null
       let added = 0
-      const fresh: DeploymentOperationRow[] = []
+      const fresh = new Map<string, DeploymentOperationRow>()
       for (const row of rows) {
-        if (nextPinned.has(row.body) || fresh.some((f) => f.body === row.body)) continue
+        if (nextPinned.has(row.body) || fresh.has(row.body)) continue
         const known = cannotRun.get(row.hash) ?? nextCannotRun.get(row.hash)
         if (known) {
           nextCannotRun.set(row.hash, known)
@@ -179,7 +181,7 @@ export function createDeploymentCatalog (options: CatalogOptions) {
           break
         }
         added += pinned.get(row.body) ?? row.weight
-        fresh.push(row)
+        fresh.set(row.body, row)
       }
       if (!problem && weight + added > bound) {
         problem = `its operations would take what the served ones weigh in memory to ${weight + added} bytes, over ${bound} ` +
@@ -187,15 +189,14 @@ export function createDeploymentCatalog (options: CatalogOptions) {
       }
       // Planned and compiled (in slices) only once the deployment fits: all of its operations, or none served.
       const pinnedHere: string[] = []
-      for (const row of problem ? [] : fresh) {
+      for (const row of problem ? [] : fresh.values()) {
         let pinnedWeight = pinned.get(row.body)
         if (pinnedWeight === undefined) {
           await pause()
           try {
             pinnedWeight = options.pin(row.body)
           } catch (err) {
-            const nested = (err as { errors?: readonly { message: string }[] }).errors
-            const why = nested?.length ? nested.map((e) => e.message).join('; ') : (err as Error).message
+            const why = whyRefused(err)
             nextCannotRun.set(row.hash, why)
             problem = `${operationLabel(row)}: ${why} (the schema or the limits changed?)`
             break
@@ -205,7 +206,11 @@ export function createDeploymentCatalog (options: CatalogOptions) {
         pinnedHere.push(row.body)
       }
       if (problem) {
-        for (const text of pinnedHere) nextPinned.delete(text)
+        for (const text of pinnedHere) {
+          nextPinned.delete(text)
+          // Pinned by this load alone: let go now (the end of the load lets go of earlier ones).
+          if (!pinned.has(text)) options.unpin(text)
+        }
         nextRefused.set(deployment, problem)
         continue
       }
@@ -227,7 +232,9 @@ export function createDeploymentCatalog (options: CatalogOptions) {
       for (const row of rows) {
         if (next.has(row.hash)) continue
         for (const id of [`sha256:${row.hash}`, row.hash, ...(row.clientId ? [row.clientId] : [])]) {
-          gone.set(id, [...(gone.get(id) ?? []), deployment])
+          const holders = gone.get(id)
+          if (holders) holders.push(deployment)
+          else gone.set(id, [deployment])
         }
       }
     }

@@ -12,7 +12,7 @@ import { openSqliteStore } from '../../app/store/sqlite.ts'
 import { loadDemoData } from '../../app/store/sample-data.ts'
 import type { ChangeListener, Store } from '../../app/store/types.ts'
 import { checkManifest, publishManifest } from '../../routes/graphql/app-deployments.ts'
-import { STALE_AFTER_MS } from '../../routes/graphql/deployment-catalog.ts'
+import { createDeploymentCatalog, STALE_AFTER_MS } from '../../routes/graphql/deployment-catalog.ts'
 import { sha256Hex } from '../../routes/graphql/persisted.ts'
 import { schemaSDL } from '../../routes/graphql/schema.ts'
 import { runApp } from '../../cli/app-deployments.ts'
@@ -242,4 +242,32 @@ test('a publish is checked against what the running instances run, not the relea
   writeFileSync(file, JSON.stringify(apollo([entry(MANY)])))
   t.equal(await runApp(['publish', '--name', 'ios', '--version', '3', file], job, (line) => out.push(line)), 0)
   t.match(out.at(-1), /checked against this checkout's schema and limits \(no running instance has said what it runs\)/)
+})
+
+test('a deployment refused by an operation that cannot be planned keeps none of its others pinned', async (t) => {
+  const store = openSqliteStore(':memory:')
+  t.teardown(() => store.close())
+  const config = testConfig()
+  const schema = buildSchema(schemaSDL)
+  await publishManifest(store, { name: 'ios', version: '1', manifest: apollo([entry(USERS), entry(NAMES)]), schema, limits: config.limits, maxBytes: 1e9 })
+  // The instance's planner refuses NAMES (as a changed schema would); USERS, first, plans.
+  const pinned = new Set<string>()
+  const quiet = { error () {}, warn () {}, info () {} }
+  const catalog = createDeploymentCatalog({
+    store,
+    pin (text) {
+      if (text === NAMES) throw new Error('Cannot query field "name"')
+      pinned.add(text)
+      return 1000
+    },
+    unpin: (text) => { pinned.delete(text) },
+    maxBytes: 1e9,
+    usageFlushMs: 100000,
+    profile: { schema: schemaSDL, limits: config.limits, maxBytes: 1e9 },
+    log: quiet
+  })
+  await catalog.refresh()
+  t.equal(catalog.registered.find(`sha256:${sha256Hex(USERS)}`), undefined, 'refused whole')
+  t.same([...pinned], [], 'the operation planned before the refusal was let go')
+  t.match(catalog.readiness(), /ios 1 \(query Names .*Cannot query field "name"/)
 })

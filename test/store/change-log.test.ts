@@ -44,12 +44,18 @@ function recorder () {
   return { told, listener, tags, until, live }
 }
 
-test('outside writes are told by their tags; bulk changes and TRUNCATE by their table; replica-role writes too', async (t) => {
-  const { schema, outside } = await database(t)
+/** A recorder of the schema's change log, followed until the test ends, once it says it is live. */
+async function liveFeed (t: TestLike & { teardown (fn: () => unknown): void }, schema: string) {
   const feed = recorder()
   const watch = followChangeLog(feedOptions(schema), feed.listener)
   t.teardown(() => watch.stop())
   await feed.until('live', feed.live)
+  return feed
+}
+
+test('outside writes are told by their tags; bulk changes and TRUNCATE by their table; replica-role writes too', async (t) => {
+  const { schema, outside } = await database(t)
+  const feed = await liveFeed(t, schema)
 
   await outside.query("INSERT INTO users (id, name, email, created_at) VALUES ('u1', 'One', 'one@example.com', now())")
   await feed.until('the insert', () => feed.tags().has('user:u1'))
@@ -86,10 +92,7 @@ test('transactions committing out of order are each told once', async (t) => {
   const other = new pg.Client({ connectionString: TEST_DATABASE_URL, options: `-c search_path=${schema}` })
   await other.connect()
   t.teardown(() => other.end())
-  const feed = recorder()
-  const watch = followChangeLog(feedOptions(schema), feed.listener)
-  t.teardown(() => watch.stop())
-  await feed.until('live', feed.live)
+  const feed = await liveFeed(t, schema)
   // The first transaction takes its id (its first write) before the second, and commits after it.
   await outside.query('BEGIN')
   await outside.query("INSERT INTO users (id, name, email, created_at) VALUES ('early', 'Early', 'early@example.com', now())")
@@ -191,10 +194,7 @@ test('away longer than the log keeps: from where the fleet applied it when that 
 
 test('a live reader says nothing is missed while a long transaction holds its position below what is pruned', async (t) => {
   const { schema, outside } = await database(t)
-  const feed = recorder()
-  const watch = followChangeLog(feedOptions(schema), feed.listener)
-  t.teardown(() => watch.stop())
-  await feed.until('live', feed.live)
+  const feed = await liveFeed(t, schema)
   // A transaction left open (a report, an idle session): every snapshot's xmin stays at its id.
   const open = new pg.Client({ connectionString: TEST_DATABASE_URL, options: `-c search_path=${schema}` })
   await open.connect()
