@@ -3,20 +3,21 @@
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify'
-import type { Config } from './config.ts'
-import { accessLog, logDestination, serverLogging, type LoggingOptions } from './logging.ts'
-import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './peers.ts'
-import { connectionCaps, guardListener } from './descriptors.ts'
-import { createResponseCache } from './cache/create.ts'
-import { responseCacheMetrics } from './cache/metrics.ts'
-import { followStoreChanges } from './cache/store-changes.ts'
-import type { DomainDeps } from './domain/context.ts'
-import { cursorKey } from './domain/pages.ts'
-import { tellingChanges, type Invalidation } from './domain/store-tags.ts'
-import { AppError, type ErrorCode } from './errors.ts'
-import { errorAnswer } from './fastify-errors.ts'
-import type { Store } from './store/types.ts'
+import type { Config } from './core/config.ts'
+import { accessLog, logDestination, serverLogging, type LoggingOptions } from '../plugins/logging.ts'
+import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './core/peers.ts'
+import { connectionCaps, guardListener } from './core/descriptors.ts'
+import { createResponseCache } from './core/cache/create.ts'
+import { responseCacheMetrics } from './core/cache/metrics.ts'
+import { followStoreChanges } from './core/cache/store-changes.ts'
+import type { DomainDeps } from './core/domain/context.ts'
+import { cursorKey } from './core/domain/pages.ts'
+import { tellingChanges, type Invalidation } from './core/domain/store-tags.ts'
+import { AppError, type ErrorCode } from './core/errors.ts'
+import { errorAnswer } from '../routes/fastify-errors.ts'
+import type { Store } from './core/store/types.ts'
 import configPlugin from '../plugins/config.ts'
+import readinessPlugin from '../plugins/readiness.ts'
 import tracingPlugin from '../plugins/tracing.ts'
 import corsPlugin from '../plugins/cors.ts'
 import storePlugin from '../plugins/store.ts'
@@ -28,8 +29,8 @@ import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
 import rateLimitPlugin from '../plugins/rate-limit.ts'
 import { createGraphQLRoom, type GraphQLRoomInspection } from '../routes/graphql/index.ts'
-import { graphqlMetrics } from './graphql-metrics.ts'
-import { formatError } from './error-format.ts'
+import { graphqlMetrics } from './graphql/metrics.ts'
+import { formatError } from './core/error-format.ts'
 import healthRoutes from '../routes/health.ts'
 import queryUiRoutes from '../routes/query-ui.ts'
 import soapRoutes from '../routes/soap/index.ts'
@@ -89,7 +90,7 @@ export function createServer (config: Config, options: LoggingOptions = {}): Fas
     ...serverLogging(config, options, destination),
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
-    // X-Request-Id is taken from trusted proxies only, and only in a safe form (app/peers.ts).
+    // X-Request-Id is taken from trusted proxies only, and only in a safe form (app/core/peers.ts).
     requestIdHeader: false,
     genReqId: requestIdFrom(trustedPeer),
     // Slow clients: a request must arrive whole within requestTimeout, and a connection silent both ways
@@ -135,6 +136,7 @@ export function createServer (config: Config, options: LoggingOptions = {}): Fas
  */
 export async function registerProtections (app: FastifyInstance, config: Config, store?: Store): Promise<void> {
   await app.register(configPlugin, { config })
+  await app.register(readinessPlugin)
   // Tracing next (when configured): its server span starts before any other route hook, so it covers
   // them, and it wraps every route declared after it.
   await app.register(tracingPlugin)
@@ -193,7 +195,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     })
   }
   // The domain's dependencies, built once here and handed to both transports (GraphQL and SOAP). Every
-  // write of its store tells the response cache what it changes (app/domain/store-tags.ts).
+  // write of its store tells the response cache what it changes (app/core/domain/store-tags.ts).
   const domain: DomainDeps = {
     store: tellingChanges(app.store, options.invalidation ?? responseCache ?? undefined),
     events: app.events,

@@ -4,8 +4,8 @@
 // one line per problem on stderr, never a stack trace nor a URL setting's credentials, and exits with 1.
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.ts'
-import { readCommandLine } from './command-line.ts'
-import { loadConfigOrExit, withoutCredentials } from './config.ts'
+import { readCommandLine } from './core/command-line.ts'
+import { loadConfigOrExit, withoutCredentials } from './core/config.ts'
 
 // The service takes no arguments: its settings are environment variables (or a .env file).
 readCommandLine(`usage: npm start        (node app/server.ts: the production image runs this)

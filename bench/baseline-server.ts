@@ -6,9 +6,9 @@
 //   same `data` JSON: what the work costs without GraphQL (no JWT, no cost analysis, no execution).
 import { readFileSync } from 'node:fs'
 import Fastify from 'fastify'
-import { accessLog, logDestination, serverLogging } from '../app/logging.ts'
-import { loadConfig } from '../app/config.ts'
-import { openStore } from '../app/store/index.ts'
+import { accessLog, logDestination, serverLogging } from '../plugins/logging.ts'
+import { loadConfig } from '../app/core/config.ts'
+import { openStore } from '../app/core/store/index.ts'
 
 const config = loadConfig()
 const store = await openStore(config)

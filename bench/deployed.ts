@@ -5,9 +5,9 @@
 // this run's own; both are removed at the end.
 import pg from 'pg'
 import { Redis } from 'ioredis'
-import { openPostgresStore } from '../app/store/postgres.ts'
-import { openSqliteStore } from '../app/store/sqlite.ts'
-import type { MessageRow, Store, UserRow } from '../app/store/types.ts'
+import { openPostgresStore } from '../app/core/store/postgres.ts'
+import { openSqliteStore } from '../app/core/store/sqlite.ts'
+import type { MessageRow, Store, UserRow } from '../app/core/store/types.ts'
 
 export interface Deployed {
   databaseUrl: string

@@ -13,8 +13,8 @@
 // error anyway).
 import type { onRequestHookHandler } from 'fastify'
 import { createServer, registerProtections } from '../app/app.ts'
-import { loadConfig } from '../app/config.ts'
-import { AppError } from '../app/errors.ts'
+import { loadConfig } from '../app/core/config.ts'
+import { AppError } from '../app/core/errors.ts'
 import healthRoutes from '../routes/health.ts'
 
 const config = loadConfig()

@@ -31,10 +31,10 @@ import { createKeyv } from '@keyv/redis'
 import { Redis } from 'ioredis'
 import { createYoga, createSchema } from 'graphql-yoga'
 import soap from 'soap'
-import { loadConfig } from '../app/config.ts'
-import { openStore } from '../app/store/index.ts'
-import { SERVICE_VERSIONS } from '../routes/soap/operations.ts'
-import { buildWsdl } from '../routes/soap/wsdl.ts'
+import { loadConfig } from '../app/core/config.ts'
+import { openStore } from '../app/core/store/index.ts'
+import { SERVICE_VERSIONS } from '../app/soap/operations.ts'
+import { buildWsdl } from '../app/soap/wsdl.ts'
 
 const config = loadConfig()
 const store = await openStore(config)

@@ -4,8 +4,8 @@
 // cache makes them), then prints entries held, the bytes of their records in the store's block (outside
 // V8's heap: heapGrowth counts it as external memory), and the process's heap and RSS growth after a
 // full GC. What a running service grows by is test/cluster/memory-bound.test.ts's measure.
-import { MemoryCacheStore } from '../app/cache/memory-store.ts'
-import { ResponseCache, cacheKey } from '../app/cache/response-cache.ts'
+import { MemoryCacheStore } from '../app/core/cache/memory-store.ts'
+import { ResponseCache, cacheKey } from '../app/core/cache/response-cache.ts'
 
 const [keys = 100_000, answerBytes = 200, maxBytes = 64 * 1024 * 1024] = process.argv.slice(2).map(Number)
 const gc = (globalThis as { gc?: () => void }).gc

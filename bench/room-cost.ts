@@ -11,9 +11,9 @@
 // GraphQL at all, pays it too). The whole-service figures move by a fifth between runs on a shared
 // machine; these, with nothing else in the process, move far less.
 import { buildApp } from '../app/app.ts'
-import { loadConfig } from '../app/config.ts'
-import { openSqliteStore } from '../app/store/sqlite.ts'
-import { loadManifests } from '../routes/graphql/persisted-manifest.ts'
+import { loadConfig } from '../app/core/config.ts'
+import { openSqliteStore } from '../app/core/store/sqlite.ts'
+import { loadManifests } from '../app/graphql/persisted-manifest.ts'
 import type { HttpExchangeInput } from '../routes/graphql/http-exchange.ts'
 import { PERSISTED_MANIFEST } from './transports.ts'
 

@@ -11,10 +11,10 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync,
 import { cpus, loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
-import { readCommandLine } from '../app/command-line.ts'
+import { readCommandLine } from '../app/core/command-line.ts'
 import { mintToken } from '../cli/mint-token.ts'
-import { openStore } from '../app/store/index.ts'
-import { seed } from '../app/store/sample-data.ts'
+import { openStore } from '../app/core/store/index.ts'
+import { seed } from '../app/core/store/sample-data.ts'
 import { copySeed, deployedSettings, deployedUnavailable, removeDeployed } from './deployed.ts'
 import { redisMeter, type CommandSample, type RedisMeter } from './redis-meter.ts'
 import { runTarget } from './target.ts'
@@ -200,7 +200,7 @@ const envFor = (store: StoreKind): Record<string, string> => {
   const { REDIS_URL: _redis, REDIS_PREFIX: _prefix, ...postgres } = deployed.env
   return { ...baseEnv, ...(store === 'deployed' ? deployed.env : postgres) }
 }
-const ROOMS = ['general', 'random', 'support', 'releases', 'design'] // the rooms of app/store/sample-data.ts
+const ROOMS = ['general', 'random', 'support', 'releases', 'design'] // the rooms of app/core/store/sample-data.ts
 
 interface Seeded {
   ids: string[]
@@ -487,7 +487,7 @@ async function startProcess (scenario: {
       ]
     : []
   // Each process on a copy of the seeded file of its own: a service holds its embedded file's instance
-  // lock (one service per file, app/store/sqlite.ts), and the rows must not see each other's writes anyway.
+  // lock (one service per file, app/core/store/sqlite.ts), and the rows must not see each other's writes anyway.
   const ownFile = scenario.store === 'sqlite' ? join(work, `${scenario.name}-${++sqliteCopies}.db`) : null
   if (ownFile) copyFileSync(baseEnv.SQLITE_PATH!, ownFile)
   const server = await startServer({

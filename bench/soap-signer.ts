@@ -7,10 +7,10 @@
 // one RSA signature (about 0.5 ms). The service verifies it as it verifies any partner's: the row's
 // samples are checked before the load, and a refused message counts as a failure.
 import { createHash, createPrivateKey, randomUUID, sign, type KeyObject } from 'node:crypto'
-import { NS } from '../routes/soap/envelope.ts'
-import { WSSE_NS } from '../routes/soap/faults.ts'
-import { DS_NS, EXC_C14N } from '../routes/soap/signature.ts'
-import { WSU_NS } from '../routes/soap/ws-security.ts'
+import { NS } from '../app/soap/envelope.ts'
+import { WSSE_NS } from '../app/soap/faults.ts'
+import { DS_NS, EXC_C14N } from '../app/soap/signature.ts'
+import { WSU_NS } from '../app/soap/ws-security.ts'
 
 const X509V3 = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509v3'
 const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'

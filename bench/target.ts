@@ -9,7 +9,7 @@
 import { readFileSync, mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { mintToken, signingKey } from '../cli/mint-token.ts'
-import { ConfigError, loadSigningConfig, type SigningConfig } from '../app/config.ts'
+import { ConfigError, loadSigningConfig, type SigningConfig } from '../app/core/config.ts'
 import type { Result, RunReport } from './report.ts'
 import { serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample } from './scenarios.ts'
 import { addCounts, emptyCounts, loadRound, percentile, send, type LoadCounts } from './target-load.ts'

@@ -1,6 +1,6 @@
 // The SOAP XML reader's cost, beside two other parsers, on the benchmark's WS-Security GetUser envelope:
 //   npx node bench/xml-parse.ts [--iterations N]
-// routes/soap/xml.ts (one pass: well-formedness, namespaces, tree); saxes (conformant, namespace-aware,
+// app/soap/xml.ts (one pass: well-formedness, namespaces, tree); saxes (conformant, namespace-aware,
 // the reference of test/soap/xml-differential.test.ts), building the same tree; fast-xml-parser's
 // validator + parser (namespaces not resolved). Prints microseconds per parse after a warm-up; the
 // figures depend on the machine, so nothing here is asserted (the tests check behaviour only).
@@ -8,7 +8,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { parseArgs } from 'node:util'
 import { SaxesParser } from 'saxes'
 import { XMLParser, XMLValidator } from 'fast-xml-parser'
-import { parseXml } from '../routes/soap/xml.ts'
+import { parseXml } from '../app/soap/xml.ts'
 
 const { values } = parseArgs({ options: { iterations: { type: 'string', default: '30000' } } })
 const iterations = Number(values.iterations)
@@ -48,7 +48,7 @@ function saxesTree (xml: string): Node {
 
 const fxp = new XMLParser({ ignoreAttributes: false, parseTagValue: false, processEntities: false })
 const parsers: Record<string, (xml: string) => unknown> = {
-  'routes/soap/xml.ts': (xml) => parseXml(xml),
+  'app/soap/xml.ts': (xml) => parseXml(xml),
   saxes: saxesTree,
   'fast-xml-parser (validate + parse)': (xml) => {
     if (XMLValidator.validate(xml) !== true) throw new Error('invalid')

@@ -2,7 +2,7 @@
 // npm run app -- publish --name N --version V FILE
 // npm run app -- retire --name N --version V
 // npm run app -- list [--json] [--stale-days N]
-// App deployments for release pipelines (routes/graphql/app-deployments.ts), against the configured
+// App deployments for release pipelines (app/graphql/app-deployments.ts), against the configured
 // store (SQLITE_PATH or DATABASE_URL) as the other commands: `check` in a pull request (nothing is
 // written), `publish` when the app version ships (live on every running instance within seconds),
 // `retire` when it is no longer installed, `list` to see what is used. Exit code 0 on success, 1 when
@@ -10,9 +10,9 @@
 import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { buildSchema } from 'graphql'
-import { readCommandLine } from '../app/command-line.ts'
-import { loadCommandConfigOrExit, type CommandConfig } from '../app/config.ts'
-import { openStore } from '../app/store/index.ts'
+import { readCommandLine } from '../app/core/command-line.ts'
+import { loadCommandConfigOrExit, type CommandConfig } from '../app/core/config.ts'
+import { openStore } from '../app/core/store/index.ts'
 import {
   checkManifest,
   listDeployments,
@@ -20,8 +20,8 @@ import {
   retireDeployment,
   runningTargets,
   type ListedDeployment
-} from '../routes/graphql/app-deployments.ts'
-import { schemaSDL } from '../routes/graphql/schema.ts'
+} from '../app/graphql/app-deployments.ts'
+import { schemaSDL } from '../app/graphql/schema.ts'
 
 const USAGE = `usage: npm run app -- check FILE
        npm run app -- publish --name N --version V FILE

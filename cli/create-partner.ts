@@ -11,12 +11,12 @@
 // registered beside it (at most two: a changeover, see docs/soap.md). Re-running for an existing login
 // keeps its user, and its password unless --password is given.
 import { readFileSync } from 'node:fs'
-import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
-import { loadConfigOrExit } from '../app/config.ts'
-import { openStore } from '../app/store/index.ts'
-import { certificateIssuerSerial, type Store, type UserRow } from '../app/store/types.ts'
-import { hashPassword, sealPassword } from '../app/auth/partner-secrets.ts'
-import { fingerprintOf, thumbprintOf, usableCertificate } from '../app/domain/partners.ts'
+import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
+import { loadConfigOrExit } from '../app/core/config.ts'
+import { openStore } from '../app/core/store/index.ts'
+import { certificateIssuerSerial, type Store, type UserRow } from '../app/core/store/types.ts'
+import { hashPassword, sealPassword } from '../app/core/auth/partner-secrets.ts'
+import { fingerprintOf, thumbprintOf, usableCertificate } from '../app/core/domain/partners.ts'
 
 export interface PartnerAccountInput {
   login: string

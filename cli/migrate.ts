@@ -3,11 +3,11 @@
 // service, as every instance does when it starts (on PostgreSQL under an advisory lock, so this may run
 // beside instances starting): a release can migrate before its instances roll out (a Kubernetes Job, a
 // deploy step), and --dry-run says what would be applied without changing anything.
-import { readCommandLine } from '../app/command-line.ts'
-import { loadConfigOrExit, withoutCredentials, type Config } from '../app/config.ts'
-import { openStore } from '../app/store/index.ts'
-import { MIGRATIONS as POSTGRES_MIGRATIONS, postgresSchemaVersion } from '../app/store/postgres.ts'
-import { MIGRATIONS as SQLITE_MIGRATIONS, sqliteSchemaVersion } from '../app/store/sqlite.ts'
+import { readCommandLine } from '../app/core/command-line.ts'
+import { loadConfigOrExit, withoutCredentials, type Config } from '../app/core/config.ts'
+import { openStore } from '../app/core/store/index.ts'
+import { MIGRATIONS as POSTGRES_MIGRATIONS, postgresSchemaVersion } from '../app/core/store/postgres.ts'
+import { MIGRATIONS as SQLITE_MIGRATIONS, sqliteSchemaVersion } from '../app/core/store/sqlite.ts'
 
 const USAGE = `usage: npm run migrate [-- --dry-run]
 Applies the schema migrations this version of the service needs to the configured store (DATABASE_URL and

@@ -2,9 +2,9 @@
 // Mints a token with the configured key, for development and load tests (issuance is outside the interface).
 // The token alone goes to stdout (TOKEN=$(npm run -s token -- ...)); which key signed it goes to stderr.
 import { createSigner } from 'fast-jwt'
-import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
-import { DEV_JWT_SECRET, loadSigningConfig, type SigningConfig } from '../app/config.ts'
-import { ROLES, type Role } from '../app/store/types.ts'
+import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
+import { DEV_JWT_SECRET, loadSigningConfig, type SigningConfig } from '../app/core/config.ts'
+import { ROLES, type Role } from '../app/core/store/types.ts'
 
 export function mintToken (jwt: SigningConfig, sub: string, role: Role, expiresInSec = 3600): string {
   const key = jwt.privateKey ?? jwt.secret

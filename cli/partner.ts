@@ -4,14 +4,14 @@
 // each can authenticate, and ending one. Creating or changing one is `npm run partner:create`
 // (cli/create-partner.ts). Exit 0 on success, 1 when the login is unknown, 2 on a usage error.
 import { X509Certificate } from 'node:crypto'
-import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
-import { loadConfigOrExit } from '../app/config.ts'
-import { openStore } from '../app/store/index.ts'
-import type { PartnerAccount, PartnerCertificate, Store } from '../app/store/types.ts'
+import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
+import { loadConfigOrExit } from '../app/core/config.ts'
+import { openStore } from '../app/core/store/index.ts'
+import type { PartnerAccount, PartnerCertificate, Store } from '../app/core/store/types.ts'
 
 /**
  * How long a running instance may still accept a removed partner: the life of the SOAP room's credentials
- * cache (CREDENTIAL_CACHE_MS, routes/soap/ws-security.ts; test/ops/partner-migrate.test.ts keeps them equal).
+ * cache (CREDENTIAL_CACHE_MS, app/soap/ws-security.ts; test/ops/partner-migrate.test.ts keeps them equal).
  */
 export const REMOVAL_SEEN_WITHIN_SEC = 30
 

@@ -1,6 +1,6 @@
 // `npm run persisted:build -- <folder> [--out persisted/manifest.json]`: registers the operations a
 // client ships. Every *.graphql / *.gql file under the folder holds one operation (plus the fragments
-// it uses); each is parsed, validated against routes/graphql/schema.graphql with the service's
+// it uses); each is parsed, validated against app/graphql/schema.graphql with the service's
 // validation rules, printed in canonical form and written with its sha256 into a manifest in
 // Apollo's persisted-query manifest format (which the service also loads as Apollo's tooling writes
 // it). Clients send `queryId: "sha256:<id>"`. A file with several operations (graphql-jit compiles
@@ -8,13 +8,13 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 import { buildSchema, print } from 'graphql'
-import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
-import { loadCommandConfig } from '../app/config.ts'
-import { makePlan, type DocumentPlan } from '../routes/graphql/plan.ts'
-import { sha256Hex } from '../routes/graphql/persisted.ts'
-import type { ApolloManifest } from '../routes/graphql/persisted-manifest.ts'
+import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
+import { loadCommandConfig } from '../app/core/config.ts'
+import { makePlan, type DocumentPlan } from '../app/graphql/plan.ts'
+import { sha256Hex } from '../app/graphql/persisted.ts'
+import type { ApolloManifest } from '../app/graphql/persisted-manifest.ts'
 
-export const SCHEMA_FILE = new URL('../routes/graphql/schema.graphql', import.meta.url)
+export const SCHEMA_FILE = new URL('../app/graphql/schema.graphql', import.meta.url)
 
 export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_FILE, 'utf8')): ApolloManifest {
   const schema = buildSchema(schemaSDL)

@@ -1,9 +1,9 @@
 // npm run seed -- --users 10000 [--messages 50000]
 // Loads realistic users and messages into the configured store (SQLITE_PATH or DATABASE_URL).
-import { readCommandLine, refuseCommandLine } from '../app/command-line.ts'
-import { loadConfigOrExit } from '../app/config.ts'
-import { openStore } from '../app/store/index.ts'
-import { seed } from '../app/store/sample-data.ts'
+import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
+import { loadConfigOrExit } from '../app/core/config.ts'
+import { openStore } from '../app/core/store/index.ts'
+import { seed } from '../app/core/store/sample-data.ts'
 
 const USAGE = `usage: npm run seed -- [--users N] [--messages M]
 Loads N realistic users (default 1000) and M messages (default 5 × N) into the configured store:

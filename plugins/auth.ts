@@ -4,11 +4,11 @@
 import fp from 'fastify-plugin'
 import fastifyJwt from '@fastify/jwt'
 import type { FastifyInstance } from 'fastify'
-import { jwtOptions } from '../app/auth/jwt-options.ts'
-import type { Caller } from '../app/domain/context.ts'
-import { AppError } from '../app/errors.ts'
-import { LruMap } from '../app/lru-map.ts'
-import { ROLES, type Role } from '../app/store/types.ts'
+import { jwtOptions } from './jwt-options.ts'
+import type { Caller } from '../app/core/domain/context.ts'
+import { AppError } from '../app/core/errors.ts'
+import { LruMap } from '../app/core/lru-map.ts'
+import { ROLES, type Role } from '../app/core/store/types.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -1,6 +1,6 @@
 import fp from 'fastify-plugin'
 import type { FastifyInstance } from 'fastify'
-import type { Config } from '../app/config.ts'
+import type { Config } from '../app/core/config.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -21,7 +21,7 @@ export const CORS_EXPOSED_HEADERS = ['x-request-id', 'retry-after']
 export const CORS_MAX_AGE_SEC = 600
 
 export default fp(async function cors (app: FastifyInstance) {
-  // Origins in the form browsers send them, checked by app/config.ts (a bad entry refuses to start).
+  // Origins in the form browsers send them, checked by app/core/config.ts (a bad entry refuses to start).
   const origins = new Set(app.config.corsOrigins)
   if (origins.size === 0) return
 

@@ -6,7 +6,7 @@ import mqemitter, { type MQEmitter } from 'mqemitter'
 import mqemitterRedis from 'mqemitter-redis'
 import { Gauge } from 'prom-client'
 import type { FastifyInstance } from 'fastify'
-import type { DomainEvent, Events } from '../app/domain/context.ts'
+import type { DomainEvent, Events } from '../app/core/domain/context.ts'
 import { CLOSE_WAIT_MS, COMMAND_TIMEOUT_MS, redisConnection } from './redis.ts'
 
 /** The domain's events port (publish), and what subscribers need to listen to those events. */

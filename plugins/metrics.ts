@@ -1,7 +1,7 @@
 // Prometheus metrics at GET /metrics (text exposition format), one registry per app instance:
 // HTTP requests and latency by route, rate-limit rejections, SOAP faults, and the process defaults
 // (CPU, memory, event loop lag, GC). The GraphQL room's own metrics (operations, error codes, open
-// subscriptions) are registered on this registry by app/graphql-metrics.ts: nothing here knows GraphQL.
+// subscriptions) are registered on this registry by app/graphql/metrics.ts: nothing here knows GraphQL.
 // Scrape each instance directly: the load balancer does not expose /metrics.
 // Where they are served (METRICS_PORT): on a port of their own (Prometheus's convention) when it is set;
 // on the API port in development when it is not; nowhere in production when it is not (or is 0). The
@@ -10,9 +10,10 @@ import { createServer } from 'node:http'
 import fp from 'fastify-plugin'
 import { Counter, Registry, collectDefaultMetrics } from 'prom-client'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { droppedLogLines } from '../app/logging.ts'
-import { appendRouteHook } from '../app/route-hooks.ts'
-import { connectionCaps, guardListener } from '../app/descriptors.ts'
+import { droppedLogLines } from './logging.ts'
+import { appendRouteHook } from './route-hooks.ts'
+import { connectionCaps, guardListener } from '../app/core/descriptors.ts'
+import { Tally } from '../app/core/tally.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -21,49 +22,6 @@ declare module 'fastify' {
 }
 
 const SOAP_ROUTE = /^\/v\d+\/[A-Za-z]+Service$/
-
-/**
- * Counts for one counter, kept in plain records on the hot path and added to the prom-client counter
- * when it is scraped: prom-client validates and hashes a label set on every inc (its labelled children
- * only bind the values), which cost more per request than all the rest of this bookkeeping. Records
- * are found through nested Maps by label value, so counting builds no string.
- */
-export class Tally {
-  readonly #labelNames: readonly string[]
-  readonly #index = new Map<unknown, unknown>()
-  readonly #records: { labels: Record<string, string>; count: number }[] = []
-
-  constructor (labelNames: readonly string[]) {
-    this.#labelNames = labelNames
-  }
-
-  /** The record of one label combination (values in labelNames order); callers add to its count. */
-  of (...values: (string | number)[]): { count: number } {
-    let node = this.#index
-    for (let i = 0; i < values.length - 1; i++) {
-      let next = node.get(values[i]) as Map<unknown, unknown> | undefined
-      if (!next) node.set(values[i], next = new Map())
-      node = next
-    }
-    const last = values[values.length - 1]
-    let record = node.get(last) as { labels: Record<string, string>; count: number } | undefined
-    if (!record) {
-      record = { labels: Object.fromEntries(this.#labelNames.map((name, i) => [name, String(values[i])])), count: 0 }
-      node.set(last, record)
-      this.#records.push(record)
-    }
-    return record
-  }
-
-  /** Adds what was counted since the last scrape to `counter` (its collect function). */
-  flushInto (counter: Counter<string>): void {
-    for (const record of this.#records) {
-      if (record.count === 0) continue
-      counter.inc(record.labels, record.count)
-      record.count = 0
-    }
-  }
-}
 
 /** Whether the reply is a server-sent event stream (its content type as the SSE transport sets it). */
 function isEventStream (reply: FastifyReply): boolean {

@@ -3,7 +3,7 @@
 // (spent by each GraphQL operation once its cost is known). The caller is the user when
 // authenticated, the client IP otherwise (X-Forwarded-For only from trusted proxies: Fastify's
 // trustProxy). Counters are shared through Redis when configured, by leases or per request
-// (RATE_LIMIT_COUNTING: app/limits/window-counters.ts).
+// (RATE_LIMIT_COUNTING: app/core/limits/window-counters.ts).
 //
 // The request budget is our own route hook, not @fastify/rate-limit: the library awaits four promises
 // per request (key, allow list, store, the hook itself) even when its store answers at once, which
@@ -11,19 +11,19 @@
 // counters and waits only for Redis. Same headers (X-RateLimit-Limit/-Remaining/-Reset, Retry-After).
 import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastify'
-import { callerKey, type Caller } from '../app/domain/context.ts'
-import { AppError } from '../app/errors.ts'
-import type { BudgetSpending, CostReport, CostUnitsLeft } from '../app/limits/cost-report.ts'
-import { clientAddress } from '../app/peers.ts'
-import { appendRouteHook } from '../app/route-hooks.ts'
-import { SharedCounters, leaseScript, localCounters, type Taken, type WindowCounters } from '../app/limits/window-counters.ts'
+import { callerKey, type Caller } from '../app/core/domain/context.ts'
+import { AppError } from '../app/core/errors.ts'
+import type { BudgetSpending, CostReport, CostUnitsLeft } from '../app/core/limits/cost-report.ts'
+import { clientAddress } from '../app/core/peers.ts'
+import { appendRouteHook } from './route-hooks.ts'
+import { SharedCounters, leaseScript, localCounters, type Taken, type WindowCounters } from '../app/core/limits/window-counters.ts'
 
 /**
  * The caller's budgets, for what the request hook does not cover: transports call these members through
  * the object at each call, so a test can replace one (to count or slow down spending) and be obeyed.
  */
 export interface Budgets extends BudgetSpending {
-  /** The window counters of both budgets (in-process, or shared through Redis: app/limits/window-counters.ts). */
+  /** The window counters of both budgets (in-process, or shared through Redis: app/core/limits/window-counters.ts). */
   counters: WindowCounters
   /** Throws RATE_LIMITED when the caller's request budget is already exhausted; spends nothing. */
   checkRequestBudget (caller: Caller | null, ip: string): Promise<void>

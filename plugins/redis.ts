@@ -8,9 +8,10 @@
 import fp from 'fastify-plugin'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
-import { SCRIPTS_WITH_KEY_COUNTS } from '../app/cache/redis-store.ts'
-import { LEASE_SCRIPT } from '../app/limits/window-counters.ts'
-import { withoutCredentials, type RedisAddress } from '../app/config.ts'
+import { SCRIPTS_WITH_KEY_COUNTS } from '../app/core/cache/redis-store.ts'
+import { LEASE_SCRIPT } from '../app/core/limits/window-counters.ts'
+import { withoutCredentials } from '../app/core/config.ts'
+import type { RedisAddress } from '../app/core/redis-address.ts'
 
 export interface SharedRedis {
   /** The connection to the Redis of shared state; null without one. */
@@ -148,13 +149,11 @@ export default fp(async function redis (app: FastifyInstance) {
       ? { client: await open(own, 'response cache redis'), cluster: own.cluster, mayEvict: true }
       : { client, cluster: address.cluster, mayEvict: false }
     app.decorate('redis', { client, cluster: address.cluster, key, cache })
-    app.addHook('onReady', async () => {
-      app.readinessChecks?.set('redis', async () => { await client.ping() })
-      if (own) app.readinessChecks?.set('response cache redis', async () => { await cache.client.ping() })
-    })
+    app.readinessChecks.set('redis', async () => { await client.ping() })
+    if (own) app.readinessChecks.set('response cache redis', async () => { await cache.client.ping() })
   } catch (err) {
     for (const client of opened) client.disconnect()
     throw err
   }
   app.addHook('onClose', async () => { await Promise.all(opened.map(close)) })
-}, { name: 'redis', dependencies: ['config'] })
+}, { name: 'redis', dependencies: ['config', 'readiness'] })

@@ -1,4 +1,4 @@
-// OpenTelemetry tracing at the HTTP boundary, when an OTLP endpoint is configured (app/config.ts,
+// OpenTelemetry tracing at the HTTP boundary, when an OTLP endpoint is configured (app/core/config.ts,
 // the standard OTEL_* variables). Off (the default), this plugin decorates `tracing: null` and adds
 // nothing else: no hook, no route wrapper, no SDK module loaded; the store, the pipeline and the SOAP
 // handler are then the plain ones, so a request does no tracing work at all.
@@ -14,9 +14,9 @@
 import fp from 'fastify-plugin'
 import type { Context, Span } from '@opentelemetry/api'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify'
-import type { Tracing } from '../app/tracing.ts'
-import { withoutCredentials } from '../app/config.ts'
-import { clientAddress } from '../app/peers.ts'
+import type { Tracing } from '../app/core/tracing.ts'
+import { withoutCredentials } from '../app/core/config.ts'
+import { clientAddress } from '../app/core/peers.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -37,7 +37,7 @@ export default fp(async function tracing (app: FastifyInstance) {
     return
   }
   const [{ startTracing }, { context, trace, SpanKind, SpanStatusCode }, semconv] = await Promise.all([
-    import('../app/tracing.ts'),
+    import('../app/core/tracing.ts'),
     import('@opentelemetry/api'),
     import('@opentelemetry/semantic-conventions')
   ])

@@ -13,7 +13,7 @@ import fp from 'fastify-plugin'
 import { getHeapStatistics } from 'node:v8'
 import { monitorEventLoopDelay, performance, type EventLoopUtilization } from 'node:perf_hooks'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { AppError } from '../app/errors.ts'
+import { AppError } from '../app/core/errors.ts'
 
 export const PRESSURE_MESSAGE = 'The service is overloaded; retry later'
 const EXEMPT = new Set(['/health/live', '/metrics'])

@@ -1,19 +1,8 @@
 import fp from 'fastify-plugin'
 import type { FastifyInstance, FastifyReply } from 'fastify'
-import { withinDeadline } from '../app/domain/context.ts'
+import { withinDeadline } from '../app/core/domain/context.ts'
 
 const TIMED_OUT = Symbol('timed out')
-
-declare module 'fastify' {
-  interface FastifyInstance {
-    /**
-     * Dependencies that readiness checks besides the store (e.g. Redis), registered by their plugins: a
-     * check throws when the instance should not take traffic, and may resolve to a note (something it
-     * serves only in part) that /health/ready shows without failing.
-     */
-    readinessChecks: Map<string, () => Promise<void | string>>
-  }
-}
 
 /**
  * Liveness: the process answers. Readiness: every dependency answers within a second, so a load
@@ -25,7 +14,6 @@ declare module 'fastify' {
  * (a flood of probes must not flood the log; metrics count them).
  */
 export default fp(async function health (app: FastifyInstance) {
-  app.decorate('readinessChecks', new Map<string, () => Promise<void | string>>([['store', () => app.store.ping()]]))
   let closing = false
   app.addHook('preClose', async () => { closing = true })
 
@@ -69,7 +57,7 @@ export default fp(async function health (app: FastifyInstance) {
     reply.code(answer.code).type(JSON_TYPE).send(answer.body)
   }
 
-  // logLevel warn: Fastify's per-route log level, which the access log (app/logging.ts) reads to skip them.
+  // logLevel warn: Fastify's per-route log level, which the access log (plugins/logging.ts) reads to skip them.
   app.get('/health/live', { logLevel: 'warn' }, (_request, reply) => send(reply, LIVE))
 
   app.get('/health/ready', { logLevel: 'warn' }, (_request, reply) => {
@@ -78,7 +66,7 @@ export default fp(async function health (app: FastifyInstance) {
     // The common case, synchronously: the verdict stands, and so does its answer (unless shutting down).
     send(reply, closing ? answerFor(done.checks, true) : done.answer)
   })
-}, { name: 'health', dependencies: ['config', 'store'] })
+}, { name: 'health', dependencies: ['config', 'readiness'] })
 
 interface Answer {
   code: number

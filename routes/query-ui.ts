@@ -1,4 +1,4 @@
-// The interactive query UI, for development only: GET /graphiql and its two assets from app/ui/.
+// The interactive query UI, for development only: GET /graphiql and its two assets from routes/ui/.
 // Registered only when config.queryUi is on (QUERY_UI, on by default in development); in production
 // the routes never exist and answer 404, and QUERY_UI=true there refuses to start.
 // Mercurius's own GraphiQL stays off (routes: false): it loads its scripts from a public CDN, which
@@ -29,12 +29,12 @@ const assets = [
 ]
 
 export default fp(async function queryUi (app: FastifyInstance) {
-  // (app/config.ts refuses QUERY_UI=true in production.)
+  // (app/core/config.ts refuses QUERY_UI=true in production.)
   if (!app.config.queryUi) return
 
   for (const asset of assets) {
     // Read once at start-up: three small files, and a missing one fails the start, not a request.
-    const content = readFileSync(new URL(`../app/ui/${asset.file}`, import.meta.url))
+    const content = readFileSync(new URL(`./ui/${asset.file}`, import.meta.url))
     app.get(asset.path, async (_request, reply) => {
       return reply
         .header('content-security-policy', QUERY_UI_CSP)

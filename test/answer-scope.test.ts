@@ -5,12 +5,12 @@
 import { test } from 'tap'
 import { buildSchema, parse } from 'graphql'
 import MQEmitter from 'mqemitter'
-import type { Caller } from '../app/domain/context.ts'
-import { cacheScopeOf, callerDependence, scopeOf } from '../routes/graphql/answer-scope.ts'
-import { createFanout, type SubscriptionSink } from '../routes/graphql/fanout.ts'
-import type { Admission } from '../routes/graphql/pipeline.ts'
-import type { OperationPlan } from '../routes/graphql/plan.ts'
-import { schemaSDL } from '../routes/graphql/schema.ts'
+import type { Caller } from '../app/core/domain/context.ts'
+import { cacheScopeOf, callerDependence, scopeOf } from '../app/graphql/answer-scope.ts'
+import { createFanout, type SubscriptionSink } from '../app/graphql/fanout.ts'
+import type { Admission } from '../app/graphql/pipeline.ts'
+import type { OperationPlan } from '../app/graphql/plan.ts'
+import { schemaSDL } from '../app/graphql/schema.ts'
 
 /** The service's schema with a throwaway viewer flag, declared as depending on who asks. */
 const schema = buildSchema(`${schemaSDL}

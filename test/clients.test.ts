@@ -12,7 +12,7 @@ import { buildClientSchema, getIntrospectionQuery, type IntrospectionQuery } fro
 import WebSocket from 'ws'
 import { listenTestApp } from './helpers/app.ts'
 import { countingStore } from './helpers/counting-store.ts'
-import { loadDemoData } from '../app/store/sample-data.ts'
+import { loadDemoData } from '../app/core/store/sample-data.ts'
 import { MANIFEST_FILE, NO_SHEDDING, queryIdOf } from './persisted/helpers.ts'
 import { collect, sseClient, wsClient, wsUrl } from './subscriptions/clients.ts'
 import { createClient as createSseClient } from 'graphql-sse'

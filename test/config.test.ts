@@ -1,8 +1,8 @@
 import { test } from 'tap'
 import { Writable } from 'node:stream'
 import { buildApp } from '../app/app.ts'
-import { environment, loadConfig, withoutCredentials, type ConfigError } from '../app/config.ts'
-import { openSqliteStore } from '../app/store/sqlite.ts'
+import { environment, loadConfig, withoutCredentials, type ConfigError } from '../app/core/config.ts'
+import { openSqliteStore } from '../app/core/store/sqlite.ts'
 import { testConfig } from './helpers/app.ts'
 import { spawnService } from './helpers/server-process.ts'
 

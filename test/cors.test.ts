@@ -2,7 +2,7 @@
 // headers a browser client needs; never credentials.
 import { test } from 'tap'
 import { buildTestApp, gql, listenTestApp } from './helpers/app.ts'
-import { loadConfig } from '../app/config.ts'
+import { loadConfig } from '../app/core/config.ts'
 
 const ALLOWED = 'https://app.example.com'
 const OTHER = 'https://evil.example.net'

@@ -1,7 +1,7 @@
 // withinDeadline: the deadlines of one duration share one queue and one timer; each race still settles
 // as its work does, or with its timeout value once the duration has passed.
 import { test } from 'tap'
-import { withinDeadline } from '../app/domain/context.ts'
+import { withinDeadline } from '../app/core/domain/context.ts'
 
 const TIMED_OUT = Symbol('timed out')
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))

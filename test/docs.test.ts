@@ -1,10 +1,10 @@
 // The reference tables that restate the code, checked against the code: every error code of the catalogue
-// in docs/errors.md with its HTTP status, and every variable app/config.ts reads in docs/settings.md (with
+// in docs/errors.md with its HTTP status, and every variable app/core/config.ts reads in docs/settings.md (with
 // its default) and in .env.example. Adding a code or a setting without documenting it fails here.
 import { test } from 'tap'
 import { readFileSync } from 'node:fs'
-import { loadConfig } from '../app/config.ts'
-import { ErrorCodes } from '../app/errors.ts'
+import { loadConfig } from '../app/core/config.ts'
+import { ErrorCodes } from '../app/core/errors.ts'
 import { REPO } from './helpers/server-process.ts'
 
 const read = (path: string) => readFileSync(`${REPO}/${path}`, 'utf8')
@@ -20,15 +20,15 @@ function tableRows (markdown: string): Map<string, string[]> {
 }
 
 /**
- * The variables app/config.ts reads, with the literal defaults its env-schema gives them: the entries of
+ * The variables app/core/config.ts reads, with the literal defaults its env-schema gives them: the entries of
  * the JSON schema's `properties` (config.ts does not export the schema, so its text is read).
  */
 function configVariables (): Map<string, string | null> {
-  const source = read('app/config.ts')
+  const source = read('app/core/config.ts')
   const start = source.indexOf('const schema = {')
   const end = source.indexOf('} as const', start)
   if (start < 0 || end < 0) {
-    throw new Error('app/config.ts: no `const schema = { ... } as const` (the env-schema) found')
+    throw new Error('app/core/config.ts: no `const schema = { ... } as const` (the env-schema) found')
   }
   const variables = new Map<string, string | null>()
   for (const match of source.slice(start, end).matchAll(/^\s+([A-Z][A-Z0-9_]*): \{([^\n]*)\},?$/gm)) {
@@ -56,11 +56,11 @@ test('every error code of the catalogue is in docs/errors.md with its HTTP statu
   )
 })
 
-test('every variable app/config.ts reads is in docs/settings.md, with its default, and in .env.example', async (t) => {
+test('every variable app/core/config.ts reads is in docs/settings.md, with its default, and in .env.example', async (t) => {
   const variables = configVariables()
   t.ok(variables.size > 50, `the schema's variables were found (${variables.size})`)
   // Every `e.NAME` config.ts reads must be one of the schema's, so the list above is the whole list.
-  const reads = new Set([...read('app/config.ts').matchAll(/\be\.([A-Z][A-Z0-9_]*)/g)].map((m) => m[1]!))
+  const reads = new Set([...read('app/core/config.ts').matchAll(/\be\.([A-Z][A-Z0-9_]*)/g)].map((m) => m[1]!))
   t.same([...reads].filter((name) => !variables.has(name)), [], 'config.ts reads no variable outside its schema')
 
   const rows = tableRows(read('docs/settings.md'))

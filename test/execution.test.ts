@@ -1,6 +1,6 @@
 // Execution: batching loaders per request, no sharing between callers, and the JIT multi-operation trap.
 import { test } from 'tap'
-import { openSqliteStore } from '../app/store/sqlite.ts'
+import { openSqliteStore } from '../app/core/store/sqlite.ts'
 import { gql, listenTestApp } from './helpers/app.ts'
 import { countingStore } from './helpers/counting-store.ts'
 

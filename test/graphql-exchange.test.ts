@@ -5,10 +5,10 @@
 // The listening-server tests (graphql-http.test.ts, test/persisted/) check the same rules end to end.
 import { test } from 'tap'
 import { buildSchema, parse } from 'graphql'
-import { MemoryCacheStore } from '../app/cache/memory-store.ts'
-import { ResponseCache } from '../app/cache/response-cache.ts'
-import { loadConfig } from '../app/config.ts'
-import { AppError } from '../app/errors.ts'
+import { MemoryCacheStore } from '../app/core/cache/memory-store.ts'
+import { ResponseCache } from '../app/core/cache/response-cache.ts'
+import { loadConfig } from '../app/core/config.ts'
+import { AppError } from '../app/core/errors.ts'
 import {
   createHttpExchange,
   requestRefusal,
@@ -17,15 +17,15 @@ import {
   type HttpExchangeOptions,
   type HttpExchangeResult
 } from '../routes/graphql/http-exchange.ts'
-import { etagOf } from '../routes/graphql/http-cache.ts'
-import { textHash } from '../app/text-hash.ts'
+import { etagOf } from '../app/graphql/http-cache.ts'
+import { textHash } from '../app/core/text-hash.ts'
 
 /** The ETag of an answer as sent: from the digest of its text without extensions, and its extensions. */
 function etagOfSent (contentType: string, json: string): string {
   const at = json.lastIndexOf(',"extensions":')
   return etagOf(contentType, textHash(`${json.slice(0, at)}}`), json.slice(at + ',"extensions":'.length, -1))
 }
-import type { Admission, Pipeline, Priced } from '../routes/graphql/pipeline.ts'
+import type { Admission, Pipeline, Priced } from '../app/graphql/pipeline.ts'
 
 type FakePipeline = HttpExchangeOptions['pipeline']
 

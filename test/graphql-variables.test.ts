@@ -1,11 +1,11 @@
-// The fast path of variable coercion (routes/graphql/variables.ts) against graphql-js's getVariableValues:
+// The fast path of variable coercion (app/graphql/variables.ts) against graphql-js's getVariableValues:
 // for every value it accepts, the same coerced variables; for everything else, no answer of its own
 // (the pipeline then asks graphql-js, whose words a refusal keeps).
 import { test } from 'tap'
 import { isDeepStrictEqual } from 'node:util'
 import fc from 'fast-check'
 import { buildSchema, getVariableValues, parse, type OperationDefinitionNode } from 'graphql'
-import { scalarCoercion } from '../routes/graphql/variables.ts'
+import { scalarCoercion } from '../app/graphql/variables.ts'
 
 const schema = buildSchema(`
   input Filter { name: String }

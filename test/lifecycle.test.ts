@@ -2,8 +2,8 @@
 import { test } from 'tap'
 import { Writable } from 'node:stream'
 import { buildApp } from '../app/app.ts'
-import { openSqliteStore } from '../app/store/sqlite.ts'
-import { loadDemoData } from '../app/store/sample-data.ts'
+import { openSqliteStore } from '../app/core/store/sqlite.ts'
+import { loadDemoData } from '../app/core/store/sample-data.ts'
 import {
   gql,
   listenTestApp,

@@ -1,8 +1,8 @@
-// The per-request user loader and the rows a request has already read (app/domain/loaders.ts): a listed
+// The per-request user loader and the rows a request has already read (app/core/domain/loaders.ts): a listed
 // user is answered from the list, never read again; a deleted one is read again (and found gone).
 import { test } from 'tap'
-import { createLoaders } from '../app/domain/loaders.ts'
-import type { Store, UserRow } from '../app/store/types.ts'
+import { createLoaders } from '../app/core/domain/loaders.ts'
+import type { Store, UserRow } from '../app/core/store/types.ts'
 
 const row = (id: string, name = `User ${id}`): UserRow =>
   ({ id, name, email: `${id}@example.com`, adminNotes: null, role: 'USER', createdAt: '2026-01-01T00:00:00.000Z' })

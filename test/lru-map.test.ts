@@ -1,7 +1,7 @@
 // The bounded map every cache of the service is built on: it forgets the least recently used entries
 // beyond its entry and weight bounds, and a use is a use whether or not the key was the last one used.
 import { test } from 'tap'
-import { LruMap } from '../app/lru-map.ts'
+import { LruMap } from '../app/core/lru-map.ts'
 
 const keys = (map: LruMap<string, number>, candidates: string[]) => candidates.filter((k) => map.peek(k) !== undefined)
 

@@ -4,12 +4,12 @@
 // deployment. (Through listening servers and real clients: test/admission.test.ts.)
 import { test } from 'tap'
 import { buildSchema, OperationTypeNode } from 'graphql'
-import { AppError } from '../app/errors.ts'
-import type { Caller, DomainDeps } from '../app/domain/context.ts'
-import type { CostReport } from '../app/limits/cost-report.ts'
-import { createPipeline, createPlans, type OperationRequest } from '../routes/graphql/pipeline.ts'
-import type { ClientApp, PersistedOperation, PersistedQueries } from '../routes/graphql/persisted.ts'
-import { schemaSDL } from '../routes/graphql/schema.ts'
+import { AppError } from '../app/core/errors.ts'
+import type { Caller, DomainDeps } from '../app/core/domain/context.ts'
+import type { CostReport } from '../app/core/limits/cost-report.ts'
+import { createPipeline, createPlans, type OperationRequest } from '../app/graphql/pipeline.ts'
+import type { ClientApp, PersistedOperation, PersistedQueries } from '../app/graphql/persisted.ts'
+import { schemaSDL } from '../app/graphql/schema.ts'
 import { testConfig } from './helpers/app.ts'
 
 const USERS = 'query Users { users(limit: 2) { id name } }'

@@ -1,5 +1,5 @@
 // A field whose value depends on who asks says so in the SDL (@auth, or @cacheControl(scope: PRIVATE)):
-// answers are shared between callers by that declaration alone (routes/graphql/answer-scope.ts: the
+// answers are shared between callers by that declaration alone (app/graphql/answer-scope.ts: the
 // response cache, its Cache-Control, the subscription fan-out). This test runs every resolver that can
 // be part of a shared answer (Query fields, type fields, Subscription `resolve`s; not mutations, never
 // shared) with a context whose caller-specific parts record being read (the domain context's `caller`,
@@ -26,16 +26,16 @@ import {
   type GraphQLArgument,
   type GraphQLInputType
 } from 'graphql'
-import { createDomainContext, type Caller, type DomainContext } from '../app/domain/context.ts'
-import { getUser } from '../app/domain/users.ts'
-import type { CostReport } from '../app/limits/cost-report.ts'
-import { openSqliteStore } from '../app/store/sqlite.ts'
-import type { MessageRow, Store } from '../app/store/types.ts'
-import { callerDependenceOf } from '../routes/graphql/answer-scope.ts'
-import type { GraphQLContext } from '../routes/graphql/context.ts'
-import { resolvers } from '../routes/graphql/resolvers.ts'
-import { schemaSDL } from '../routes/graphql/schema.ts'
-import { subscriptionResolvers } from '../routes/graphql/subscriptions.ts'
+import { createDomainContext, type Caller, type DomainContext } from '../app/core/domain/context.ts'
+import { getUser } from '../app/core/domain/users.ts'
+import type { CostReport } from '../app/core/limits/cost-report.ts'
+import { openSqliteStore } from '../app/core/store/sqlite.ts'
+import type { MessageRow, Store } from '../app/core/store/types.ts'
+import { callerDependenceOf } from '../app/graphql/answer-scope.ts'
+import type { GraphQLContext } from '../app/graphql/context.ts'
+import { resolvers } from '../app/graphql/resolvers.ts'
+import { schemaSDL } from '../app/graphql/schema.ts'
+import { subscriptionResolvers } from '../app/graphql/subscriptions.ts'
 
 type Resolver = (parent: any, args: Record<string, unknown>, context: GraphQLContext, info: unknown) => unknown
 type ResolverMap = Record<string, Record<string, Resolver | { resolve?: Resolver }>>

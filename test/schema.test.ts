@@ -1,7 +1,7 @@
 import { test } from 'tap'
 import { buildSchema, Kind, type ListValueNode } from 'graphql'
 import { compareWithCommitted, exportedSDL } from '../cli/schema-tool.ts'
-import { RESTRICTED_USER_FIELDS } from '../app/domain/authorization.ts'
+import { RESTRICTED_USER_FIELDS } from '../app/core/domain/authorization.ts'
 import { readFileSync } from 'node:fs'
 
 test('the committed schema.graphql matches the live schema (run npm run schema:export after a change)', async (t) => {
@@ -23,7 +23,7 @@ test('schema:check detects breaking changes and tolerates additions', async (t) 
 })
 
 test('@auth directives in the SDL name exactly the domain rules for restricted user fields', async (t) => {
-  const schema = buildSchema(readFileSync(new URL('../routes/graphql/schema.graphql', import.meta.url), 'utf8'))
+  const schema = buildSchema(readFileSync(new URL('../app/graphql/schema.graphql', import.meta.url), 'utf8'))
   const user = schema.getType('User') as import('graphql').GraphQLObjectType
   const declared: Record<string, string[]> = {}
   for (const field of Object.values(user.getFields())) {

@@ -1,10 +1,10 @@
 // One store suite, run against both implementations.
 import { createHash } from 'node:crypto'
 import { test, type Test } from 'tap'
-import { openPostgresStore } from '../app/store/postgres.ts'
-import { openSqliteStore } from '../app/store/sqlite.ts'
-import { loadDemoData, seed } from '../app/store/sample-data.ts'
-import type { Store } from '../app/store/types.ts'
+import { openPostgresStore } from '../app/core/store/postgres.ts'
+import { openSqliteStore } from '../app/core/store/sqlite.ts'
+import { loadDemoData, seed } from '../app/core/store/sample-data.ts'
+import type { Store } from '../app/core/store/types.ts'
 import { freshSchema, postgresRelay, TEST_DATABASE_URL } from './helpers/postgres.ts'
 
 type Open = (t: Test) => Promise<Store>

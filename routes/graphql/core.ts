@@ -8,16 +8,16 @@
 // Built in that order, nothing waits for anything built later. The door (index.ts) translates requests
 // and sockets into its calls.
 import type { GraphQLSchema } from 'graphql'
-import type { FormatOptions } from '../../app/error-format.ts'
-import type { ApqStore } from './apq-store.ts'
-import { deploymentVerbs, manifestFileDeployment, publishManifest } from './app-deployments.ts'
-import { createDeploymentCatalog, type DeploymentCatalog } from './deployment-catalog.ts'
+import type { FormatOptions } from '../../app/core/error-format.ts'
+import type { ApqStore } from '../../app/graphql/apq-store.ts'
+import { deploymentVerbs, manifestFileDeployment, publishManifest } from '../../app/graphql/app-deployments.ts'
+import { createDeploymentCatalog, type DeploymentCatalog } from '../../app/graphql/deployment-catalog.ts'
 import { createHttpExchange } from './http-exchange.ts'
-import { createPersistedQueries } from './persisted-registry.ts'
-import { createPipeline, createPlans, type Pipeline } from './pipeline.ts'
-import type { GraphQLPorts } from './ports.ts'
+import { createPersistedQueries } from '../../app/graphql/persisted-registry.ts'
+import { createPipeline, createPlans, type Pipeline } from '../../app/graphql/pipeline.ts'
+import type { GraphQLPorts } from '../../app/graphql/ports.ts'
 import { createStreaming, type Streaming } from './streaming.ts'
-import { schemaSDL } from './schema.ts'
+import { schemaSDL } from '../../app/graphql/schema.ts'
 
 export interface WarmUpReport {
   /** Operations of the active app deployments planned (parsed, validated, analysed) and compiled at start. */

@@ -7,35 +7,35 @@
 // deadline) → the interface's response shape: the status table, batches, GET parsing, cost stripping
 // and the ETag/304 of persisted GETs (http-cache.ts) all live here. A query, once admitted (its
 // caller identified, its request and its price paid), is answered from the shared response cache
-// (cached-answers.ts, over app/cache/) when it holds the answer, else executed once and kept there. The door
+// (cached-answers.ts, over app/core/cache/) when it holds the answer, else executed once and kept there. The door
 // (index.ts) identifies the caller first (its route hooks: the request budget counts the caller) and
 // translates the result into its reply.
 import type { IncomingHttpHeaders } from 'node:http'
-import { withExtensions } from '../../app/cache/response-cache.ts'
-import type { Caller } from '../../app/domain/context.ts'
-import { AppError } from '../../app/errors.ts'
-import { textHash } from '../../app/text-hash.ts'
+import { withExtensions } from '../../app/core/cache/response-cache.ts'
+import type { Caller } from '../../app/core/domain/context.ts'
+import { AppError } from '../../app/core/errors.ts'
+import { textHash } from '../../app/core/text-hash.ts'
 import {
   formatError,
   formatThrown,
   statusOf,
   type FormatOptions,
-} from '../../app/error-format.ts'
-import type { Config } from '../../app/config.ts'
-import type { CostReport } from '../../app/limits/cost-report.ts'
+} from '../../app/core/error-format.ts'
+import type { Config } from '../../app/core/config.ts'
+import type { CostReport } from '../../app/core/limits/cost-report.ts'
 import {
   acceptsEventStream,
   jsonAnswerType,
   prefersEventStream,
   setRefusalHeaders,
   wantsGraphQLResponse
-} from '../../app/media-types.ts'
-import { answerTooLarge, withinAnswerCap } from './answer-size.ts'
-import { createHttpCache, etagOf } from './http-cache.ts'
-import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from './persisted.ts'
-import type { Pipeline } from './pipeline.ts'
-import { clientAppOf } from './persisted.ts'
-import { createCachedAnswers, type Answered, type CachedAnswersOptions, type GraphQLResponseBody } from './cached-answers.ts'
+} from '../../app/core/media-types.ts'
+import { answerTooLarge, withinAnswerCap } from '../../app/graphql/answer-size.ts'
+import { createHttpCache, etagOf } from '../../app/graphql/http-cache.ts'
+import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from '../../app/graphql/persisted.ts'
+import type { Pipeline } from '../../app/graphql/pipeline.ts'
+import { clientAppOf } from '../../app/graphql/persisted.ts'
+import { createCachedAnswers, type Answered, type CachedAnswersOptions, type GraphQLResponseBody } from '../../app/graphql/cached-answers.ts'
 
 /** One HTTP request to /graphql, as the exchange reads it. */
 export interface HttpExchangeInput {

@@ -27,24 +27,24 @@ import type {
   onRequestHookHandler
 } from 'fastify'
 import type { WebSocket } from 'ws'
-import type { AppError } from '../../app/errors.ts'
-import { errorAnswer } from '../../app/fastify-errors.ts'
-import type { CacheStats, ResponseCache } from '../../app/cache/response-cache.ts'
-import { staleIdentity, storedRole } from '../../app/domain/authorization.ts'
-import type { DomainDeps } from '../../app/domain/context.ts'
-import type { DeploymentRequests } from './deployment-catalog.ts'
-import { memoryApqStore, redisApqStore } from './apq-store.ts'
+import type { AppError } from '../../app/core/errors.ts'
+import { errorAnswer } from '../fastify-errors.ts'
+import type { CacheStats, ResponseCache } from '../../app/core/cache/response-cache.ts'
+import { staleIdentity, storedRole } from '../../app/core/domain/authorization.ts'
+import type { DomainDeps } from '../../app/core/domain/context.ts'
+import type { DeploymentRequests } from '../../app/graphql/deployment-catalog.ts'
+import { memoryApqStore, redisApqStore } from '../../app/graphql/apq-store.ts'
 import { createRoomCore, type RoomCore, type WarmUpReport } from './core.ts'
 import { requestRefusal, type HttpExchangeInput, type HttpExchangeResult } from './http-exchange.ts'
-import type { Pipeline } from './pipeline.ts'
-import type { GraphQLPorts, Instrumentation } from './ports.ts'
-import { resolvers } from './resolvers.ts'
-import { authPolicy, schemaSDL, stopResolversAtDeadline } from './schema.ts'
+import type { Pipeline } from '../../app/graphql/pipeline.ts'
+import type { GraphQLPorts, Instrumentation } from '../../app/graphql/ports.ts'
+import { resolvers } from '../../app/graphql/resolvers.ts'
+import { authPolicy, schemaSDL, stopResolversAtDeadline } from '../../app/graphql/schema.ts'
 import type { EventStreamSink } from './sse.ts'
 import { refuseUpgrade, type SubscriptionStats } from './streaming.ts'
-import { subscriptionResolvers } from './subscriptions.ts'
+import { subscriptionResolvers } from '../../app/graphql/subscriptions.ts'
 import { SUBPROTOCOLS } from './ws-protocols.ts'
-import { clientAddress } from '../../app/peers.ts'
+import { clientAddress } from '../../app/core/peers.ts'
 
 export type { WarmUpReport }
 
@@ -61,7 +61,7 @@ export interface GraphQLRoomOptions {
 }
 
 /**
- * The room's inspection surface, read by its metrics (app/graphql-metrics.ts, through the composition
+ * The room's inspection surface, read by its metrics (app/graphql/metrics.ts, through the composition
  * root) and tests; nothing in the room reads it.
  */
 export interface GraphQLRoomInspection {
@@ -302,7 +302,7 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   app.get('/graphql', { onRequest: identify }, handler)
 
   // Every error on the room's routes (its hooks', Fastify's own: 401, 415, 429...) answers as the app's
-  // do (app/fastify-errors.ts); the answer is kept for the room's instruments like any other.
+  // do (routes/fastify-errors.ts); the answer is kept for the room's instruments like any other.
   app.setErrorHandler(async (error: FastifyError, request, reply) => {
     const body = errorAnswer(error, request, reply, errorOptions.production)
     request.graphqlAnswer = body
@@ -325,8 +325,8 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   app.addHook('onClose', () => core.deployments.stop())
   app.addHook('onReady', async () => {
     // Not ready while the catalog refuses its operations (its view of the store stale); a note when it
-    // serves only some deployments. (Set once every plugin is registered: health comes after this room.)
-    app.readinessChecks?.set('app deployments', async () => core.deployments.readiness())
+    // serves only some deployments.
+    app.readinessChecks.set('app deployments', async () => core.deployments.readiness())
     const warmUp = await core.warmUp()
     state.persistedWarmUp = warmUp
     ports.log.info(

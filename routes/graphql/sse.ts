@@ -21,9 +21,9 @@
 // under that identity). It also ends after SUBSCRIBER_MAX_LIFETIME_MS, without `complete`: the
 // graphql-sse client takes a stream that ends unfinished for a network error and opens it again.
 import type { OutgoingHttpHeaders } from 'node:http'
-import { AppError } from '../../app/errors.ts'
-import type { OperationRequest } from './pipeline.ts'
-import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
+import { AppError } from '../../app/core/errors.ts'
+import type { OperationRequest } from '../../app/graphql/pipeline.ts'
+import type { StartOperation, Subscription, SubscriptionSink } from '../../app/graphql/operations.ts'
 import { endAtDeadline } from './stream-deadline.ts'
 
 /** How often an idle stream carries a comment, so proxies and browsers keep it open (graphql-sse's interval). */

@@ -24,11 +24,11 @@
 // - a connection whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES is closed with 4503 (a private
 //   code: 1013 already means "too many connections" here; graphql-ws clients retry it with back-off),
 //   whatever the frames it stopped reading (events, pongs, keep-alives...): one send path checks them all.
-import type { Caller } from '../../app/domain/context.ts'
-import { AppError } from '../../app/errors.ts'
-import type { ErrorJson } from '../../app/error-format.ts'
-import type { StartOperation, Subscription, SubscriptionSink } from './operations.ts'
-import type { GraphQLRequestParams } from './persisted.ts'
+import type { Caller } from '../../app/core/domain/context.ts'
+import { AppError } from '../../app/core/errors.ts'
+import type { ErrorJson } from '../../app/core/error-format.ts'
+import type { StartOperation, Subscription, SubscriptionSink } from '../../app/graphql/operations.ts'
+import type { GraphQLRequestParams } from '../../app/graphql/persisted.ts'
 import { endAtDeadline } from './stream-deadline.ts'
 import { credentialOf } from './ws-credentials.ts'
 import { dialectOf, type Dialect, type Incoming } from './ws-protocols.ts'

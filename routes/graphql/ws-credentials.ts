@@ -1,6 +1,6 @@
 // Where a WebSocket's identity comes from: connection_init's payload only (never the upgrade's headers or
 // cookies), in the shapes clients' documented examples use.
-import { AppError } from '../../app/errors.ts'
+import { AppError } from '../../app/core/errors.ts'
 
 /**
  * Where clients put the token in connection_init's payload (Apollo's and graphql-ws's documented

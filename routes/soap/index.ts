@@ -12,19 +12,19 @@
 import { createHash } from 'node:crypto'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Counter } from 'prom-client'
-import { trustedPeers } from '../../app/peers.ts'
-import type { DomainDeps } from '../../app/domain/context.ts'
-import { AppError, ErrorCodes } from '../../app/errors.ts'
-import { fastifyErrorAsAppError } from '../../app/fastify-errors.ts'
-import { ifNoneMatchHits } from '../../app/if-none-match.ts'
-import type { SoapVersion } from './envelope.ts'
-import { SoapFault, escapeXml, faultResponse, type SoapResponse } from './faults.ts'
-import { SERVICE_VERSIONS, type ServiceVersion } from './operations.ts'
-import { createReplySigner } from './reply-signing.ts'
-import { createSoapService, type Admission } from './service.ts'
-import { createWsSecurity, memoryNonceCache, redisNonceCache } from './ws-security.ts'
-import { buildWsdl } from './wsdl.ts'
-import { clientAddress } from '../../app/peers.ts'
+import { trustedPeers } from '../../app/core/peers.ts'
+import type { DomainDeps } from '../../app/core/domain/context.ts'
+import { AppError, ErrorCodes } from '../../app/core/errors.ts'
+import { fastifyErrorAsAppError } from '../fastify-errors.ts'
+import { ifNoneMatchHits } from '../../app/core/if-none-match.ts'
+import type { SoapVersion } from '../../app/soap/envelope.ts'
+import { SoapFault, escapeXml, faultResponse, type SoapResponse } from '../../app/soap/faults.ts'
+import { SERVICE_VERSIONS, type ServiceVersion } from '../../app/soap/operations.ts'
+import { createReplySigner } from '../../app/soap/reply-signing.ts'
+import { createSoapService, type Admission } from '../../app/soap/service.ts'
+import { createWsSecurity, memoryNonceCache, redisNonceCache } from '../../app/soap/ws-security.ts'
+import { buildWsdl } from '../../app/soap/wsdl.ts'
+import { clientAddress } from '../../app/core/peers.ts'
 
 export interface SoapRoutesOptions {
   /** The domain's dependencies, built once by the composition root (app/app.ts) for every transport. */
@@ -106,7 +106,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     (_request, body, done) => done(null, body)
   )
 
-  // With tracing on, each POST runs under a SOAP operation span (app/tracing.ts); off, the service's own handle.
+  // With tracing on, each POST runs under a SOAP operation span (app/core/tracing.ts); off, the service's own handle.
   const { tracing } = app
   const handle: typeof service.handle = tracing
     ? (version, soapRequest, admission, onInternalError) => tracing.soapOperation(`${version.id}.${version.serviceName}`,

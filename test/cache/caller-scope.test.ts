@@ -6,7 +6,7 @@
 import { test, type Test } from 'tap'
 import { createHash } from 'node:crypto'
 import { createServer } from 'node:http'
-import type { GraphQLContext } from '../../routes/graphql/context.ts'
+import type { GraphQLContext } from '../../app/graphql/context.ts'
 import { gql, testConfig } from '../helpers/app.ts'
 import { PREFLIGHT } from '../persisted/helpers.ts'
 
@@ -19,17 +19,17 @@ extend type Query {
 
 /** The service, listening, with the throwaway fields in its schema and resolvers; `as(id)` a user's headers. */
 async function listenWithThrowawayFields (t: Test, env: Record<string, string> = {}) {
-  const schemaModule = await import('../../routes/graphql/schema.ts')
-  const { resolvers } = await import('../../routes/graphql/resolvers.ts')
+  const schemaModule = await import('../../app/graphql/schema.ts')
+  const { resolvers } = await import('../../app/graphql/resolvers.ts')
   const viewerId = (_parent: unknown, _args: unknown, ctx: GraphQLContext) => ctx.domain.caller?.id ?? null
   const { buildApp } = await t.mockImport<typeof import('../../app/app.ts')>('../../app/app.ts', {
-    '../../routes/graphql/schema.ts': { ...schemaModule, schemaSDL: schemaModule.schemaSDL + THROWAWAY_SDL },
-    '../../routes/graphql/resolvers.ts': {
+    '../../app/graphql/schema.ts': { ...schemaModule, schemaSDL: schemaModule.schemaSDL + THROWAWAY_SDL },
+    '../../app/graphql/resolvers.ts': {
       resolvers: { ...resolvers, Query: { ...resolvers.Query, viewerId, ownViewerId: viewerId } }
     }
   })
-  const { openSqliteStore } = await import('../../app/store/sqlite.ts')
-  const { loadDemoData } = await import('../../app/store/sample-data.ts')
+  const { openSqliteStore } = await import('../../app/core/store/sqlite.ts')
+  const { loadDemoData } = await import('../../app/core/store/sample-data.ts')
   const { mintToken } = await import('../../cli/mint-token.ts')
   const config = testConfig({ CACHE_MAX_AGE_SEC: '60', ...env })
   const store = openSqliteStore(':memory:')
@@ -70,7 +70,7 @@ async function answeredAsDeclared (t: Test, { url, as }: Awaited<ReturnType<type
   t.equal((await gql(url, '{ ownViewerId }')).body.data.ownViewerId, null, 'anonymous')
 }
 
-// With tracing on, execution goes through its phases (app/tracing.ts), which pass the caller to run as along.
+// With tracing on, execution goes through its phases (app/core/tracing.ts), which pass the caller to run as along.
 for (const tracing of [false, true]) {
   const name = 'through the response cache, an undeclared read of the caller answers as nobody; a PRIVATE field, ' +
     `each caller their own (tracing ${tracing ? 'on' : 'off'})`

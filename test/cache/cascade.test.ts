@@ -6,7 +6,7 @@ import { test } from 'tap'
 import { randomBytes } from 'node:crypto'
 import soap from 'soap'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
-import { openPostgresStore } from '../../app/store/postgres.ts'
+import { openPostgresStore } from '../../app/core/store/postgres.ts'
 import { PARTNER_SECRET_KEY, gql, newUser, startInstances, token, type Instance } from '../cluster/harness.ts'
 import { CACHE_TEST_ENV, ageOf } from './instances.ts'
 

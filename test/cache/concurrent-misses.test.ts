@@ -5,8 +5,8 @@
 import { test } from 'tap'
 import { listenTestApp, gql } from '../helpers/app.ts'
 import { countingStore } from '../helpers/counting-store.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
-import type { Store } from '../../app/store/types.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
+import type { Store } from '../../app/core/store/types.ts'
 import { metricValue } from './instances.ts'
 
 /** The store methods a query reads through (everything else is a write, a credential or a health check). */

@@ -6,8 +6,8 @@
 import { test } from 'tap'
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { RedisCacheStore } from '../../app/cache/redis-store.ts'
-import { ResponseCache } from '../../app/cache/response-cache.ts'
+import { RedisCacheStore } from '../../app/core/cache/redis-store.ts'
+import { ResponseCache } from '../../app/core/cache/response-cache.ts'
 import { gql, newUser, startInstances, startPrivateRedis, token, type Instance } from '../cluster/harness.ts'
 import { CACHE_TEST_ENV } from './instances.ts'
 

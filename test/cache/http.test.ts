@@ -3,8 +3,8 @@
 // batches, and a write whose invalidation fails. Two instances sharing Redis: two-instances.test.ts.
 import { test } from 'tap'
 import * as soap from 'soap'
-import { ResponseCache, type CacheStore } from '../../app/cache/response-cache.ts'
-import { ConfigError } from '../../app/config.ts'
+import { ResponseCache, type CacheStore } from '../../app/core/cache/response-cache.ts'
+import { ConfigError } from '../../app/core/config.ts'
 import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { listenSoapApp } from '../soap/helpers.ts'
 import { MANIFEST_FILE, getPersisted, queryIdOf } from '../persisted/helpers.ts'

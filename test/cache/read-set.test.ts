@@ -1,13 +1,13 @@
-// What a request read, recorded by its store as read tags (app/domain/store-tags.ts): the response
+// What a request read, recorded by its store as read tags (app/core/domain/store-tags.ts): the response
 // cache drops an answer when a write changes one of its tags, so every read must be recorded, through
 // every domain reader, and nothing when nobody asks. Every read also carries its table's tag (what a change
 // too wide to name row by row drops).
 import { test } from 'tap'
-import { createDomainContext, type DomainDeps } from '../../app/domain/context.ts'
-import { listMessages, listMessagesPage } from '../../app/domain/messages.ts'
-import { readTags, type ReadSet } from '../../app/domain/read-tags.ts'
-import { getUser, getUsers, listUsers, listUsersPage } from '../../app/domain/users.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
+import { createDomainContext, type DomainDeps } from '../../app/core/domain/context.ts'
+import { listMessages, listMessagesPage } from '../../app/core/domain/messages.ts'
+import { readTags, type ReadSet } from '../../app/core/domain/read-tags.ts'
+import { getUser, getUsers, listUsers, listUsersPage } from '../../app/core/domain/users.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
 
 async function fixture () {
   const store = openSqliteStore(':memory:')

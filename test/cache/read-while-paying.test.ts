@@ -5,8 +5,8 @@
 import { test } from 'tap'
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { AppError } from '../../app/errors.ts'
-import type { CostReport } from '../../app/limits/cost-report.ts'
+import { AppError } from '../../app/core/errors.ts'
+import type { CostReport } from '../../app/core/limits/cost-report.ts'
 import { gql, listenTestApp } from '../helpers/app.ts'
 import { monitorRedis } from '../cluster/harness.ts'
 

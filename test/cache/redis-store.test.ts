@@ -3,9 +3,9 @@
 import t0, { test, type Test } from 'tap'
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { RedisCacheStore } from '../../app/cache/redis-store.ts'
+import { RedisCacheStore } from '../../app/core/cache/redis-store.ts'
 import { monitorRedis } from '../cluster/harness.ts'
-import { ResponseCache, cacheKey, type Computed } from '../../app/cache/response-cache.ts'
+import { ResponseCache, cacheKey, type Computed } from '../../app/core/cache/response-cache.ts'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const prefix = `test-response-cache-${randomUUID()}:`

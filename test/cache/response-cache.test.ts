@@ -1,11 +1,11 @@
 // The response cache's core with its in-process store, driven by plain objects: keys, the byte bound
 // and LRU order, the TTL, single-flight, invalidation by tag, and the read-before-write race.
 import { test } from 'tap'
-import { MemoryCacheStore, blockLayout, entryBytes } from '../../app/cache/memory-store.ts'
-import { textHash } from '../../app/text-hash.ts'
+import { MemoryCacheStore, blockLayout, entryBytes } from '../../app/core/cache/memory-store.ts'
+import { textHash } from '../../app/core/text-hash.ts'
 import {
   ResponseCache, ageOf, cacheKey, withExtensions, type CacheStore, type Computed
-} from '../../app/cache/response-cache.ts'
+} from '../../app/core/cache/response-cache.ts'
 
 function memoryCache (options: { maxBytes?: number; ttlMs?: number; maxMarks?: number; now?: () => number } = {}) {
   const ttlMs = options.ttlMs ?? 60_000

@@ -6,9 +6,9 @@ import t0, { test } from 'tap'
 import fc from 'fast-check'
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { MemoryCacheStore } from '../../app/cache/memory-store.ts'
-import { RedisCacheStore } from '../../app/cache/redis-store.ts'
-import { ResponseCache } from '../../app/cache/response-cache.ts'
+import { MemoryCacheStore } from '../../app/core/cache/memory-store.ts'
+import { RedisCacheStore } from '../../app/core/cache/redis-store.ts'
+import { ResponseCache } from '../../app/core/cache/response-cache.ts'
 
 const IDS = ['a', 'b'] as const
 type Id = typeof IDS[number]

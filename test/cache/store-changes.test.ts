@@ -1,4 +1,4 @@
-// What the store reports of changes made elsewhere reaches the response cache (app/cache/store-changes.ts),
+// What the store reports of changes made elsewhere reaches the response cache (app/core/cache/store-changes.ts),
 // driven by a plain object as the store's change feed: tags dropped, 'all' dropped whole (in process
 // and in Redis, for every instance), and no answer served while the feed is down or a change could not
 // be applied.
@@ -6,11 +6,11 @@ import { test } from 'tap'
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import { MemoryCacheStore } from '../../app/cache/memory-store.ts'
-import { RedisCacheStore } from '../../app/cache/redis-store.ts'
-import { ResponseCache, type CacheStore, type Computed } from '../../app/cache/response-cache.ts'
-import { followStoreChanges } from '../../app/cache/store-changes.ts'
-import type { ChangeListener, Store } from '../../app/store/types.ts'
+import { MemoryCacheStore } from '../../app/core/cache/memory-store.ts'
+import { RedisCacheStore } from '../../app/core/cache/redis-store.ts'
+import { ResponseCache, type CacheStore, type Computed } from '../../app/core/cache/response-cache.ts'
+import { followStoreChanges } from '../../app/core/cache/store-changes.ts'
+import type { ChangeListener, Store } from '../../app/core/store/types.ts'
 
 const answer = (body: unknown, tags: string[]): Computed => ({ body: JSON.stringify(body), tags, store: true })
 

@@ -1,14 +1,14 @@
-// Every store call declares what it reads and changes (app/domain/store-tags.ts), and the wrappers built
+// Every store call declares what it reads and changes (app/core/domain/store-tags.ts), and the wrappers built
 // from the declarations are the only place writes tell the cache and reads are recorded: a method
 // without a declaration is refused, a write's cascade is named, and a page's look-ahead row is recorded.
 import { test } from 'tap'
-import { createDomainContext, type DomainDeps } from '../../app/domain/context.ts'
-import { listMessagesPage } from '../../app/domain/messages.ts'
-import { readTags, type ReadSet } from '../../app/domain/read-tags.ts'
-import { assertDeclared, recordingReads, storeTags, tellingChanges, type Invalidation } from '../../app/domain/store-tags.ts'
-import { openPostgresStore } from '../../app/store/postgres.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
-import type { Store } from '../../app/store/types.ts'
+import { createDomainContext, type DomainDeps } from '../../app/core/domain/context.ts'
+import { listMessagesPage } from '../../app/core/domain/messages.ts'
+import { readTags, type ReadSet } from '../../app/core/domain/read-tags.ts'
+import { assertDeclared, recordingReads, storeTags, tellingChanges, type Invalidation } from '../../app/core/domain/store-tags.ts'
+import { openPostgresStore } from '../../app/core/store/postgres.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
+import type { Store } from '../../app/core/store/types.ts'
 import { TEST_DATABASE_URL, freshSchema } from '../helpers/postgres.ts'
 
 function recordingPort () {

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createSigner } from 'fast-jwt'
 import soap from 'soap'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
-import { openPostgresStore } from '../../app/store/postgres.ts'
+import { openPostgresStore } from '../../app/core/store/postgres.ts'
 import {
   JWT_SECRET,
   PARTNER_SECRET_KEY,

@@ -7,7 +7,7 @@ import { test } from 'tap'
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { collect, wsClient } from '../subscriptions/clients.ts'
-import { sha256Hex } from '../../routes/graphql/persisted.ts'
+import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { PG_URL, SOAP_PUBLIC_URL, eventually, gql, newUser, request, soapEnvelope, startCluster, startPrivateRedis, startTcpLink, terminateBackends, token, type Instance } from './harness.ts'
 
 const REQUEST_LIMIT = 20

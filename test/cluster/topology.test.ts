@@ -2,7 +2,7 @@
 // does, the other sees; shared limits are shared; client addresses come from the load balancer only.
 import { test } from 'tap'
 import { randomBytes } from 'node:crypto'
-import { sha256Hex } from '../../routes/graphql/persisted.ts'
+import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { collect, sseClient, wsClient } from '../subscriptions/clients.ts'
 import {
   SOAP_PUBLIC_URL,

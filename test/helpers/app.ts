@@ -3,12 +3,12 @@
 import { Writable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../../app/app.ts'
-import { loadConfig, type Config } from '../../app/config.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
-import { loadDemoData } from '../../app/store/sample-data.ts'
-import type { Store } from '../../app/store/types.ts'
+import { loadConfig, type Config } from '../../app/core/config.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
+import { loadDemoData } from '../../app/core/store/sample-data.ts'
+import type { Store } from '../../app/core/store/types.ts'
 import { mintToken } from '../../cli/mint-token.ts'
-import type { Role } from '../../app/store/types.ts'
+import type { Role } from '../../app/core/store/types.ts'
 
 export interface TestLike {
   teardown (fn: () => unknown): void

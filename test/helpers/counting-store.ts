@@ -1,5 +1,5 @@
-import type { Store } from '../../app/store/types.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
+import type { Store } from '../../app/core/store/types.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
 
 /**
  * Store calls a running app makes on its own, whenever the store reports a change or a timer fires: it

@@ -1,8 +1,8 @@
 // Shared by the paging tests: a store of either kind, filled in bulk through the store itself (fast),
 // with created_at values that tie in groups so the id tiebreak of the keyset order is exercised.
-import { openPostgresStore } from '../../app/store/postgres.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
-import type { MessageRow, Store } from '../../app/store/types.ts'
+import { openPostgresStore } from '../../app/core/store/postgres.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
+import type { MessageRow, Store } from '../../app/core/store/types.ts'
 import type { TestLike } from './app.ts'
 import { TEST_DATABASE_URL, freshSchema } from './postgres.ts'
 

@@ -3,7 +3,7 @@
 import { test } from 'tap'
 import { Redis } from 'ioredis'
 import { randomUUID } from 'node:crypto'
-import { SharedCounters, leaseScript } from '../../app/limits/window-counters.ts'
+import { SharedCounters, leaseScript } from '../../app/core/limits/window-counters.ts'
 import type { TestLike } from '../helpers/app.ts'
 
 const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'

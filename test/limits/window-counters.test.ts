@@ -3,7 +3,7 @@
 // (test/limits/lease-script.test.ts runs the script itself on Redis).
 import { test } from 'tap'
 import fc from 'fast-check'
-import { SharedCounters, localCounters, shareSize, type LeaseScript } from '../../app/limits/window-counters.ts'
+import { SharedCounters, localCounters, shareSize, type LeaseScript } from '../../app/core/limits/window-counters.ts'
 
 /** The lease script's rules on one in-memory "Redis", with its own clock and a count of the calls. */
 function fakeRedis (clock: { now: number }) {

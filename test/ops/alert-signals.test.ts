@@ -4,7 +4,7 @@
 // store's change feed, PostgreSQL's LISTEN connection, is down).
 import { test } from 'tap'
 import { randomBytes } from 'node:crypto'
-import { openPostgresStore } from '../../app/store/postgres.ts'
+import { openPostgresStore } from '../../app/core/store/postgres.ts'
 import { listenTestApp } from '../helpers/app.ts'
 import { freshSchema, postgresRelay } from '../helpers/postgres.ts'
 import { startPrivateRedis } from '../cluster/harness.ts'

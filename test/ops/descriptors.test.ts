@@ -6,7 +6,7 @@ import { connect, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { REPO, freePort, startService } from '../helpers/server-process.ts'
 import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY, testConfig } from '../helpers/app.ts'
-import { connectionCaps, defaultMaxConnections, openFilesLimit } from '../../app/descriptors.ts'
+import { connectionCaps, defaultMaxConnections, openFilesLimit } from '../../app/core/descriptors.ts'
 
 const OPEN_FILES = 512
 

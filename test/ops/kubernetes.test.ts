@@ -3,7 +3,7 @@
 // CRD, @kubernetes-models/prometheus-operator), and type-checked against the same models' declarations so
 // that a misspelt field (`readinessProb`), which the schemas let through as Kubernetes' API server would
 // not, fails here too. Then they are kept in step with the service, as test/ops/compose.test.ts keeps
-// docker-compose.yml: every variable is a setting app/config.ts reads, the ports are the settings', the
+// docker-compose.yml: every variable is a setting app/core/config.ts reads, the ports are the settings', the
 // probes the health routes, the grace period longer than a shutdown, the selectors the pods' labels.
 import { test } from 'tap'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -12,7 +12,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
 import { parseAllDocuments } from 'yaml'
-import { loadConfig } from '../../app/config.ts'
+import { loadConfig } from '../../app/core/config.ts'
 import { REPO } from '../helpers/server-process.ts'
 
 const DIR = join(REPO, 'deploy/kubernetes')
@@ -48,8 +48,8 @@ const modelOf = (object: any) => {
   return model
 }
 
-/** Every setting app/config.ts reads (as compose.test.ts reads them). */
-const settings = new Set([...read('app/config.ts').matchAll(/^\s{4}([A-Z][A-Z0-9_]+): \{ type:/gm)].map((m) => m[1]!))
+/** Every setting app/core/config.ts reads (as compose.test.ts reads them). */
+const settings = new Set([...read('app/core/config.ts').matchAll(/^\s{4}([A-Z][A-Z0-9_]+): \{ type:/gm)].map((m) => m[1]!))
 
 test('every manifest is valid against the Kubernetes (and Prometheus Operator) schemas', async (t) => {
   t.ok(manifests.length >= 8, `${manifests.length} objects`)
@@ -128,7 +128,7 @@ test('the manifests are in step with the settings, the image and the health rout
   const [container] = pod.spec.containers
   const env: Record<string, string> = configMap.data
   for (const key of [...Object.keys(env), ...Object.keys(secret.stringData)]) {
-    t.ok(settings.has(key), `${key} is a setting app/config.ts reads`)
+    t.ok(settings.has(key), `${key} is a setting app/core/config.ts reads`)
   }
   t.same(Object.keys(secret.stringData).sort(), ['DATABASE_URL', 'JWT_SECRET', 'PARTNER_SECRET_KEY', 'REDIS_URL'],
     'the secrets of the shared topology')

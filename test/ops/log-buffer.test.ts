@@ -1,5 +1,5 @@
 // A service whose standard output nobody reads (a stalled log collector, a paused pipe) keeps answering
-// and does not grow without bound: lines wait in memory up to 16 MiB (app/logging.ts
+// and does not grow without bound: lines wait in memory up to 16 MiB (plugins/logging.ts
 // LOG_BUFFER_MAX_BYTES), the rest are dropped and counted, and once standard output is read again the
 // log says how many. Through a real process whose stdout pipe this test stops reading.
 import { test } from 'tap'
@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { LOG_BUFFER_MAX_BYTES } from '../../app/logging.ts'
+import { LOG_BUFFER_MAX_BYTES } from '../../plugins/logging.ts'
 import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
 import { freePort, startService } from '../helpers/server-process.ts'
 

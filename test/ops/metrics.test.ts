@@ -2,8 +2,8 @@
 // when set) and request ids, through a listening server.
 import { test } from 'tap'
 import { buildApp } from '../../app/app.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
-import { loadDemoData } from '../../app/store/sample-data.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
+import { loadDemoData } from '../../app/core/store/sample-data.ts'
 import { mintToken } from '../../cli/mint-token.ts'
 import { capturedLog, gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { collect, eventually, sseClient, wsClient } from '../subscriptions/clients.ts'

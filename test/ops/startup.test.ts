@@ -5,7 +5,7 @@
 import { test } from 'tap'
 import { freePort, REPO, spawnService, startService } from '../helpers/server-process.ts'
 import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
-import { environment, loadConfig } from '../../app/config.ts'
+import { environment, loadConfig } from '../../app/core/config.ts'
 
 const USERS_QUERY_ID = 'sha256:208530398fd1690d830741395fe1d351fff92fd45fa1ddc0410b336c598d30a0'
 

@@ -2,7 +2,7 @@
 // (APQ_MAX_DOCUMENT_BYTES alone lets 10000 entries hold 160 MB).
 import { test } from 'tap'
 import { listenTestApp } from '../helpers/app.ts'
-import { sha256Hex } from '../../routes/graphql/persisted.ts'
+import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { NO_SHEDDING, postJson } from './helpers.ts'
 
 const persistedQuery = (text: string) => ({

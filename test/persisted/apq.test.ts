@@ -7,7 +7,7 @@ import { ApolloClient, HttpLink, InMemoryCache, gql } from '@apollo/client'
 import { PersistedQueryLink } from '@apollo/client/link/persisted-queries'
 import { Redis } from 'ioredis'
 import { listenTestApp } from '../helpers/app.ts'
-import { sha256Hex } from '../../routes/graphql/persisted.ts'
+import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { NO_SHEDDING, postJson } from './helpers.ts'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'

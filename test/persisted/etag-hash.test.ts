@@ -1,7 +1,7 @@
 // The persisted GET's ETag hash: the same answer always gives the same validator, and answers that
 // differ (in one character, in where the media type ends) give different ones.
 import { test } from 'tap'
-import { textHash } from '../../app/text-hash.ts'
+import { textHash } from '../../app/core/text-hash.ts'
 
 test('textHash: stable, 16 hex digits, and different for near-identical answers', async (t) => {
   const answer = (id: number, name: string) => `{"data":{"user":{"id":"${id}","name":"${name}","email":"u${id}@example.com"}}}`

@@ -6,7 +6,7 @@
 import { test } from 'tap'
 import { listenTestApp } from '../helpers/app.ts'
 import { countingStore } from '../helpers/counting-store.ts'
-import { sha256Hex } from '../../routes/graphql/persisted.ts'
+import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { NO_SHEDDING, PREFLIGHT } from './helpers.ts'
 
 const USERS = 'query RetiredUsers { users { id } }'

@@ -1,7 +1,7 @@
 // Shared by the persisted-query tests: the example manifest (persisted/manifest.json, built from
 // persisted/operations) and requests in the two persisted forms.
 import { readFileSync } from 'node:fs'
-import type { ApolloManifest } from '../../routes/graphql/persisted-manifest.ts'
+import type { ApolloManifest } from '../../app/graphql/persisted-manifest.ts'
 
 export const MANIFEST_FILE = new URL('../../persisted/manifest.json', import.meta.url).pathname
 export const OPERATIONS_DIR = new URL('../../persisted/operations', import.meta.url).pathname

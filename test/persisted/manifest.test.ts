@@ -7,8 +7,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { buildManifest } from '../../cli/persisted-build.ts'
-import { sha256Hex } from '../../routes/graphql/persisted.ts'
-import { loadManifests } from '../../routes/graphql/persisted-manifest.ts'
+import { sha256Hex } from '../../app/graphql/persisted.ts'
+import { loadManifests } from '../../app/graphql/persisted-manifest.ts'
 import { OPERATIONS_DIR, manifest } from './helpers.ts'
 
 const run = promisify(execFile)

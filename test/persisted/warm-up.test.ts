@@ -25,7 +25,7 @@ jitModule.exports = {
 }
 const { buildTestApp } = await import('../helpers/app.ts')
 const { countingStore } = await import('../helpers/counting-store.ts')
-const { sha256Hex } = await import('../../routes/graphql/persisted.ts')
+const { sha256Hex } = await import('../../app/graphql/persisted.ts')
 const { MANIFEST_FILE, NO_SHEDDING, PREFLIGHT, manifest, queryIdOf } = await import('./helpers.ts')
 
 const DEVELOPMENT = { PERSISTED_MANIFEST: MANIFEST_FILE, ...NO_SHEDDING }

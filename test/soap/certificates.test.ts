@@ -1,11 +1,11 @@
-// The certificate a partner signs with is parsed once (app/domain/partners.ts usableCertificate): about
+// The certificate a partner signs with is parsed once (app/core/domain/partners.ts usableCertificate): about
 // 140 µs a parse, paid on every signed message before. What a remembered parse must not change: validity
 // is judged at each use, and text that is no certificate is refused every time.
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { test } from 'tap'
-import { usableCertificate } from '../../app/domain/partners.ts'
+import { usableCertificate } from '../../app/core/domain/partners.ts'
 import { makeCertificate } from './x509.ts'
 
 test('a certificate is parsed once, and judged valid or not at each use', async (t) => {

@@ -416,8 +416,8 @@ test('domain errors keep their GraphQL codes; authorization is the domain\'s', a
 })
 
 test('unexpected errors are Server/Receiver faults without internals', async (t) => {
-  const { openSqliteStore } = await import('../../app/store/sqlite.ts')
-  const { loadDemoData } = await import('../../app/store/sample-data.ts')
+  const { openSqliteStore } = await import('../../app/core/store/sqlite.ts')
+  const { loadDemoData } = await import('../../app/core/store/sample-data.ts')
   const { createPartnerAccount } = await import('../../cli/create-partner.ts')
   const { TEST_PARTNER_SECRET_KEY } = await import('../helpers/app.ts')
   const real = openSqliteStore(':memory:')

@@ -5,12 +5,12 @@ import { join } from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../../app/app.ts'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
-import { loadDemoData } from '../../app/store/sample-data.ts'
-import type { Store } from '../../app/store/types.ts'
-import type { Invalidation } from '../../app/domain/store-tags.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
+import { loadDemoData } from '../../app/core/store/sample-data.ts'
+import type { Store } from '../../app/core/store/types.ts'
+import type { Invalidation } from '../../app/core/domain/store-tags.ts'
 import { TEST_PARTNER_SECRET_KEY, testConfig, type TestLike } from '../helpers/app.ts'
-import { parseXml, type XmlElement } from '../../routes/soap/envelope.ts'
+import { parseXml, type XmlElement } from '../../app/soap/envelope.ts'
 
 export const FIXTURES = new URL('../fixtures/soap/', import.meta.url)
 

@@ -3,8 +3,8 @@
 // 127.0.0.1:6379 (the app refuses to start, with that message, without it).
 import { randomUUID } from 'node:crypto'
 import { test } from 'tap'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
-import { loadDemoData } from '../../app/store/sample-data.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
+import { loadDemoData } from '../../app/core/store/sample-data.ts'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
 import { TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
 import { fixture, listenSoapApp, post, readFault } from './helpers.ts'

@@ -3,8 +3,8 @@
 // over SOAP lands in PostgreSQL. Needs PostgreSQL at 127.0.0.1:5432 (fails with a clear message without it).
 import { test } from 'tap'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
-import { openPostgresStore } from '../../app/store/postgres.ts'
-import { loadDemoData } from '../../app/store/sample-data.ts'
+import { openPostgresStore } from '../../app/core/store/postgres.ts'
+import { loadDemoData } from '../../app/core/store/sample-data.ts'
 import { TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
 import { freshSchema, TEST_DATABASE_URL } from '../helpers/postgres.ts'
 import { envelope, fixture, listenSoapApp, post, readFault } from './helpers.ts'

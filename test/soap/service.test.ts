@@ -1,4 +1,4 @@
-// The SOAP core (routes/soap/service.ts, createSoapService) driven with plain objects: no Fastify, no
+// The SOAP core (app/soap/service.ts, createSoapService) driven with plain objects: no Fastify, no
 // listening server. A real store (in-memory sqlite with the demo users and partner accounts), a real
 // WS-Security (in-process nonces, a clock the test sets) and a fake Admission that records every budget
 // call and can refuse (RATE_LIMITED) at any step. What is checked is the core's own rules: the envelope
@@ -9,17 +9,17 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { test } from 'tap'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
-import type { Caller, DomainEvent, Events } from '../../app/domain/context.ts'
-import { cursorKey } from '../../app/domain/pages.ts'
-import { AppError, type ErrorCode } from '../../app/errors.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
-import { loadDemoData } from '../../app/store/sample-data.ts'
-import type { Store } from '../../app/store/types.ts'
-import { parseXml, type SoapVersion, type XmlElement } from '../../routes/soap/envelope.ts'
-import type { FaultKind } from '../../routes/soap/faults.ts'
-import { SERVICE_VERSIONS, costOf, namespaceOf, type ServiceVersion } from '../../routes/soap/operations.ts'
-import { createSoapService, type Admission } from '../../routes/soap/service.ts'
-import { createWsSecurity, memoryNonceCache, type NonceCache } from '../../routes/soap/ws-security.ts'
+import type { Caller, DomainEvent, Events } from '../../app/core/domain/context.ts'
+import { cursorKey } from '../../app/core/domain/pages.ts'
+import { AppError, type ErrorCode } from '../../app/core/errors.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
+import { loadDemoData } from '../../app/core/store/sample-data.ts'
+import type { Store } from '../../app/core/store/types.ts'
+import { parseXml, type SoapVersion, type XmlElement } from '../../app/soap/envelope.ts'
+import type { FaultKind } from '../../app/soap/faults.ts'
+import { SERVICE_VERSIONS, costOf, namespaceOf, type ServiceVersion } from '../../app/soap/operations.ts'
+import { createSoapService, type Admission } from '../../app/soap/service.ts'
+import { createWsSecurity, memoryNonceCache, type NonceCache } from '../../app/soap/ws-security.ts'
 import { testConfig, type TestLike } from '../helpers/app.ts'
 import { AUTHENTICATION_CALLS, countingStore } from '../helpers/counting-store.ts'
 import { SOAP11, SOAP12, WSSE, WSU, envelope, readFault, textToken, type FaultInfo } from './helpers.ts'

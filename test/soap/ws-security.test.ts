@@ -7,7 +7,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { test } from 'tap'
 import soap from 'soap'
 import { createPartnerAccount } from '../../cli/create-partner.ts'
-import { memoryNonceCache } from '../../routes/soap/ws-security.ts'
+import { memoryNonceCache } from '../../app/soap/ws-security.ts'
 import { WSSE, WSU, envelope, listenSoapApp, post, readFault, textToken } from './helpers.ts'
 
 const ENV = { SOAP_PUBLIC_URL: 'http://localhost:0', SOAP_NAMESPACE_BASE: 'http://localhost:0' }
@@ -152,9 +152,9 @@ test('node-soap with a bare PasswordText UsernameToken calls GetUser twice', asy
 test('a refusal costs one password verification whether the login exists or not', async (t) => {
   // Counts scrypt verifications, seen through the module every password check goes through.
   let verifications = 0
-  const secrets = await import('../../app/auth/partner-secrets.ts')
+  const secrets = await import('../../app/core/auth/partner-secrets.ts')
   const { buildApp } = await t.mockImport<typeof import('../../app/app.ts')>('../../app/app.ts', {
-    '../../app/auth/partner-secrets.ts': {
+    '../../app/core/auth/partner-secrets.ts': {
       ...secrets,
       verifyPassword: (password: string, stored: string) => {
         verifications++
@@ -163,8 +163,8 @@ test('a refusal costs one password verification whether the login exists or not'
     }
   })
   const { testConfig } = await import('../helpers/app.ts')
-  const { openSqliteStore } = await import('../../app/store/sqlite.ts')
-  const { loadDemoData } = await import('../../app/store/sample-data.ts')
+  const { openSqliteStore } = await import('../../app/core/store/sqlite.ts')
+  const { loadDemoData } = await import('../../app/core/store/sample-data.ts')
   const config = testConfig(ENV)
   const store = openSqliteStore(':memory:')
   await loadDemoData(store)

@@ -1,4 +1,4 @@
-// The hand-written XML reader (routes/soap/xml.ts) against saxes, a conformant, namespace-aware XML
+// The hand-written XML reader (app/soap/xml.ts) against saxes, a conformant, namespace-aware XML
 // 1.0 parser, on generated documents (fast-check): it must accept exactly the documents saxes accepts
 // and build the same tree (namespace-resolved elements and attributes, character data with references
 // decoded, line ends and attribute whitespace normalized), under the service's own refusals, applied
@@ -17,7 +17,7 @@
 import { test } from 'tap'
 import fc from 'fast-check'
 import { SaxesParser, type SaxesTagNS } from 'saxes'
-import { parseXml, XmlError, type XmlElement } from '../../routes/soap/xml.ts'
+import { parseXml, XmlError, type XmlElement } from '../../app/soap/xml.ts'
 
 const NO_LIMITS = { maxElements: 1_000_000, maxAttributes: 1_000_000 }
 type Outcome = XmlElement | 'refused'

@@ -1,4 +1,4 @@
-// The SOAP XML reader (routes/soap/xml.ts) against fast-xml-parser as a second oracle (the main one is
+// The SOAP XML reader (app/soap/xml.ts) against fast-xml-parser as a second oracle (the main one is
 // saxes, in xml-differential.test.ts): on valid documents it builds the same namespace-resolved tree as
 // fast-xml-parser's parser (resolved here the obvious way); on broken ones it refuses whatever
 // fast-xml-parser's validator refuses, and a list of things the validator lets through (undefined
@@ -8,9 +8,9 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { randomBytes, createHash } from 'node:crypto'
 import { test } from 'tap'
 import { XMLParser, XMLValidator } from 'fast-xml-parser'
-import { DEFAULT_XML_LIMITS, XmlError, parseXml, type XmlElement } from '../../routes/soap/xml.ts'
-import { buildWsdl } from '../../routes/soap/wsdl.ts'
-import { SERVICE_VERSIONS } from '../../routes/soap/operations.ts'
+import { DEFAULT_XML_LIMITS, XmlError, parseXml, type XmlElement } from '../../app/soap/xml.ts'
+import { buildWsdl } from '../../app/soap/wsdl.ts'
+import { SERVICE_VERSIONS } from '../../app/soap/operations.ts'
 import { FIXTURES, SOAP11, WSSE, WSU, envelope, textToken } from './helpers.ts'
 
 const oracleParser = new XMLParser({

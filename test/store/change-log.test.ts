@@ -1,13 +1,13 @@
-// PostgreSQL's change log as one instance follows it (app/store/postgres-changes.ts), on the machine's
+// PostgreSQL's change log as one instance follows it (app/core/store/postgres-changes.ts), on the machine's
 // PostgreSQL: what an outside write tells, bulk and replica-role writes, transactions that commit out of
 // order, a reconnection that catches up instead of dropping everything, and a silent connection found
 // within the heartbeat's deadline.
 import { test } from 'tap'
 import pg from 'pg'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { openPostgresStore } from '../../app/store/postgres.ts'
-import { DEADLINE_MS, followChangeLog, HEARTBEAT_MS } from '../../app/store/postgres-changes.ts'
-import type { ChangeListener } from '../../app/store/types.ts'
+import { openPostgresStore } from '../../app/core/store/postgres.ts'
+import { DEADLINE_MS, followChangeLog, HEARTBEAT_MS } from '../../app/core/store/postgres-changes.ts'
+import type { ChangeListener } from '../../app/core/store/types.ts'
 import { TEST_DATABASE_URL, freshSchema, postgresRelay } from '../helpers/postgres.ts'
 import type { TestLike } from '../helpers/app.ts'
 

@@ -1,4 +1,4 @@
-// Subscription events priced, shared and bounded (routes/graphql/fanout.ts, routes/graphql/operations.ts,
+// Subscription events priced, shared and bounded (app/graphql/fanout.ts, app/graphql/operations.ts,
 // routes/graphql/websocket.ts, routes/graphql/sse.ts), against a listening server with real clients.
 import { request as httpRequest } from 'node:http'
 import { test } from 'tap'

@@ -1,5 +1,5 @@
-// A user's role change or deletion reaches long-lived work (routes/graphql/operations.ts,
-// app/domain/users.ts, plugins/events.ts): that user's running subscriptions end within seconds on
+// A user's role change or deletion reaches long-lived work (app/graphql/operations.ts,
+// app/core/domain/users.ts, plugins/events.ts): that user's running subscriptions end within seconds on
 // WebSocket and SSE, and no new one starts with the token's old rights, on the same connection or a new
 // one. Against a listening server with real clients (graphql-ws, graphql-sse).
 import { test } from 'tap'

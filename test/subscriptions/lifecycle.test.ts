@@ -3,8 +3,8 @@
 import { test } from 'tap'
 import { buildApp } from '../../app/app.ts'
 import { mintToken } from '../../cli/mint-token.ts'
-import { loadDemoData } from '../../app/store/sample-data.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
+import { loadDemoData } from '../../app/core/store/sample-data.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
 import { listenTestApp, testConfig } from '../helpers/app.ts'
 import { collect, eventually, rawSocket, roomListeners, sseClient, within, wsClient } from './clients.ts'
 

@@ -3,8 +3,8 @@
 import { test } from 'tap'
 import { Redis } from 'ioredis'
 import { gql, listenTestApp } from '../helpers/app.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
-import { loadDemoData } from '../../app/store/sample-data.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
+import { loadDemoData } from '../../app/core/store/sample-data.ts'
 import { collect, eventually, sseClient, wsClient } from './clients.ts'
 
 const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'

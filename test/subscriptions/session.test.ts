@@ -3,10 +3,10 @@
 // subprotocols (graphql-transport-ws and the legacy graphql-ws). The listening-server tests
 // (websocket.test.ts) check the same rules through real clients.
 import { test } from 'tap'
-import { AppError } from '../../app/errors.ts'
-import type { Caller } from '../../app/domain/context.ts'
-import type { StartOperation, SubscriptionSink } from '../../routes/graphql/operations.ts'
-import type { OperationPlan } from '../../routes/graphql/plan.ts'
+import { AppError } from '../../app/core/errors.ts'
+import type { Caller } from '../../app/core/domain/context.ts'
+import type { StartOperation, SubscriptionSink } from '../../app/graphql/operations.ts'
+import type { OperationPlan } from '../../app/graphql/plan.ts'
 import { openConnection, type GraphQLWebSocket, type SessionSocket, type WebSocketOptions } from '../../routes/graphql/websocket.ts'
 
 /** A socket that records what the session sends and how it closes it. */

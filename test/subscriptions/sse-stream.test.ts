@@ -2,10 +2,10 @@
 // Fastify, no HTTP response, no listening server. The listening-server tests (sse.test.ts) check the
 // same rules through the graphql-sse client.
 import { test } from 'tap'
-import { AppError } from '../../app/errors.ts'
-import type { Caller } from '../../app/domain/context.ts'
-import type { StartOperation, SubscriptionSink } from '../../routes/graphql/operations.ts'
-import type { OperationPlan } from '../../routes/graphql/plan.ts'
+import { AppError } from '../../app/core/errors.ts'
+import type { Caller } from '../../app/core/domain/context.ts'
+import type { StartOperation, SubscriptionSink } from '../../app/graphql/operations.ts'
+import type { OperationPlan } from '../../app/graphql/plan.ts'
 import { createSseHandler, type EventStreamSink, type SseOptions } from '../../routes/graphql/sse.ts'
 
 /** A sink that records what the stream writes, how it ends, and lets the test play the client. */

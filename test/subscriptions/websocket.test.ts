@@ -5,7 +5,7 @@ import { Writable } from 'node:stream'
 import { test } from 'tap'
 import { createSigner } from 'fast-jwt'
 import { buildApp } from '../../app/app.ts'
-import { openSqliteStore } from '../../app/store/sqlite.ts'
+import { openSqliteStore } from '../../app/core/store/sqlite.ts'
 import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { collect, eventually, rawSocket, refusedUpgrade, within, wsClient } from './clients.ts'
 
