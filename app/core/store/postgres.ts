@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto'
 import { AppError } from '../errors.ts'
 import { followChangeLog } from './postgres-changes.ts'
 import { sharedChanges } from './shared-changes.ts'
+import { tableTags } from '../domain/read-tags.ts'
 import { deploymentConflict, deploymentTooHeavy, isoNow, missingIssuerSerials, type CertificateCredentials, type Deployment, type DeploymentOperationRow, type Credentials, type PartnerAccount, type PartnerCertificate, type MessageRow, type NewMessage, type NewUser, type Store, type UserPatch, type UserRow } from './types.ts'
 
 /**
@@ -12,7 +13,9 @@ import { deploymentConflict, deploymentTooHeavy, isoNow, missingIssuerSerials, t
  * statement (each sees the transition tables it has), enabled ALWAYS: writes made with
  * session_replication_role = replica (pg_restore, logical replication) are logged too.
  */
-function changeLogTriggers (table: string, args: string): string {
+function changeLogTriggers (table: keyof typeof tableTags): string {
+  const { prefix, column, table: tableTag, everyChange } = tableTags[table]
+  const args = [prefix, column, tableTag, ...(everyChange ? [everyChange] : [])].map((arg) => `'${arg}'`).join(', ')
   const kinds = [
     ['INSERT', 'REFERENCING NEW TABLE AS new_rows'],
     ['UPDATE', 'REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows'],
@@ -198,8 +201,8 @@ export const MIGRATIONS: string[] = [
      PERFORM log_change(TG_TABLE_SCHEMA, ARRAY['deployments'], 'deployments');
      RETURN NULL;
    END $$;
-   ${changeLogTriggers('users', "'user:', 'id', 'table:users', 'users'")}
-   ${changeLogTriggers('messages', "'room:', 'room_id', 'table:messages'")}
+   ${changeLogTriggers('users')}
+   ${changeLogTriggers('messages')}
    CREATE TRIGGER app_deployments_log_changes AFTER INSERT OR UPDATE OR DELETE ON app_deployments
      FOR EACH STATEMENT EXECUTE FUNCTION log_deployment_changes();
    ALTER TABLE app_deployments ENABLE ALWAYS TRIGGER app_deployments_log_changes;`,
