@@ -28,7 +28,7 @@ import eventsPlugin from '../plugins/events.ts'
 import redisPlugin from '../plugins/redis.ts'
 import authPlugin from '../plugins/auth.ts'
 import rateLimitPlugin from '../plugins/rate-limit.ts'
-import { createGraphQLRoom, type GraphQLRoomInspection } from '../routes/graphql/index.ts'
+import { createGraphQLRoutes, type GraphQLInspection } from '../routes/graphql/index.ts'
 import { graphqlMetrics } from './graphql/metrics.ts'
 import { formatError } from './core/error-format.ts'
 import healthRoutes from '../routes/health.ts'
@@ -37,8 +37,8 @@ import soapRoutes from '../routes/soap/index.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The GraphQL room's inspection surface (plan cache, open subscriptions, warm-up), for tests. */
-    graphqlRoom: GraphQLRoomInspection
+    /** The GraphQL routes' inspection surface (plan cache, open subscriptions, warm-up), for tests. */
+    graphqlInspection: GraphQLInspection
   }
 }
 
@@ -202,19 +202,19 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     caps: config.limits,
     cursorKey: cursorKey(config.cursorSecret)
   }
-  // The GraphQL room, in a scope of its own (its hooks run on its routes only). Its instruments: with
+  // The GraphQL routes, in a scope of their own (their hooks run on them only). Its instruments: with
   // tracing on, every operation of every transport is a span; its answers and open subscriptions are
   // counted by the GraphQL metrics, registered here on the app's metrics registry.
-  const room = createGraphQLRoom({
+  const graphql = createGraphQLRoutes({
     domain,
     responseCache,
     instrumentation: {
       phases: app.tracing?.pipeline,
-      answered: graphqlMetrics(app.metricsRegistry, () => room.inspection)
+      answered: graphqlMetrics(app.metricsRegistry, () => graphql.inspection)
     }
   })
-  app.decorate('graphqlRoom', room.inspection)
-  await app.register(room.plugin)
+  app.decorate('graphqlInspection', graphql.inspection)
+  await app.register(graphql.plugin)
   await app.register(healthRoutes)
   await app.register(queryUiRoutes)
   await app.register(soapRoutes, { domain, clock: options.clock, replayMemoryEntries: options.soapReplayMemoryEntries })

@@ -2,7 +2,7 @@
 // every per-request protection the service's GraphQL routes pay, and no GraphQL. The process is composed
 // from the service's own plugins, registered by app/app.ts's own functions (same order, same Fastify
 // options, the same configuration loader), up to the rate limits; the GraphQL plugins and routes are not
-// registered. Each route identifies its caller as the GraphQL room does in routes/graphql/index.ts (JWT
+// registered. Each route identifies its caller as the GraphQL routes do in routes/graphql/index.ts (JWT
 // through the auth plugin, in the route's own onRequest hook, so the request budget appended after it
 // counts the user) and spends the cost budget once, at the fixed price the service charged that GraphQL
 // request in the probe (GUARDED_COST_USER, GUARDED_COST_LIST). So a guarded row minus its rest row is
@@ -33,7 +33,7 @@ const app = createServer(config)
 await registerProtections(app, config)
 await app.register(healthRoutes)
 
-// What the room's onRequest hooks check (routes/graphql/index.ts; requestRefusal in
+// What the GraphQL onRequest hooks check (routes/graphql/index.ts; requestRefusal in
 // routes/graphql/http-exchange.ts) before the request budget: a JSON body for a POST,
 // then who is calling.
 const identify: onRequestHookHandler = (request, _reply, done) => {

@@ -9,7 +9,7 @@
 // Node counts a connection that has not sent a request yet (a browser's or a balancer's preconnect)
 // as busy, not idle: left open, it held every shutdown for the whole SHUTDOWN_GRACE_MS, which then
 // ended in the timeout's exit 1. At the end of the drain (at once without one), every connection
-// without a response in progress is closed; WebSockets are left to the GraphQL room, which closes them.
+// without a response in progress is closed; WebSockets are left to the GraphQL routes, which closes them.
 import fp from 'fastify-plugin'
 import type { FastifyInstance } from 'fastify'
 import type { ServerResponse } from 'node:http'

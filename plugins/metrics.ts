@@ -1,6 +1,6 @@
 // Prometheus metrics at GET /metrics (text exposition format), one registry per app instance:
 // HTTP requests and latency by route, rate-limit rejections, SOAP faults, and the process defaults
-// (CPU, memory, event loop lag, GC). The GraphQL room's own metrics (operations, error codes, open
+// (CPU, memory, event loop lag, GC). The GraphQL GraphQL routes' own metrics (operations, error codes, open
 // subscriptions) are registered on this registry by app/graphql/metrics.ts: nothing here knows GraphQL.
 // Scrape each instance directly: the load balancer does not expose /metrics.
 // Where they are served (METRICS_PORT): on a port of their own (Prometheus's convention) when it is set;

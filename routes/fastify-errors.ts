@@ -41,7 +41,7 @@ export function fastifyErrorAsAppError (error: FastifyError, messages: Partial<R
 /**
  * Every error that escapes a route, answered in the GraphQL error shape, without internals in
  * production: sets the reply's status and headers and returns the body to send. The app's error
- * handler uses it, and the GraphQL room's (which also keeps the body for its instruments).
+ * handler uses it, and the GraphQL routes' (which also keeps the body for its instruments).
  */
 export function errorAnswer (
   error: FastifyError,

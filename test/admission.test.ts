@@ -88,7 +88,7 @@ test('100 distinct maximum-size documents leave the plan cache within its byte b
   }
   collectGarbage()
   const grown = process.memoryUsage().heapUsed - before
-  const { bytes, entries } = app.graphqlRoom.pipeline.cacheStats
+  const { bytes, entries } = app.graphqlInspection.planCache
   t.ok(bytes <= PLAN_CACHE_BYTES, `plan cache holds ${entries} plans, ${bytes} estimated bytes <= ${PLAN_CACHE_BYTES}`)
   t.ok(entries < 100, 'older plans were evicted')
   t.ok(grown < 150 * 1024 * 1024, `heap grew by ${Math.round(grown / 1048576)} MB`)

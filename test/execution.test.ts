@@ -132,15 +132,15 @@ test('a text answers the same on its first use (planned then) and from the plan 
   for (const [what, text, [validVariables, validHeaders], [variables, headers, operationName]] of cases) {
     // Each case gets texts of its own (a trailing comment changes the text, not the answer).
     const fresh = `${text} # ${++variant}`
-    const planned = app.graphqlRoom.pipeline.cacheStats.entries
+    const planned = app.graphqlInspection.planCache.entries
     const firstUse = await post(fresh, variables, headers, operationName)
-    t.equal(app.graphqlRoom.pipeline.cacheStats.entries, planned + 1, `${what}: planned on its first use`)
+    t.equal(app.graphqlInspection.planCache.entries, planned + 1, `${what}: planned on its first use`)
 
     const cachedText = `${text} # ${++variant}`
     for (let use = 0; use < 2; use++) await post(cachedText, validVariables, validHeaders)
-    const cachedPlans = app.graphqlRoom.pipeline.cacheStats.entries
+    const cachedPlans = app.graphqlInspection.planCache.entries
     const fromCache = await post(cachedText, variables, headers, operationName)
-    t.equal(app.graphqlRoom.pipeline.cacheStats.entries, cachedPlans, `${what}: the third use ran from the cache`)
+    t.equal(app.graphqlInspection.planCache.entries, cachedPlans, `${what}: the third use ran from the cache`)
     t.equal(fromCache, firstUse, `${what}: the same answer either way`)
   }
 })

@@ -25,9 +25,7 @@ function etagOfSent (contentType: string, json: string): string {
   const at = json.lastIndexOf(',"extensions":')
   return etagOf(contentType, textHash(`${json.slice(0, at)}}`), json.slice(at + ',"extensions":'.length, -1))
 }
-import type { Admission, Pipeline, Priced } from '../app/graphql/pipeline.ts'
-
-type FakePipeline = HttpExchangeOptions['pipeline']
+import type { Admission, OperationAdmission, Priced } from '../app/graphql/pipeline.ts'
 
 /**
  * The fake pipeline's schema: `secret` is guarded by a field rule and `viewer` declared PRIVATE, so their
@@ -47,22 +45,22 @@ const schema = buildSchema(`
  * `{ hello: <variables.who> }`, or with `viewer` the id of the caller it was executed as (as a resolver
  * reading the caller would); a query naming `limited` is refused as the request budget refuses
  * (RATE_LIMITED, retry in 7 s), one naming `failing` answers with an error. With `charge`, each
- * admission is paid by it (as through Redis: `whilePaying` told first), and refused when it throws.
+ * admission is paid by it (as through Redis: `onPriced` told first), and refused when it throws.
  * An `id` in `seen.retired` is refused as the registry refuses an operation retired with its deployment.
  */
 function fakePipeline (charge?: () => Promise<void>) {
   const seen = {
-    admitted: [] as Parameters<Pipeline['admit']>[0][],
+    admitted: [] as Parameters<OperationAdmission['admit']>[0][],
     /** Ids no longer served (PERSISTED_QUERY_NOT_FOUND), and the requests resolvesRegistered was asked of. */
     retired: new Set<string>(),
-    resolved: [] as Parameters<Pipeline['resolvesRegistered']>[0][],
+    resolved: [] as Parameters<OperationAdmission['resolvesRegistered']>[0][],
     executed: 0,
     cached: [] as string[],
     /** The caller each execution ran as (what its resolvers saw). */
     as: [] as (string | null)[]
   }
   let remaining = 1000
-  const pipeline: FakePipeline = {
+  const admission: HttpExchangeOptions['admission'] = {
     async admit (request) {
       seen.admitted.push(request)
       if (seen.retired.has(String(request.params.id))) {
@@ -85,14 +83,21 @@ function fakePipeline (charge?: () => Promise<void>) {
         cost: { requested: 4, budget: request.caller?.role === 'ADMIN' ? 5000 : 1000, remaining: remaining -= 4 },
         variables: request.params.variables ?? {}
       }
-      // A charge paid through a shared counter: the pipeline sends it, tells `whilePaying`, then waits.
+      // A charge paid through a shared counter: the pipeline sends it, tells `onPriced`, then waits.
       if (charge) {
         const paid = charge()
-        request.whilePaying?.(admission as unknown as Priced)
+        request.onPriced?.(admission as unknown as Priced)
         await paid
       }
       return admission as unknown as Admission
     },
+    async operationType () { return 'query' },
+    async resolvesRegistered (params) {
+      seen.resolved.push(params)
+      return !seen.retired.has(String(params.id))
+    }
+  }
+  const execution: HttpExchangeOptions['execution'] = {
     async execute (admission, _root, _reads, as = admission.caller) {
       seen.executed++
       seen.as.push(as?.id ?? null)
@@ -103,14 +108,9 @@ function fakePipeline (charge?: () => Promise<void>) {
       if (text.includes('viewer')) return { data: { viewer: as?.id ?? null } }
       return { data: { hello: (admission.variables.who as string | undefined) ?? 'world' } }
     },
-    cached (_admission, outcome) { seen.cached.push(outcome) },
-    async operationType () { return 'query' },
-    async resolvesRegistered (params) {
-      seen.resolved.push(params)
-      return !seen.retired.has(String(params.id))
-    }
+    cached (_admission, outcome) { seen.cached.push(outcome) }
   }
-  return { pipeline, seen }
+  return { pipeline: { admission, execution }, seen }
 }
 
 function exchangeOver (
@@ -119,7 +119,8 @@ function exchangeOver (
   const { pipeline, seen } = fakePipeline(charge)
   const exchange = createHttpExchange({
     config: loadConfig({ MAX_BATCH_SIZE: '3', CACHE_MAX_AGE_SEC: '60', ...env }),
-    pipeline,
+    ...pipeline,
+    persisted: { checkBatch () {} },
     errorOptions: { production: true, logInternal: () => {} },
     responseCache,
     schema: () => schema
@@ -304,17 +305,17 @@ test('with the charge on its way (Redis): the cache is read meanwhile, its entry
   })
   const { exchange, seen } = exchangeOver({}, cache, charge)
   const request = () => exchange(post({ query: '{ hello }', variables: { who: 'ada' } }))
-  const whilePaying = async () => { await new Promise((resolve) => setImmediate(resolve)) }
+  const onPriced = async () => { await new Promise((resolve) => setImmediate(resolve)) }
 
   const first = request()
-  await whilePaying()
+  await onPriced()
   pay()
   t.equal(answered(await first).json.data.hello, 'ada', 'a miss, executed once paid')
   t.same(events, ['charge sent', 'cache read', 'paid'], 'the cache read while paying (the fill begins from what it found)')
 
   events.length = 0
   const second = request()
-  await whilePaying()
+  await onPriced()
   t.same(events, ['charge sent', 'cache read'], 'the entry is read while the charge is on its way')
   t.equal(cache.stats().hits, 0, 'and not counted before the request is admitted')
   pay()
@@ -326,7 +327,7 @@ test('with the charge on its way (Redis): the cache is read meanwhile, its entry
 
   events.length = 0
   const third = request()
-  await whilePaying()
+  await onPriced()
   t.same(events, ['charge sent', 'cache read'])
   refuse()
   const refused = answered(await third)
@@ -338,7 +339,7 @@ test('with the charge on its way (Redis): the cache is read meanwhile, its entry
 
   events.length = 0
   const mutation = exchange(post({ query: 'mutation { touch }' }))
-  await whilePaying()
+  await onPriced()
   pay()
   await mutation
   t.same(events, ['charge sent', 'paid'], 'what is never cached reads nothing while paying')

@@ -36,7 +36,7 @@ test('1000 distinct documents, each executed (compiled): after GC the heap has g
   }
   collectGarbage()
   const grown = process.memoryUsage().heapUsed - before
-  const { bytes, entries } = app.graphqlRoom.pipeline.cacheStats
+  const { bytes, entries } = app.graphqlInspection.planCache
   t.ok(bytes <= PLAN_CACHE_BYTES, `the cache keeps ${entries} plans, ${bytes} estimated bytes`)
   t.ok(grown < PLAN_CACHE_BYTES + 16 * MiB, `the heap grew by ${(grown / MiB).toFixed(1)} MiB`)
 })
@@ -46,11 +46,11 @@ test('a cached plan weighs at least what it keeps alive, its compilation include
   await gql(url, document(-1, 8000))
   collectGarbage()
   const before = process.memoryUsage().heapUsed
-  const cachedBefore = app.graphqlRoom.pipeline.cacheStats.bytes
+  const cachedBefore = app.graphqlInspection.planCache.bytes
   for (let n = 0; n < 60; n++) t.ok((await gql(url, document(n, 8000))).body.data, `document ${n} ran`)
   collectGarbage()
   const retained = process.memoryUsage().heapUsed - before
-  const estimated = app.graphqlRoom.pipeline.cacheStats.bytes - cachedBefore
+  const estimated = app.graphqlInspection.planCache.bytes - cachedBefore
   t.ok(
     retained <= estimated,
     `60 plans keep ${(retained / MiB).toFixed(1)} MiB; the cache counts ${(estimated / MiB).toFixed(1)} MiB`

@@ -133,10 +133,10 @@ test('browser: a subscription runs over server-sent events, each event shown as 
   await page.fill('#query', 'subscription { count(target: 100) }')
   await page.click('#run')
   await statusIs('^Subscribed · 2 events$')
-  t.equal(app.graphqlRoom.subscriptionStats().eventStreams, 1, 'one event stream open on the server')
+  t.equal(app.graphqlInspection.subscriptionStats().eventStreams, 1, 'one event stream open on the server')
   await page.click('#run')
   await statusIs('^Stopped · 2 events$')
-  for (let i = 0; app.graphqlRoom.subscriptionStats().eventStreams !== 0; i++) {
+  for (let i = 0; app.graphqlInspection.subscriptionStats().eventStreams !== 0; i++) {
     if (i > 100) throw new Error('the stream stayed open on the server')
     await new Promise((resolve) => setTimeout(resolve, 50))
   }

@@ -1,6 +1,6 @@
 // The phases of a GraphQL operation's life, as instruments see them. Defined here, below both, so that the
-// room's core (app/graphql/ports.ts) and the instruments in app/ (tracing.ts) share one definition
-// without app/ importing the room.
+// GraphQL engine (app/graphql/dependencies.ts) and the instruments in app/ (tracing.ts) share one definition
+// without app/ importing the engine.
 import type { ExecutionResult } from 'graphql'
 import type { Caller } from './domain/context.ts'
 import type { ReadSet } from './domain/read-tags.ts'

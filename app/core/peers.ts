@@ -97,7 +97,7 @@ const addresses = new WeakMap<AddressedRequest, string>()
  * The client's address as trusted: Fastify's `request.ip` (the socket's peer, or with TRUST_PROXY the
  * last address in X-Forwarded-For not from a trusted proxy), worked out once per request. Behind a
  * load balancer Fastify parses the header again on every read of `request.ip` (4.5 µs a read, measured),
- * and a request's budget, room and access line each read it.
+ * and a request's budget, GraphQL routes and access line each read it.
  */
 export function clientAddress (request: AddressedRequest): string {
   // Without the header it is the socket's own address: nothing to parse, nothing to keep.

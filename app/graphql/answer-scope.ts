@@ -56,7 +56,7 @@ export function callerDependence (operation: OperationPlan, schema: GraphQLSchem
  * (`caller:<role>:<id>`). Rules alone (`email` SELF/ADMIN, `adminNotes` ADMIN) share between callers who
  * may see the same: `ADMIN` (any administrator sees everything), or `authenticated` (every other caller,
  * USER or SERVICE: it sees a guarded field only where SELF makes it the owner, so all but the owners
- * share one answer; see Bystander).
+ * share one answer; see NonOwner).
  */
 export function scopeOf (operation: OperationPlan, caller: Caller | null, schema: GraphQLSchema): string {
   const dependence = callerDependence(operation, schema)

@@ -20,7 +20,7 @@ import type { Caller } from '../core/domain/context.ts'
 import { AppError, forbidden, unauthenticated } from '../core/errors.ts'
 import type { DeployedOperation, Deployment, Store } from '../core/store/types.ts'
 import { makePlan } from './plan.ts'
-import type { RoomLogger } from './ports.ts'
+import type { EngineLogger } from './dependencies.ts'
 import { readManifest, type ManifestEntry } from './persisted-manifest.ts'
 
 /** A name or a version: what a release pipeline can name an app by, safe in logs and URLs. */
@@ -308,11 +308,11 @@ export interface VerbOptions {
   maxBytes: number
   /** What serves the deployments on this instance: reloaded before a publish or a retirement answers. */
   catalog: { refresh (): Promise<void> }
-  log: RoomLogger
+  log: EngineLogger
 }
 
 /**
- * The verbs of `npm run app` for release pipelines that cannot reach the database (the door serves them
+ * The verbs of `npm run app` for release pipelines that cannot reach the database (the route serves them
  * under /admin/app-deployments): an administrator's only, each logged with who asked. A publish or a
  * retirement is live on this instance when it answers, and on the others as soon as they hear of it.
  */
@@ -330,7 +330,7 @@ export function deploymentVerbs (options: VerbOptions) {
     return caller
   }
   return {
-    /** Refuses anyone but an administrator: the door asks before it reads a body (a manifest can be large). */
+    /** Refuses anyone but an administrator: the route asks before it reads a body (a manifest can be large). */
     admit: administrator,
     /** `staleDays` as the query string gives it: absent, or a whole number of days. */
     async list (caller: Caller | null, staleDays: string | undefined) {

@@ -8,6 +8,8 @@ import { LruMap } from '../core/lru-map.ts'
 
 /** Where automatically registered texts live, by sha256 hex. Implementations bound their size. */
 export interface ApqStore {
+  /** Where the texts live: this process, or Redis (shared by every instance). */
+  readonly kind: 'memory' | 'redis'
   get (hash: string): Promise<string | undefined>
   set (hash: string, text: string): Promise<void>
 }
@@ -20,6 +22,7 @@ export const apqEntryBytes = (text: string) => text.length * 2 + 512
 export function memoryApqStore (maxEntries: number, maxBytes = Infinity): ApqStore {
   const lru = new LruMap<string, string>(maxEntries, maxBytes)
   return {
+    kind: 'memory',
     async get (hash) { return lru.get(hash) },
     async set (hash, text) { lru.set(hash, text, apqEntryBytes(text)) }
   }
@@ -60,6 +63,7 @@ export function redisApqStore (
   const warn = (err: unknown) =>
     log.warn({ err: (err as Error).message }, "APQ registry: Redis unavailable, using this instance's copy")
   return {
+    kind: 'redis',
     async get (hash) {
       try {
         return ((await redis.eval(FETCH, 2, ...keys, hash, Date.now())) as string | null) ?? undefined

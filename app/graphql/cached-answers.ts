@@ -10,7 +10,7 @@ import { formatResult, type FormatOptions, type GraphQLAnswer } from '../core/er
 import { cacheScopeOf, callerDependence } from './answer-scope.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import type { Visibility } from './http-cache.ts'
-import type { Admission, Pipeline, Priced } from './pipeline.ts'
+import type { Admission, OperationExecution, Priced } from './pipeline.ts'
 
 /** An answer as sent: the execution's outcome plus our extensions (cost). */
 export interface GraphQLResponseBody extends GraphQLAnswer {
@@ -35,7 +35,7 @@ export interface Answered {
 }
 
 export interface CachedAnswersOptions {
-  pipeline: Pick<Pipeline, 'execute' | 'cached'>
+  execution: Pick<OperationExecution, 'execute' | 'cached'>
   errorOptions: FormatOptions
   /** The shared cache of query answers (RESPONSE_CACHE); null when it is off. */
   responseCache: ResponseCache | null
@@ -49,19 +49,19 @@ export interface CachedAnswersOptions {
 const cacheable = ({ operation }: Priced) => operation.type === 'query' && !operation.introspects
 
 /** Where a query's answer is kept: its cache key, and who may share it (answer-scope.ts). */
-interface Place {
+interface CacheLookup {
   key: string
   scope: string
-  /** The store's answer, read while the request was paying (Pipeline's `whilePaying`). */
+  /** The store's answer, read while the request was paying (Pipeline's `onPriced`). */
   early?: EarlyRead
 }
 
 /**
  * `answerAdmitted(admission)`: the admitted operation's answer, from the cache or executed; with Redis, its
- * read of the cache begun while the operation's charge is on its way (`readWhilePaying`).
+ * read of the cache begun while the operation's charge is on its way (`startLookup`).
  */
 export function createCachedAnswers (options: CachedAnswersOptions) {
-  const { pipeline, errorOptions, responseCache, schema, maxAnswerBytes } = options
+  const { execution, errorOptions, responseCache, schema, maxAnswerBytes } = options
 
   /**
    * The schema's identity in cache keys: instances on another version of the schema (a rolling deploy)
@@ -75,7 +75,7 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
    * Where a priced query's answer is kept: the operation (on this schema), its coerced variables, and who
    * may share its answer; undefined when it is not cached.
    */
-  function placeOf (priced: Priced): Place | undefined {
+  function lookupOf (priced: Priced): CacheLookup | undefined {
     if (!responseCache || !cacheable(priced)) return undefined
     const scope = cacheScopeOf(priced.operation, priced.caller, schema())
     return { key: cacheKey(`${schemaVersion()}:${priced.operation.key}`, priced.variables, scope), scope }
@@ -87,29 +87,29 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
    * unless it has errors or is over the answer cap.
    */
   async function throughCache (
-    cache: ResponseCache, admission: Admission, { key, scope, early }: Place
+    cache: ResponseCache, admission: Admission, { key, scope, early }: CacheLookup
   ): Promise<Answered> {
     const extensions = { cost: admission.cost }
     const visibility: Visibility = scope === 'public' ? 'public' : 'private'
     const found = await cache.find(key, early)
     const hit = found.entry
     if (hit) {
-      pipeline.cached(admission, 'hit')
+      execution.cached(admission, 'hit')
       return { body: { extensions }, cached: { entry: hit, age: cache.ageOf(hit) }, visibility }
     }
     let executed: GraphQLResponseBody | undefined
     const filled = await cache.fill(key, async () => {
-      pipeline.cached(admission, 'miss')
+      execution.cached(admission, 'miss')
       const reads: ReadSet = new Set()
       // Everyone's answer is executed as nobody: a resolver that reads the caller without saying so in
       // the SDL cannot put one caller's value in the entry every caller is served.
       const as = scope === 'public' ? null : admission.caller
-      executed = formatResult(await pipeline.execute(admission, undefined, reads, as), errorOptions)
+      executed = formatResult(await execution.execute(admission, undefined, reads, as), errorOptions)
       const json = JSON.stringify(executed)
       return { body: json, tags: reads, store: executed.errors === undefined && withinAnswerCap(json, maxAnswerBytes) }
     }, found.since)
     // Waited for a concurrent request's execution of the same key: answered from it, as a hit.
-    if (!filled.executed) pipeline.cached(admission, 'hit')
+    if (!filled.executed) execution.cached(admission, 'hit')
     const body = executed ?? {}
     body.extensions = extensions
     if (!filled.storable) return { body, visibility }
@@ -120,17 +120,17 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
   return {
     /**
      * Begins the cache's read of a priced query's answer while its charge is on its way (given to the
-     * pipeline as `whilePaying`): the place to pass to `answerAdmitted` once it is admitted.
+     * pipeline as `onPriced`): the lookup to pass to `answerAdmitted` once it is admitted.
      */
-    readWhilePaying (priced: Priced): Place | undefined {
-      const place = placeOf(priced)
-      if (place) place.early = responseCache!.readEarly(place.key)
-      return place
+    startLookup (priced: Priced): CacheLookup | undefined {
+      const lookup = lookupOf(priced)
+      if (lookup) lookup.early = responseCache!.readEarly(lookup.key)
+      return lookup
     },
-    /** The admitted operation's answer, from the cache or executed; `place`: what `readWhilePaying` began. */
-    async answerAdmitted (admission: Admission, place = placeOf(admission)): Promise<Answered> {
-      if (responseCache && place) return throughCache(responseCache, admission, place)
-      const body: GraphQLResponseBody = formatResult(await pipeline.execute(admission), errorOptions)
+    /** The admitted operation's answer, from the cache or executed; `lookup`: what `startLookup` began. */
+    async answerAdmitted (admission: Admission, lookup = lookupOf(admission)): Promise<Answered> {
+      if (responseCache && lookup) return throughCache(responseCache, admission, lookup)
+      const body: GraphQLResponseBody = formatResult(await execution.execute(admission), errorOptions)
       body.extensions = { cost: admission.cost }
       if (admission.operation.type !== 'query') return { body }
       return { body, visibility: callerDependence(admission.operation, schema()) === 'none' ? 'public' : 'private' }

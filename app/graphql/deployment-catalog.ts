@@ -11,7 +11,7 @@ import { getHeapStatistics } from 'node:v8'
 import { AppError } from '../core/errors.ts'
 import type { ChangeWatch, Deployment, DeploymentKey, DeploymentOperationRow, DeploymentUsage, Store } from '../core/store/types.ts'
 import { operationLabel, PROFILE_HEARTBEAT_MS, slices, whyRefused, type ServiceProfile } from './app-deployments.ts'
-import type { RoomLogger } from './ports.ts'
+import type { EngineLogger } from './dependencies.ts'
 import type { ClientApp, PersistedOperation } from './persisted.ts'
 
 /** What the persisted registry asks of the catalog. */
@@ -33,15 +33,15 @@ export interface RegisteredOperations {
 export interface CatalogOptions {
   store: Store
   /** Plans and compiles a text to serve: what it weighs in memory. Throws when this service cannot run it. */
-  pin (text: string): number
-  unpin (text: string): void
+  retain (text: string): number
+  release (text: string): void
   /** DEPLOYMENTS_MAX_BYTES: what the active operations' plans and compiled code may weigh in memory, at most. */
   maxBytes: number
   /** How often counted requests are written to the store (ms). */
   usageFlushMs: number
   /** What this instance runs: said to the store while it runs (what publishes are checked against). */
   profile: ServiceProfile
-  log: RoomLogger
+  log: EngineLogger
 }
 
 interface Counted {
@@ -95,8 +95,8 @@ export function createDeploymentCatalog (options: CatalogOptions) {
   const bound = instanceWeightBound(options.maxBytes)
   let byId = new Map<string, Served>()
   let retired = new Map<string, string[]>()
-  /** The texts pinned (planned and compiled), with their weight. */
-  let pinned = new Map<string, number>()
+  /** The texts retained (planned and compiled), with their weight. */
+  let retained = new Map<string, number>()
   /** Every deployment that is not pending, as last read (only what changed is read again). */
   const loaded = new Map<string, LoadedDeployment>()
   /** Operations this service cannot run, by hash, with why (not planned again on every reload). */
@@ -164,7 +164,7 @@ export function createDeploymentCatalog (options: CatalogOptions) {
     const active = [...loaded].filter(([, d]) => d.state === 'active')
       .sort(([, a], [, b]) => b.publishedAt.localeCompare(a.publishedAt))
     const next = new Map<string, Served>()
-    const nextPinned = new Map<string, number>()
+    const nextRetained = new Map<string, number>()
     const nextCannotRun = new Map<string, string>()
     const nextRefused = new Map<string, string>()
     let weight = 0
@@ -173,14 +173,14 @@ export function createDeploymentCatalog (options: CatalogOptions) {
       let added = 0
       const fresh = new Map<string, DeploymentOperationRow>()
       for (const row of rows) {
-        if (nextPinned.has(row.body) || fresh.has(row.body)) continue
+        if (nextRetained.has(row.body) || fresh.has(row.body)) continue
         const known = cannotRun.get(row.hash) ?? nextCannotRun.get(row.hash)
         if (known) {
           nextCannotRun.set(row.hash, known)
           problem = `${operationLabel(row)}: ${known}`
           break
         }
-        added += pinned.get(row.body) ?? row.weight
+        added += retained.get(row.body) ?? row.weight
         fresh.set(row.body, row)
       }
       if (!problem && weight + added > bound) {
@@ -188,13 +188,13 @@ export function createDeploymentCatalog (options: CatalogOptions) {
           `(DEPLOYMENTS_MAX_BYTES${bound < options.maxBytes ? ', or a quarter of this instance\'s heap' : ''})`
       }
       // Planned and compiled (in slices) only once the deployment fits: all of its operations, or none served.
-      const pinnedHere: string[] = []
+      const retainedHere: string[] = []
       for (const row of problem ? [] : fresh.values()) {
-        let pinnedWeight = pinned.get(row.body)
-        if (pinnedWeight === undefined) {
+        let retainedWeight = retained.get(row.body)
+        if (retainedWeight === undefined) {
           await pause()
           try {
-            pinnedWeight = options.pin(row.body)
+            retainedWeight = options.retain(row.body)
           } catch (err) {
             const why = whyRefused(err)
             nextCannotRun.set(row.hash, why)
@@ -202,19 +202,19 @@ export function createDeploymentCatalog (options: CatalogOptions) {
             break
           }
         }
-        nextPinned.set(row.body, pinnedWeight)
-        pinnedHere.push(row.body)
+        nextRetained.set(row.body, retainedWeight)
+        retainedHere.push(row.body)
       }
       if (problem) {
-        for (const text of pinnedHere) {
-          nextPinned.delete(text)
-          // Pinned by this load alone: let go now (the end of the load lets go of earlier ones).
-          if (!pinned.has(text)) options.unpin(text)
+        for (const text of retainedHere) {
+          nextRetained.delete(text)
+          // Retained by this load alone: let go now (the end of the load lets go of earlier ones).
+          if (!retained.has(text)) options.release(text)
         }
         nextRefused.set(deployment, problem)
         continue
       }
-      for (const text of pinnedHere) weight += nextPinned.get(text)!
+      for (const text of retainedHere) weight += nextRetained.get(text)!
       for (const row of rows) {
         let served = next.get(`sha256:${row.hash}`)
         if (!served) {
@@ -238,7 +238,7 @@ export function createDeploymentCatalog (options: CatalogOptions) {
         }
       }
     }
-    for (const text of pinned.keys()) if (!nextPinned.has(text)) options.unpin(text)
+    for (const text of retained.keys()) if (!nextRetained.has(text)) options.release(text)
     for (const [deployment, why] of nextRefused) {
       if (refused.get(deployment) !== why) log.error({ deployment, reason: why }, 'app deployment not served by this instance')
     }
@@ -247,7 +247,7 @@ export function createDeploymentCatalog (options: CatalogOptions) {
     }
     byId = next
     retired = gone
-    pinned = nextPinned
+    retained = nextRetained
     cannotRun = nextCannotRun
     refused = nextRefused
     servedWeight = weight

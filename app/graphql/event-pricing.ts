@@ -1,10 +1,13 @@
 // What a subscription event costs, and who pays it: each subscriber's price is spent from the budget of
 // whoever holds it (the user, or the client address when anonymous), one spend per distinct payer per
-// event. The pipeline (Pipeline.chargeEvent) and the fan-out hub (fanout.ts) both use it; it imports
-// neither, so neither imports the other through it.
+// event. The operations the streaming carriers start (operations.ts: one subscription's event) and the
+// fan-out hub (fanout.ts: one event for every subscriber of a topic) both use it.
 import { callerKey, type Caller } from '../core/domain/context.ts'
 import type { CostUnitsLeft } from '../core/limits/cost-report.ts'
-import type { SpendCostUnits } from './ports.ts'
+import type { SpendCostUnits } from './dependencies.ts'
+/** Pays for one event of running subscriptions: the subscribers that could not be paid for. */
+export type ChargeEvent = <M extends Payer>(subscribers: M[]) => Promise<{ refused: M[]; resetMs: number }>
+
 /** Who pays for a subscriber's events, and how much each costs. */
 export interface Payer {
   caller: Caller | null

@@ -8,7 +8,7 @@
 // pay is ended with RATE_LIMITED instead of receiving the event.
 import type { GraphQLSchema } from 'graphql'
 import type { MQEmitter, Message } from 'mqemitter'
-import { Bystander } from '../core/domain/authorization.ts'
+import { NonOwner } from '../core/domain/authorization.ts'
 import type { Caller } from '../core/domain/context.ts'
 import { scopeOf } from './answer-scope.ts'
 import type { Payer } from './event-pricing.ts'
@@ -40,7 +40,7 @@ export interface FanoutOptions {
   emitter: MQEmitter
   /** Executes an event for a group: the serialised, capped answer its subscribers receive. */
   answer (run: Admission, event: unknown): Promise<string>
-  /** Pays for one event (Pipeline.chargeEvent): the subscribers that could not be paid for. */
+  /** Pays for one event (event-pricing.ts): the subscribers that could not be paid for. */
   charge (subscribers: Member[]): Promise<{ refused: Member[]; resetMs: number }>
   /** The errors that end a subscriber whose payer cannot pay (RATE_LIMITED, formatted). */
   refusal (resetMs: number, cost: number): unknown[]
@@ -74,11 +74,11 @@ interface Group {
   topic: Topic
   /**
    * The admission the group executes events as: its caller is the scope's (null for `public` and
-   * `anonymous`, a fresh Bystander per event for `authenticated`, the subscriber for `ADMIN` and a
+   * `anonymous`, a fresh NonOwner per event for `authenticated`, the subscriber for `ADMIN` and a
    * caller's own scope).
    */
   run: Admission
-  /** `authenticated`: the answer of an event is the bystander's, except for the owners it was refused. */
+  /** `authenticated`: the answer of an event is the non-owner's, except for the owners it was refused. */
   perOwner: boolean
   members: Set<Member>
 }
@@ -128,17 +128,17 @@ export function createFanout (options: FanoutOptions) {
   }
 
   /**
-   * An `authenticated` group: executed once as a bystander; the recipients whose data SELF refused it
+   * An `authenticated` group: executed once as a non-owner; the recipients whose data SELF refused it
    * (the owners, usually the event's author alone) are executed as themselves, once per user.
    */
   async function deliverPerOwner (group: Group, recipients: Member[], event: unknown): Promise<void> {
-    const bystander = new Bystander()
-    const shared = await options.answer({ ...group.run, caller: bystander }, event)
+    const nonOwner = new NonOwner()
+    const shared = await options.answer({ ...group.run, caller: nonOwner }, event)
     const owners = new Map<string, Member[]>()
     for (const member of recipients) {
       if (member.group !== group) continue
       const id = member.caller!.id
-      if (!bystander.refusedOwners.has(id)) {
+      if (!nonOwner.refusedOwners.has(id)) {
         member.sink.next(shared)
         continue
       }
@@ -228,7 +228,7 @@ export function createFanout (options: FanoutOptions) {
       const key = `${planId}\n${scope}\n${JSON.stringify(run.variables)}`
       let group = topic.groups.get(key)
       if (!group) {
-        // Everyone's and the anonymous answers run as nobody, `authenticated` as a bystander per event;
+        // Everyone's and the anonymous answers run as nobody, `authenticated` as a nonOwner per event;
         // an administrators' or one caller's own (a private field) as the caller.
         const caller = scope === 'public' || scope === 'anonymous' || scope === 'authenticated' ? null : payer.caller
         const perOwner = scope === 'authenticated'

@@ -34,7 +34,7 @@ export interface CacheRequest {
 }
 
 /**
- * The headers of an answer, which the cache sets. `vary` is the cache's own part of it: the door adds it
+ * The headers of an answer, which the cache sets. `vary` is the cache's own part of it: the route adds it
  * to a Vary header set earlier (CORS).
  */
 export type CacheHeaders = Record<string, string>

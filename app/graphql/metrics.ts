@@ -1,6 +1,6 @@
-// The GraphQL room's metrics, on the app's registry (plugins/metrics.ts): operations by name, type and
+// The GraphQL routes' metrics, on the app's registry (plugins/metrics.ts): operations by name, type and
 // outcome, error codes, open subscriptions and WebSockets. The composition root (app/app.ts) hands the
-// room `answered` as one of its instruments, and these gauges read the room's inspection surface when
+// routes `answered` as one of its instruments, and these gauges read the GraphQL inspection surface when
 // scraped: the metrics plugin itself knows nothing of GraphQL.
 import { Counter, Gauge, type Registry } from 'prom-client'
 import { Tally } from '../core/tally.ts'
@@ -37,8 +37,8 @@ export type CountAnswer = (
   params: { query?: unknown; operationName?: unknown } | null
 ) => void
 
-/** What the metrics read from the room when scraped (its inspection surface). */
-export interface RoomReadings {
+/** What the metrics read from the GraphQL routes when scraped (its inspection surface). */
+export interface GraphQLReadings {
   subscriptionStats (): SubscriptionCounts
   /** Every active app deployment, with the requests served for it since the last call. */
   takeDeploymentUsage (): { name: string; version: string; requests: number }[]
@@ -47,8 +47,8 @@ export interface RoomReadings {
 }
 
 /* eslint-disable no-new -- a prom-client metric registers itself in `registers` when constructed */
-export function graphqlMetrics (registry: Registry, room: () => RoomReadings): CountAnswer {
-  const subscriptionStats = () => room().subscriptionStats()
+export function graphqlMetrics (registry: Registry, inspection: () => GraphQLReadings): CountAnswer {
+  const subscriptionStats = () => inspection().subscriptionStats()
   const operations = new Tally(['operation_name', 'operation_type', 'outcome'])
   new Counter({
     name: 'graphql_operations_total',
@@ -93,7 +93,7 @@ export function graphqlMetrics (registry: Registry, room: () => RoomReadings): C
     labelNames: ['store'] as const,
     registers: [registry],
     collect () {
-      const stats = room().responseCacheStats()
+      const stats = inspection().responseCacheStats()
       if (stats) this.set({ store: stats.bytes === null ? 'redis' : 'memory' }, stats.serving ? 1 : 0)
     }
   })
@@ -108,7 +108,7 @@ export function graphqlMetrics (registry: Registry, room: () => RoomReadings): C
     registers: [registry],
     collect () {
       const active = new Map<string, { app: string; version: string }>()
-      for (const { name, version, requests } of room().takeDeploymentUsage()) {
+      for (const { name, version, requests } of inspection().takeDeploymentUsage()) {
         const labels = { app: name, version }
         active.set(`${name} ${version}`, labels)
         this.inc(labels, requests)

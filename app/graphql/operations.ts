@@ -23,7 +23,8 @@ import type { Role } from '../core/store/types.ts'
 import { answerTooLarge, withinAnswerCap } from './answer-size.ts'
 import { formatError, formatResult, formatThrown, type FormatOptions } from '../core/error-format.ts'
 import { TopicEvents, createFanout, type Fanout, type Subscription, type SubscriptionSink } from './fanout.ts'
-import type { Admission, OperationRequest, Pipeline } from './pipeline.ts'
+import type { ChargeEvent } from './event-pricing.ts'
+import type { Admission, OperationAdmission, OperationExecution, OperationRequest } from './pipeline.ts'
 import type { OperationPlan } from './plan.ts'
 
 export type { Subscription, SubscriptionSink }
@@ -37,7 +38,11 @@ export type StartedOperation =
 export type StartOperation = (request: OperationRequest, sink: SubscriptionSink) => Promise<StartedOperation>
 
 export interface OperationStarterOptions {
-  pipeline (): Pipeline
+  admission: Pick<OperationAdmission, 'admit'>
+  /** Looked up at each call (a test may wrap `execute`). */
+  execution: OperationExecution
+  /** Pays for one event of running subscriptions (event-pricing.ts): the subscribers that could not be paid for. */
+  chargeEvent: ChargeEvent
   schema (): GraphQLSchema
   format (): FormatOptions
   emitter: MQEmitter
@@ -69,7 +74,7 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   }
   const answerOf = async (admission: Admission, root?: unknown): Promise<string> => {
     try {
-      return serialised(await options.pipeline().execute(admission, root))
+      return serialised(await options.execution.execute(admission, root))
     } catch (err) {
       return JSON.stringify({ errors: formatThrown(err, options.format()) })
     }
@@ -87,7 +92,7 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   const fanout = createFanout({
     emitter: options.emitter,
     answer: answerOf,
-    charge: (subscribers) => options.pipeline().chargeEvent(subscribers),
+    charge: options.chargeEvent,
     refusal,
     maxQueuedEvents: options.maxQueuedEvents
   })
@@ -186,7 +191,7 @@ export function operationStarter (options: OperationStarterOptions): { start: St
           const step = await events.next()
           if (stopped) return
           if (step.done) return sink.end()
-          const { refused, resetMs } = await options.pipeline().chargeEvent([payer])
+          const { refused, resetMs } = await options.chargeEvent([payer])
           if (stopped) return
           if (refused.length > 0) {
             stopped = true
@@ -213,7 +218,7 @@ export function operationStarter (options: OperationStarterOptions): { start: St
   }
 
   const start: StartOperation = async (request, sink) => {
-    const admission = await options.pipeline().admit(request)
+    const admission = await options.admission.admit(request)
     const { operation } = admission
     if (operation.type !== 'subscription') return { operation, answer: await answerOf(admission) }
     const { caller } = request
@@ -222,7 +227,7 @@ export function operationStarter (options: OperationStarterOptions): { start: St
     if (caller) await assertIdentityHolds(caller)
     const release = takeSlot(caller, request.ip)
     try {
-      const source = await options.pipeline().subscribe(admission)
+      const source = await options.execution.subscribe(admission)
       // graphql-js answers a source stream that failed to start with its errors.
       if (!(Symbol.asyncIterator in source)) {
         throw Object.assign(new Error('The subscription could not start'), { errors: source.errors ?? [] })

@@ -19,7 +19,8 @@ function singleOperation (document: DocumentNode): { name: string | null; type: 
 
 /**
  * Parses a registered text: it must hold one operation. Throws a message. (Whether the service can run
- * it, against its schema and limits, is decided when the room's core (core.ts: warmUp) pins its plan at start.)
+ * it, against its schema and limits, is decided when the engine's warm-up (routes/graphql/engine.ts)
+ * retains its plan at start.)
  */
 function describeOperation (text: string): { name: string | null; type: OperationTypeNode } {
   let document: DocumentNode

@@ -7,6 +7,7 @@ import { LruMap } from '../core/lru-map.ts'
 import { apqEntryBytes, type ApqStore } from './apq-store.ts'
 import {
   PersistedMessages,
+  hasPersistedQueryExtension,
   persistedIdOf,
   persistedQueryExtension,
   sha256Hex,
@@ -70,7 +71,13 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
   }
 
   return {
+    apq,
     countUse: (operation, client) => deployed.count(operation, client),
+    checkBatch (batch) {
+      if (persistedOnly && batch.some((params) => !namesPersistedQuery(params))) {
+        throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
+      }
+    },
     async resolve (params, allowIntrospection = false) {
       const { query } = params
       const queryId = persistedIdOf(params)
@@ -118,5 +125,15 @@ export function createPersistedQueries (options: PersistedQueriesOptions): Persi
       }
       return { text: query, registered: false, introspectionOnly: persistedOnly }
     }
+  }
+}
+
+/** Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its text only. */
+function namesPersistedQuery (params: unknown): boolean {
+  if (params === null || typeof params !== 'object' || Array.isArray(params)) return false
+  try {
+    return persistedIdOf(params) !== undefined || hasPersistedQueryExtension(params)
+  } catch {
+    return true // a malformed id: refused on its own, with its own words
   }
 }

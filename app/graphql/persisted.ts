@@ -19,6 +19,7 @@
 import { createHash } from 'node:crypto'
 import type { OperationTypeNode } from 'graphql'
 import { AppError } from '../core/errors.ts'
+import type { ApqStore } from './apq-store.ts'
 
 /**
  * The app a request says it comes from (Apollo's apollographql-client-name/-version, or
@@ -71,6 +72,13 @@ export interface PersistedQueries {
   resolve (params: GraphQLRequestParams, allowIntrospection?: boolean): Promise<ResolvedDocument>
   /** Counts an admitted request of a deployed operation for its deployment (the one `client` names, if it holds it). */
   countUse (operation: PersistedOperation, client: ClientApp | null): void
+  /**
+   * Refuses a whole batch at once (PERSISTED_QUERY_REQUIRED, not one refusal per entry) when persisted-only
+   * mode would refuse one of its entries: one carrying its own text rather than naming a registered operation.
+   */
+  checkBatch (batch: readonly unknown[]): void
+  /** The automatic registrations' store this registry uses: null when APQ is off (always, in persisted-only mode). */
+  readonly apq: ApqStore | null
 }
 
 /** One registered operation. The text is the exact string the pipeline plans (its plan cache key). */

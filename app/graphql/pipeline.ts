@@ -14,8 +14,6 @@
 // One engine runs everything: graphql-jit's compilation of the chosen operation, made on its first
 // admitted execution and kept with the plan. Mercurius builds the schema (resolvers, mercurius-auth's
 // @auth wrappers) and is not on the request path.
-import { createRequire } from 'node:module'
-import { setFlagsFromString } from 'node:v8'
 import {
   GraphQLError,
   createSourceEventStream,
@@ -25,16 +23,15 @@ import {
 } from 'graphql'
 import type { CompiledQuery } from 'graphql-jit'
 import { AppError, Messages } from '../core/errors.ts'
-import { LruMap } from '../core/lru-map.ts'
 import { assertWithinCaps } from '../core/domain/input.ts'
 import { createDomainContext, withinDeadline, type Caller, type DomainDeps } from '../core/domain/context.ts'
 import type { ReadSet } from '../core/domain/read-tags.ts'
 import type { Config } from '../core/config.ts'
 import type { BudgetSpending, CostReport } from '../core/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
-import { chargeEvent, type Payer } from './event-pricing.ts'
-import type { Instrumentation, OperationPhases } from './ports.ts'
-import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
+import type { Instrumentation, OperationPhases } from './dependencies.ts'
+import { ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
+import type { Plans } from './plans.ts'
 import {
   PersistedMessages,
   hasPersistedQueryExtension,
@@ -45,11 +42,6 @@ import {
   type PersistedQueries
 } from './persisted.ts'
 import { scalarCoercion, type ScalarCoercion } from './variables.ts'
-
-// graphql-jit's CommonJS build: its ESM build imports a sibling module without its extension and
-// fails to load under Node's resolver.
-const require = createRequire(import.meta.url)
-const { compileQuery, isCompiledQuery } = require('graphql-jit') as typeof import('graphql-jit')
 
 /** What carries the operation: decides which operation types it may run. */
 export type Transport = 'GET' | 'POST' | 'WS' | 'SSE'
@@ -73,7 +65,7 @@ export interface OperationRequest {
    * (in-process counters) or refused before it leaves. What it starts is used only once the operation
    * is admitted, and must not be what the budget pays for (execution).
    */
-  whilePaying?: (priced: Priced) => void
+  onPriced?: (priced: Priced) => void
 }
 
 /** An operation priced and checked, its charge not yet answered. */
@@ -88,48 +80,24 @@ export interface Admission {
   cost: CostReport
 }
 
-/** Limits the plan cache works under: a plan's own (depth, tokens, caps...), the text length, the cache's bytes. */
-export type PlanCacheLimits = Config['limits']
-
-/**
- * The plans of document texts, made once per text and cached by bytes, with each operation's
- * graphql-jit compilation. Built before the persisted registry (which plans registered texts) and the
- * pipeline (which resolves documents through that registry): that order is the whole dependency chain.
- */
-export interface Plans {
-  /** The plan of a text: from the cache, or made (and cached) now. Throws when the text cannot run. */
-  plan (source: string): DocumentPlan
-  /** Makes and compiles the plan of a deploy-time text, kept until unpinned (never evicted): what it weighs. */
-  pin (source: string): number
-  /** Lets a pinned text go (its app deployment was retired): planned again, and cached, if it runs again. */
-  unpin (source: string): void
-  /**
-   * The operation's compilation (of the text `source`), made now when it has none: the cached plan then weighs more.
-   */
-  compiled (operation: OperationPlan, source: string): CompiledQuery
-  /** Plans made for ad-hoc and APQ texts: entries and estimated bytes kept. */
-  readonly stats: { entries: number; bytes: number }
-}
-
-/** What the pipeline needs from the service: the caller's budgets (BudgetSpending) among them. */
-export interface PipelineOptions extends BudgetSpending {
+/** What admission needs: the schema and limits, the plans, the persisted registry, the caller's budgets. */
+export interface AdmissionOptions extends Pick<BudgetSpending, 'spendRequest' | 'chargeCost'> {
   schema (): GraphQLSchema
   limits: Config['limits']
   introspection: boolean
-  domain: DomainDeps
-  plans: Plans
-  persisted: PersistedQueries
-  /** Instruments that wrap the operation phases (tracing); none: the phases run as they are. */
-  instrumentation?: Instrumentation
+  plans: Pick<Plans, 'plan' | 'compiled'>
+  persisted: Pick<PersistedQueries, 'resolve' | 'countUse'>
 }
 
-export interface Pipeline {
-  /** The plan of a text: from the cache, or made (and cached) now. Throws when the text cannot run. */
-  plan (source: string): DocumentPlan
-  /** Makes and compiles the plan of a deploy-time text, kept until unpinned (never evicted): what it weighs. */
-  pin (source: string): number
-  /** Lets a pinned text go (its app deployment was retired): planned again, and cached, if it runs again. */
-  unpin (source: string): void
+/** What execution needs: the schema, the deadline, the domain's dependencies (a fresh context per operation). */
+export interface ExecutionOptions {
+  schema (): GraphQLSchema
+  timeoutMs: number
+  domain: DomainDeps
+}
+
+/** Admission: every check and charge an operation passes before it may run, and what a carrier may ask first. */
+export interface OperationAdmission {
   /** Checks and prices an operation, spends its cost units; throws (having spent nothing else) when refused. */
   admit (request: OperationRequest): Promise<Admission>
   /**
@@ -144,6 +112,10 @@ export interface Pipeline {
    * else (a deployment's usage counts admitted requests, and the 304 admits none).
    */
   resolvesRegistered (params: GraphQLRequestParams, caller: Caller | null): Promise<boolean>
+}
+
+/** Execution: what runs an admitted operation (the phases after admission, as the instruments see them). */
+export interface OperationExecution {
   /**
    * Runs an admitted query or mutation (or one event of a subscription, its root value) under the
    * execution deadline, with a fresh domain context (fresh loaders): its result, or "Query timeout"
@@ -158,13 +130,12 @@ export interface Pipeline {
    * `execute(admission, event)`), or one result when it failed to start.
    */
   subscribe (admission: Admission): Promise<AsyncIterable<unknown> | ExecutionResult>
-  /**
-   * Pays for one event of running subscriptions, each at its operation's cost, from the budget of whoever
-   * holds it (one spend per payer): the subscribers that could not be paid for (fanout.ts).
-   */
-  chargeEvent<M extends Payer> (subscribers: Iterable<M>): Promise<{ refused: M[]; resetMs: number }>
-  /** Plans made for ad-hoc and APQ texts: entries and estimated bytes kept. */
-  readonly cacheStats: { entries: number; bytes: number }
+}
+
+/** Admission and execution together, their phases wrapped once by the instruments: what every carrier runs. */
+export interface Pipeline {
+  admission: OperationAdmission
+  execution: OperationExecution
 }
 
 const ALLOWED: Record<Transport, ReadonlySet<string>> = {
@@ -205,86 +176,6 @@ function selectOperation (plan: DocumentPlan, operationName: string | null): Ope
   return operations[0]!
 }
 
-/** graphql-jit compilations, one per operation of a plan (it keys nothing by text: no cross-operation mix-up). */
-const compilations = new WeakMap<OperationPlan, CompiledQuery>()
-
-/** The operation's compilation, made now when it has none (`made` is then called: the plan weighs more). */
-function compiledOf (schema: GraphQLSchema, operation: OperationPlan, made?: () => void): CompiledQuery {
-  let compiled = compilations.get(operation)
-  if (!compiled) {
-    const result = compileQuery(schema, operation.document, operation.name ?? undefined)
-    // The document validated, so a failure here is ours: reported as an internal error.
-    if (!isCompiledQuery(result)) {
-      throw new Error(`graphql-jit could not compile the operation: ${result.errors?.map((e) => e.message).join('; ')}`)
-    }
-    compilations.set(operation, compiled = result)
-    made?.()
-  }
-  return compiled
-}
-
-/** What a plan keeps alive: its own estimate plus that of each operation compiled so far. */
-function weightOf (plan: DocumentPlan): number {
-  let bytes = plan.bytes
-  for (const operation of plan.operations) if (compilations.has(operation)) bytes += operation.compiledBytes
-  return bytes
-}
-
-/**
- * Turns V8's compilation cache off for the process, once plans are made (createPlans), not as a side
- * effect of importing this module. graphql-jit compiles each operation with `new Function(source)`, and
- * V8 keeps every such source's compilation in its eval cache, strongly, until a last-resort GC near the
- * heap limit: measured, about 2 MiB per distinct 7.8 KB document, kept long after the plan cache had let
- * the plan go (a compilation is made once per plan, so the cache never saves anything here). Node's
- * documented v8.setFlagsFromString turns that cache off; a compilation then lives exactly as long as its
- * plan, whose weight counts it.
- */
-function keepCompilationsWithTheirPlans (): void {
-  setFlagsFromString('--no-compilation-cache')
-}
-
-export function createPlans (schema: () => GraphQLSchema, limits: PlanCacheLimits): Plans {
-  keepCompilationsWithTheirPlans()
-  const cache = new LruMap<string, DocumentPlan>(Infinity, limits.planCacheBytes)
-  const pinned = new Map<string, DocumentPlan>()
-
-  function plan (source: string): DocumentPlan {
-    let made = pinned.get(source) ?? cache.get(source)
-    if (!made) {
-      if (source.length > limits.maxQueryLength) {
-        throw new AppError('QUERY_TOO_LARGE', `The document is longer than ${limits.maxQueryLength} characters`, {
-          maxQueryLength: limits.maxQueryLength
-        })
-      }
-      // A text that fails throws here and is never kept.
-      made = makePlan(schema(), source, limits)
-      cache.set(source, made, made.bytes)
-    }
-    return made
-  }
-
-  /** Weighs a cached plan again once an operation of it is compiled (a pinned one is not counted). */
-  function reweigh (source: string): void {
-    const cached = cache.peek(source)
-    if (cached) cache.set(source, cached, weightOf(cached))
-  }
-
-  return {
-    plan,
-    pin (source) {
-      const made = makePlan(schema(), source, limits)
-      for (const operation of made.operations) compiledOf(schema(), operation)
-      pinned.set(source, made)
-      return weightOf(made)
-    },
-    unpin (source) {
-      pinned.delete(source)
-    },
-    compiled: (operation, source) => compiledOf(schema(), operation, () => reweigh(source)),
-    get stats () { return { entries: cache.size, bytes: cache.weight } }
-  }
-}
-
 /** Each operation's checker for plain scalar variables (variables.ts), made on its first request; null: graphql-js. */
 const scalarCoercions = new WeakMap<OperationPlan, ScalarCoercion | null>()
 
@@ -294,7 +185,7 @@ function scalarCoercionOf (operation: OperationPlan): ScalarCoercion | null {
   return coercion
 }
 
-export function createPipeline (options: PipelineOptions): Pipeline {
+export function createAdmission (options: AdmissionOptions): OperationAdmission {
   const { limits, plans } = options
 
   /**
@@ -363,7 +254,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     ip,
     client = null,
     paidByRequest = transport !== 'WS',
-    whilePaying
+    onPriced
   }: OperationRequest): Promise<Admission> {
     // HTTP requests have paid at the route; a WebSocket (or a batch) carries many operations on one request.
     if (!paidByRequest) await options.spendRequest(caller, ip)
@@ -377,7 +268,7 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     const charged = options.chargeCost(caller, ip, operation.cost(variables))
     let cost: CostReport
     if (charged instanceof Promise) {
-      whilePaying?.({ caller, operation, variables })
+      onPriced?.({ caller, operation, variables })
       cost = await charged
     } else {
       cost = charged
@@ -389,6 +280,28 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     return { caller, operation, compiled, variables, cost }
   }
 
+  return {
+    admit,
+    async operationType (params, caller) {
+      try {
+        return (await operationOf(params, caller)).operation.type
+      } catch {
+        return undefined
+      }
+    },
+    async resolvesRegistered (params, caller) {
+      try {
+        await operationOf(params, caller, 'GET')
+        return true
+      } catch {
+        return false
+      }
+    }
+  }
+}
+
+export function createExecution (options: ExecutionOptions): OperationExecution {
+  const { timeoutMs } = options
   const contextOf = (
     admission: Admission, deadline: number, reads: ReadSet | null, caller: Caller | null
   ): GraphQLContext => ({
@@ -396,15 +309,13 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     operationName: admission.operation.name,
     cost: admission.cost
   })
-
-  const phases: OperationPhases<OperationRequest, Admission> = {
-    admit,
+  return {
     execute (admission, root, reads, as = admission.caller) {
-      const deadline = Date.now() + limits.timeoutMs
+      const deadline = Date.now() + timeoutMs
       const context = contextOf(admission, deadline, reads ?? null, as)
       const result = admission.compiled.query(root, context, admission.variables)
       // Synchronous results (no resolver waited) are complete; only a pending one races the deadline.
-      return result instanceof Promise ? withinDeadline(result, limits.timeoutMs, TIMED_OUT) : Promise.resolve(result)
+      return result instanceof Promise ? withinDeadline(result, timeoutMs, TIMED_OUT) : Promise.resolve(result)
     },
     async subscribe (admission) {
       const { operation, variables } = admission
@@ -421,34 +332,19 @@ export function createPipeline (options: PipelineOptions): Pipeline {
     },
     cached () {}
   }
-  // The instruments wrap the phases once, here; every transport then runs the wrapped ones.
-  const { admit: admitted, execute, subscribe, cached } = options.instrumentation?.phases?.(phases) ?? phases
-  return {
-    plan: plans.plan,
-    pin: plans.pin,
-    unpin: plans.unpin,
-    admit: admitted,
-    async operationType (params, caller) {
-      try {
-        return (await operationOf(params, caller)).operation.type
-      } catch {
-        return undefined
-      }
-    },
-    async resolvesRegistered (params, caller) {
-      try {
-        await operationOf(params, caller, 'GET')
-        return true
-      } catch {
-        return false
-      }
-    },
-    execute,
-    subscribe,
-    cached,
-    chargeEvent: (subscribers) => chargeEvent(options.spendCostUnits, subscribers),
-    get cacheStats () { return plans.stats }
-  }
+}
+
+/** Admission and execution, with the instruments (tracing) wrapping their phases once, here. */
+export function createPipeline (
+  options: AdmissionOptions & ExecutionOptions & { instrumentation?: Instrumentation }
+): Pipeline {
+  const admission = createAdmission(options)
+  const execution = createExecution(options)
+  const phases: OperationPhases<OperationRequest, Admission> = { admit: admission.admit, ...execution }
+  const wrapped = options.instrumentation?.phases?.(phases)
+  if (!wrapped) return { admission, execution }
+  const { admit, execute, subscribe, cached } = wrapped
+  return { admission: { ...admission, admit }, execution: { execute, subscribe, cached } }
 }
 
 const TIMED_OUT: ExecutionResult = {

@@ -2,12 +2,12 @@
 // JSON array of them: a batch), GET for persisted queries only (as the interface allows: stable,
 // cacheable URLs), PUT refused (graphql-sse's single connection mode). Method, headers, query string or
 // parsed body, caller and client address in; status, headers and body out — or, for a POST answered
-// as an event stream, the operation handed back to the door for sse.ts.
+// as an event stream, the operation handed back to the route for sse.ts.
 // Exchange → the admission pipeline (pipeline.ts: document, plan, checks, cost, execution under the
 // deadline) → the interface's response shape: the status table, batches, GET parsing, cost stripping
 // and the ETag/304 of persisted GETs (http-cache.ts) all live here. A query, once admitted (its
 // caller identified, its request and its price paid), is answered from the shared response cache
-// (cached-answers.ts, over app/core/cache/) when it holds the answer, else executed once and kept there. The door
+// (cached-answers.ts, over app/core/cache/) when it holds the answer, else executed once and kept there. The route
 // (index.ts) identifies the caller first (its route hooks: the request budget counts the caller) and
 // translates the result into its reply.
 import type { IncomingHttpHeaders } from 'node:http'
@@ -32,8 +32,8 @@ import {
 } from '../../app/core/media-types.ts'
 import { answerTooLarge, withinAnswerCap } from '../../app/graphql/answer-size.ts'
 import { createHttpCache, etagOf } from '../../app/graphql/http-cache.ts'
-import { PersistedMessages, hasPersistedQueryExtension, persistedIdOf, type GraphQLRequestParams } from '../../app/graphql/persisted.ts'
-import type { Pipeline } from '../../app/graphql/pipeline.ts'
+import type { GraphQLRequestParams, PersistedQueries } from '../../app/graphql/persisted.ts'
+import type { OperationAdmission, OperationExecution } from '../../app/graphql/pipeline.ts'
 import { clientAppOf } from '../../app/graphql/persisted.ts'
 import { createCachedAnswers, type Answered, type CachedAnswersOptions, type GraphQLResponseBody } from '../../app/graphql/cached-answers.ts'
 
@@ -47,12 +47,12 @@ export interface HttpExchangeInput {
   query?: unknown
   /** POST: the parsed JSON body. */
   body?: unknown
-  /** Who is calling (identified by the door from the Authorization header), or null when anonymous. */
+  /** Who is calling (identified by the route from the Authorization header), or null when anonymous. */
   caller: Caller | null
   ip: string
 }
 
-/** The operation a request executed, once admitted (told to the room's instruments). */
+/** The operation a request executed, once admitted (told to the GraphQL instruments). */
 export interface AnsweredOperation { name: string | null; type: string }
 
 /** An answer to send: status, media type, headers and body (neither media type nor body on a 304). */
@@ -60,20 +60,20 @@ export interface HttpAnswer {
   status: number
   contentType: string | undefined
   /**
-   * Headers of the answer. `vary` adds to a Vary header the door set earlier (CORS), and `retry-after`
+   * Headers of the answer. `vary` adds to a Vary header the route set earlier (CORS), and `retry-after`
    * never replaces one it set earlier (the request budget's).
    */
   headers: Record<string, string>
   body: string | undefined
   /** A reason phrase other than the status's own. */
   statusMessage?: string
-  /** The answer (or batch of answers) sent, as an object, for the room's instruments; null on a 304. */
+  /** The answer (or batch of answers) sent, as an object, for the GraphQL instruments; null on a 304. */
   answer: unknown
   /** The (first) operation executed, once admitted. */
   operation: AnsweredOperation | null
 }
 
-/** A POST answered as an event stream (graphql-sse): the door hands the operation to sse.ts. */
+/** A POST answered as an event stream (graphql-sse): the route hands the operation to sse.ts. */
 export interface EventStreamExchange {
   eventStream: GraphQLRequestParams
 }
@@ -81,8 +81,11 @@ export interface EventStreamExchange {
 export type HttpExchangeResult = HttpAnswer | EventStreamExchange
 
 export interface HttpExchangeOptions {
-  config: Pick<Config, 'limits' | 'persistedOnly' | 'cacheMaxAgeSec' | 'cacheMaxEntries' | 'cacheMaxBytes'>
-  pipeline: Pick<Pipeline, 'admit' | 'execute' | 'operationType' | 'resolvesRegistered' | 'cached'>
+  config: Pick<Config, 'limits' | 'cacheMaxAgeSec' | 'cacheMaxEntries' | 'cacheMaxBytes'>
+  /** Persisted-only mode's word on a whole batch (persisted-registry.ts). */
+  persisted: Pick<PersistedQueries, 'checkBatch'>
+  admission: OperationAdmission
+  execution: Pick<OperationExecution, 'execute' | 'cached'>
   /** How errors are shaped for callers (no internals in production), and where internal ones are logged. */
   errorOptions: FormatOptions
   /** The shared cache of query answers (RESPONSE_CACHE); null when it is off. */
@@ -124,7 +127,7 @@ export function statusFor (accept: string | undefined, body: GraphQLResponseBody
 }
 
 /**
- * The checks every /graphql request gets before its caller is identified (run by the door's route
+ * The checks every /graphql request gets before its caller is identified (run by the route
  * hooks); the refusal, if any. A POST carries JSON only: a form, multipart or text/plain POST can be
  * sent cross-site without a preflight (CSRF).
  */
@@ -135,18 +138,6 @@ export function requestRefusal (method: string, headers: IncomingHttpHeaders): A
   }
   if (headers['x-graphql-event-stream-token'] !== undefined) return new AppError('BAD_REQUEST', SINGLE_CONNECTION_REFUSED)
   return undefined
-}
-
-/**
- * Whether a batch entry names a registered operation (an id, or an APQ hash) rather than carrying its own text only.
- */
-function namesPersistedQuery (params: unknown): boolean {
-  if (params === null || typeof params !== 'object' || Array.isArray(params)) return false
-  try {
-    return persistedIdOf(params) !== undefined || hasPersistedQueryExtension(params)
-  } catch {
-    return true // a malformed id: refused on its own, with its own words
-  }
 }
 
 function parseJsonParam (value: unknown, name: string): unknown {
@@ -166,15 +157,17 @@ function newAnswer (accept: string | undefined): HttpAnswer {
 }
 
 /**
- * The HTTP exchange over the room's pipeline: one function per request, `exchange(input)`.
+ * The HTTP exchange over the GraphQL pipeline: one function per request, `exchange(input)`.
  */
-export function createHttpExchange ({ config, pipeline, errorOptions, responseCache, schema }: HttpExchangeOptions) {
+export function createHttpExchange (
+  { config, persisted, admission: operations, execution, errorOptions, responseCache, schema }: HttpExchangeOptions
+) {
   // The answer is serialised here, once, and held to the answer cap in UTF-8 bytes: an answer over
   // the cap is replaced by an error before any byte of it is written.
   const maxAnswer = config.limits.maxResponseBytes
   // An admitted operation's answer: from the response cache, or executed (cached-answers.ts).
-  const { answerAdmitted, readWhilePaying } = createCachedAnswers({
-    pipeline, errorOptions, responseCache, schema, maxAnswerBytes: maxAnswer
+  const { answerAdmitted, startLookup } = createCachedAnswers({
+    execution, errorOptions, responseCache, schema, maxAnswerBytes: maxAnswer
   })
   // With the response cache on, its shared entries answer If-None-Match (on any instance, after the
   // request is paid for); the per-instance memory of ETags is only for a service running without it.
@@ -233,7 +226,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
 
   /**
    * A request refused before any operation ran (a bad body, a refused batch, PUT): the refusal's own
-   * status, its headers, never stored by a cache — as the door's error handler answers its hooks' refusals.
+   * status, its headers, never stored by a cache — as the route's error handler answers its hooks' refusals.
    */
   function refuse (out: HttpAnswer, error: AppError): HttpAnswer {
     const body = { errors: [formatError(error, errorOptions)] }
@@ -257,18 +250,18 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
   ): Promise<Answered> {
     try {
       // A hit from Redis would otherwise wait two round trips in turn, the charge's and the lookup's.
-      let place: ReturnType<typeof readWhilePaying>
-      const admission = await pipeline.admit({
+      let lookup: ReturnType<typeof startLookup>
+      const admission = await operations.admit({
         params,
         transport: input.method === 'GET' ? 'GET' : 'POST',
         caller: input.caller,
         ip: input.ip,
         client: clientAppOf(input.headers),
         paidByRequest,
-        whilePaying: (priced) => { place = readWhilePaying(priced) }
+        onPriced: (priced) => { lookup = startLookup(priced) }
       })
       out.operation ??= admission.operation
-      return await answerAdmitted(admission, place)
+      return await answerAdmitted(admission, lookup)
     } catch (err) {
       return { body: { errors: formatThrown(err, errorOptions) } }
     }
@@ -296,10 +289,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
         maxBatchSize: max
       })
     }
-    // Persisted-only: a batch holding any ad-hoc operation is refused whole, once (not one refusal per entry).
-    if (config.persistedOnly && batch.some((params) => !namesPersistedQuery(params))) {
-      throw new AppError('PERSISTED_QUERY_REQUIRED', PersistedMessages.required)
-    }
+    persisted.checkBatch(batch)
     const answers: GraphQLResponseBody[] = []
     const parts: string[] = []
     let bytes = 2 // [ and ]
@@ -333,7 +323,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     // Most POSTs accept no event stream: decided without a promise.
     if (!acceptsEventStream(accept)) return false
     if (prefersEventStream(accept)) return true
-    return pipeline.operationType(params, input.caller).then((type) => type === 'subscription')
+    return operations.operationType(params, input.caller).then((type) => type === 'subscription')
   }
 
   async function post (input: HttpExchangeInput, out: HttpAnswer): Promise<HttpExchangeResult> {
@@ -343,7 +333,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
       throw new AppError('BAD_REQUEST', 'The request body must be a JSON object: { "query": "...", "variables": {...} }')
     }
     const params = body as GraphQLRequestParams
-    // Operations over server-sent events (graphql-sse): the door hands them to sse.ts.
+    // Operations over server-sent events (graphql-sse): the route hands them to sse.ts.
     const asEventStream = answersAsEventStream(input, params)
     if (asEventStream === true || (asEventStream !== false && (await asEventStream))) return { eventStream: params }
     const answered = await answer(input, out, params)
@@ -377,7 +367,7 @@ export function createHttpExchange ({ config, pipeline, errorOptions, responseCa
     // that keeps it on its cached answer for good. (With the response cache on, its entries answer
     // If-None-Match only after admission, which resolves the id first.)
     const known = rememberEtags ? httpCache.remembered(input) : undefined
-    if (known && (await pipeline.resolvesRegistered(params, input.caller))) {
+    if (known && (await operations.resolvesRegistered(params, input.caller))) {
       httpCache.notModified(input, out.headers, known)
       return notModified(out)
     }

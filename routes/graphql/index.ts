@@ -1,8 +1,8 @@
-// The GraphQL room's door: its only Fastify file, registered by the composition root (app/app.ts)
-// as a scope of its own (not wrapped by fastify-plugin). It fills in the room's ports (ports.ts) from
-// the cross-cutting plugins once, builds the Fastify-free core over them (core.ts: plans, persisted
-// queries, pipeline, the HTTP exchange, the streaming carriers), then translates requests and sockets
-// into the core's calls:
+// The GraphQL routes: the only Fastify file of GraphQL, registered by the composition root (app/app.ts)
+// as a scope of its own (not wrapped by fastify-plugin). It fills in the engine's dependencies
+// (app/graphql/dependencies.ts) from the cross-cutting plugins once, assembles the engine over them
+// (engine.ts: plans, persisted queries, pipeline, the HTTP exchange, the streaming carriers), then
+// translates requests and sockets into the engine's calls:
 //
 //   POST, GET, PUT /graphql → route hooks (request checks, identity; the request budget's own hooks)
 //     → exchange (http-exchange.ts) → the reply; or, for an event stream, streaming.serveEventStream
@@ -34,10 +34,10 @@ import { staleIdentity, storedRole } from '../../app/core/domain/authorization.t
 import type { DomainDeps } from '../../app/core/domain/context.ts'
 import type { DeploymentRequests } from '../../app/graphql/deployment-catalog.ts'
 import { memoryApqStore, redisApqStore } from '../../app/graphql/apq-store.ts'
-import { createRoomCore, type RoomCore, type WarmUpReport } from './core.ts'
+import { createGraphQLEngine, type GraphQLEngine, type WarmUpReport } from './engine.ts'
 import { requestRefusal, type HttpExchangeInput, type HttpExchangeResult } from './http-exchange.ts'
-import type { Pipeline } from '../../app/graphql/pipeline.ts'
-import type { GraphQLPorts, Instrumentation } from '../../app/graphql/ports.ts'
+import type { OperationExecution } from '../../app/graphql/pipeline.ts'
+import type { GraphQLDependencies, Instrumentation } from '../../app/graphql/dependencies.ts'
 import { resolvers } from '../../app/graphql/resolvers.ts'
 import { authPolicy, schemaSDL, stopResolversAtDeadline } from '../../app/graphql/schema.ts'
 import type { EventStreamSink } from './sse.ts'
@@ -51,7 +51,7 @@ export type { WarmUpReport }
 // mercurius-auth is CommonJS whose typings declare `export default`: at run time the import is the plugin itself.
 const mercuriusAuth = mercuriusAuthModule as unknown as FastifyPluginAsync<MercuriusAuthOptions>
 
-export interface GraphQLRoomOptions {
+export interface GraphQLRoutesOptions {
   /** The domain's dependencies, built once by the composition root (app/app.ts) for every transport. */
   domain: DomainDeps
   /** The instruments the core calls at named phases (tracing), chosen by the composition root. */
@@ -61,14 +61,16 @@ export interface GraphQLRoomOptions {
 }
 
 /**
- * The room's inspection surface, read by its metrics (app/graphql/metrics.ts, through the composition
- * root) and tests; nothing in the room reads it.
+ * The GraphQL inspection surface, read by its metrics (app/graphql/metrics.ts, through the composition
+ * root) and tests; nothing in the engine reads it.
  */
-export interface GraphQLRoomInspection {
-  /** The pipeline every operation runs through (its `cacheStats`: plans kept for ad-hoc and APQ texts). */
-  readonly pipeline: Pipeline
-  /** The HTTP exchange the routes call once the caller is identified (bench/room-cost.ts times it alone). */
-  readonly exchange: RoomCore['exchange']
+export interface GraphQLInspection {
+  /** Plans kept for ad-hoc and APQ texts: entries and estimated bytes. */
+  readonly planCache: { entries: number; bytes: number }
+  /** What runs every admitted operation (tests wrap its `execute` to count executions). */
+  readonly execution: OperationExecution
+  /** The HTTP exchange the routes call once the caller is identified (bench/graphql-cost.ts times it alone). */
+  readonly exchange: GraphQLEngine['exchange']
   /** Open WebSockets, event streams, subscriptions and fan-out topics on this instance. */
   subscriptionStats (): SubscriptionStats
   /** What the persisted manifest's warm-up did at start; null until the server is ready. */
@@ -77,29 +79,29 @@ export interface GraphQLRoomInspection {
   webSocketClients (): ReadonlySet<WebSocket>
   /** Requests served per app deployment since the last call (the metrics' counter adds them up). */
   takeDeploymentUsage (): DeploymentRequests[]
-  /** The response cache's counters and whether it answers now; null when the room has no cache. */
+  /** The response cache's counters and whether it answers now; null when the GraphQL routes have no cache. */
   responseCacheStats (): CacheStats | null
 }
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The operation this request executes, once admitted (the room's own state: told to its instruments). */
+    /** The operation this request executes, once admitted (told to the instruments). */
     graphqlOperation: { name: string | null; type: string } | null
-    /** The GraphQL answer (or batch of answers) sent, as an object (the room's own state: told to its instruments). */
+    /** The GraphQL answer (or batch of answers) sent, as an object (told to the instruments). */
     graphqlAnswer: unknown
   }
 }
 
-/** The room as the composition root (app/app.ts) assembles it. */
+/** The GraphQL routes as the composition root (app/app.ts) assembles it. */
 export interface GraphQLRoom {
   /**
-   * The room's only Fastify plugin, deliberately NOT wrapped with fastify-plugin: its hooks (the
+   * The GraphQL only Fastify plugin, deliberately NOT wrapped with fastify-plugin: its hooks (the
    * WebSocket upgrade check, @fastify/websocket's), its error handler and its request state stay in its
    * own scope, and never run on SOAP, health or UI requests.
    */
   plugin: FastifyPluginAsync
   /** Readable once the plugin is registered. */
-  inspection: GraphQLRoomInspection
+  inspection: GraphQLInspection
 }
 
 const NO_SUBSCRIPTIONS: SubscriptionStats = {
@@ -107,20 +109,21 @@ const NO_SUBSCRIPTIONS: SubscriptionStats = {
 }
 
 /** What the plugin builds, read by the inspection surface. */
-interface RoomState {
-  core: RoomCore | null
+interface RoutesState {
+  core: GraphQLEngine | null
   persistedWarmUp: WarmUpReport | null
   webSocketClients (): ReadonlySet<WebSocket>
 }
 
-export function createGraphQLRoom (options: GraphQLRoomOptions): GraphQLRoom {
-  const state: RoomState = { core: null, persistedWarmUp: null, webSocketClients: () => new Set() }
-  const registered = (): RoomCore => {
-    if (!state.core) throw new Error('The GraphQL room is not registered yet')
+export function createGraphQLRoutes (options: GraphQLRoutesOptions): GraphQLRoom {
+  const state: RoutesState = { core: null, persistedWarmUp: null, webSocketClients: () => new Set() }
+  const registered = (): GraphQLEngine => {
+    if (!state.core) throw new Error('The GraphQL routes are not registered yet')
     return state.core
   }
-  const inspection: GraphQLRoomInspection = {
-    get pipeline () { return registered().pipeline },
+  const inspection: GraphQLInspection = {
+    get planCache () { return registered().plans.stats },
+    get execution () { return registered().pipeline.execution },
     get exchange () { return registered().exchange },
     subscriptionStats: () => (state.core ? state.core.streaming.stats() : NO_SUBSCRIPTIONS),
     webSocketClients: () => state.webSocketClients(),
@@ -128,7 +131,7 @@ export function createGraphQLRoom (options: GraphQLRoomOptions): GraphQLRoom {
     responseCacheStats: () => options.responseCache?.stats() ?? null,
     get persistedWarmUp () { return state.persistedWarmUp }
   }
-  return { plugin: (app) => graphqlRoom(app, options, state), inspection }
+  return { plugin: (app) => graphqlInspection(app, options, state), inspection }
 }
 
 /** Socket errors that only say the client went away. */
@@ -166,10 +169,10 @@ const exchangeInput = (request: FastifyRequest): HttpExchangeInput => ({
   ip: clientAddress(request)
 })
 
-async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, state: RoomState) {
+async function graphqlInspection (app: FastifyInstance, options: GraphQLRoutesOptions, state: RoutesState) {
   const { config } = app
   // Read at call time: a budget plugin's functions stay replaceable (tests count spends through them).
-  const ports: GraphQLPorts = {
+  const deps: GraphQLDependencies = {
     budgets: {
       spendRequest: (caller, ip) => app.budgets.spendRequest(caller, ip),
       chargeCost: (caller, ip, cost) => app.budgets.chargeCost(caller, ip, cost),
@@ -195,24 +198,24 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
     routes: false,
     jit: 0,
     cache: false,
-    subscription: { emitter: ports.emitter }
+    subscription: { emitter: deps.emitter }
   })
   await app.register(mercuriusAuth, { authDirective: 'auth', applyPolicy: authPolicy() })
   stopResolversAtDeadline(app.graphql.schema)
 
-  // Automatic persisted queries: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode.
-  const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
-  const apq = !apqOn
+  // Automatic persisted queries: in memory, or in Redis when REDIS_URL is set (the persisted registry
+  // leaves them off in persisted-only mode).
+  const apq = config.apqMaxEntries === 0
     ? null
     : app.redis.client
-      ? redisApqStore(app.redis.client, app.redis.key, config.apqMaxEntries, ports.log)
+      ? redisApqStore(app.redis.client, app.redis.key, config.apqMaxEntries, deps.log)
       : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
-  const core = await createRoomCore(ports, () => app.graphql.schema, apq)
+  const core = await createGraphQLEngine(deps, () => app.graphql.schema, apq)
   const { exchange, streaming, errorOptions } = core
   state.core = core
 
   app.graphql.defineResolvers({
-    Subscription: subscriptionResolvers({ roomTopic: ports.roomTopic, maxCountTarget: config.limits.maxCountTarget })
+    Subscription: subscriptionResolvers({ roomTopic: deps.roomTopic, maxCountTarget: config.limits.maxCountTarget })
   })
   app.decorateRequest('graphqlOperation', null)
   app.decorateRequest('graphqlAnswer', null)
@@ -259,7 +262,7 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
     // A WebSocket's identity comes from its connection_init message, not from the upgrade request.
     if (refusal || request.ws) return done(refusal)
     try {
-      request.caller = ports.authenticate(request.headers.authorization)
+      request.caller = deps.authenticate(request.headers.authorization)
     } catch (err) {
       return done(err as AppError)
     }
@@ -276,8 +279,8 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   // the store (one read of the caller's row), so it is async, unlike the others.
   const verbs = core.deploymentVerbs
   const admitAdministrator = async (request: FastifyRequest) => {
-    const caller = verbs.admit(ports.authenticate(request.headers.authorization))
-    const stale = staleIdentity(caller, await storedRole(ports.domain.store, caller.id))
+    const caller = verbs.admit(deps.authenticate(request.headers.authorization))
+    const stale = staleIdentity(caller, await storedRole(deps.domain.store, caller.id))
     if (stale) throw stale
     request.caller = caller
   }
@@ -301,14 +304,14 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   // Also the WebSocket endpoint (registerWebSocket gives the route its upgrade handler).
   app.get('/graphql', { onRequest: identify }, handler)
 
-  // Every error on the room's routes (its hooks', Fastify's own: 401, 415, 429...) answers as the app's
-  // do (routes/fastify-errors.ts); the answer is kept for the room's instruments like any other.
+  // Every error on the GraphQL routes (its hooks', Fastify's own: 401, 415, 429...) answers as the app's
+  // do (routes/fastify-errors.ts); the answer is kept for the GraphQL instruments like any other.
   app.setErrorHandler(async (error: FastifyError, request, reply) => {
     const body = errorAnswer(error, request, reply, errorOptions.production)
     request.graphqlAnswer = body
     return reply.send(body)
   })
-  const { answered } = ports.instrumentation
+  const { answered } = deps.instrumentation
   if (answered) {
     app.addHook('onResponse', (request, _reply, done) => {
       if (request.graphqlAnswer !== null) {
@@ -329,11 +332,11 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
     app.readinessChecks.set('app deployments', async () => core.deployments.readiness())
     const warmUp = await core.warmUp()
     state.persistedWarmUp = warmUp
-    ports.log.info(
+    deps.log.info(
       {
         operations: warmUp.compiled,
         ms: warmUp.ms,
-        apq: apq ? (app.redis.client ? 'redis' : 'memory') : 'off',
+        apq: core.persisted.apq?.kind ?? 'off',
         persistedOnly: config.persistedOnly
       },
       'persisted queries ready'
@@ -345,8 +348,8 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
  * The WebSocket side of GET /graphql (registered before that route is added: @fastify/websocket wires
  * routes as they are added): the upgrade check, ws, and each socket handed to the streaming carriers.
  */
-async function registerWebSocket (app: FastifyInstance, { ports, streaming }: RoomCore, state: RoomState) {
-  const { ws } = ports.config
+async function registerWebSocket (app: FastifyInstance, { deps, streaming }: GraphQLEngine, state: RoutesState) {
+  const { ws } = deps.config
   streaming.evictIdleNearCap(app.server)
 
   // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
@@ -366,7 +369,7 @@ async function registerWebSocket (app: FastifyInstance, { ports, streaming }: Ro
     if (route.url === '/graphql' && route.method === 'GET') route.wsHandler = serveWebSocket
   })
 
-  // The room is a scope of its own, so @fastify/websocket's handling of upgrades reaches its routes only;
+  // The GraphQL routes are a scope of its own, so @fastify/websocket's handling of upgrades reaches its routes only;
   // yet it listens to every upgrade of the server it is given. It is given a server that never listens
   // (ws's documented `server` option), fed only the upgrades to /graphql; an upgrade to any other path is
   // refused here, plainly, instead of being run by a route that cannot take the socket over.
@@ -400,7 +403,7 @@ async function registerWebSocket (app: FastifyInstance, { ports, streaming }: Ro
   state.webSocketClients = () => app.websocketServer.clients
 
   // Refusals before the upgrade answer in HTTP with our error shape (registered after @fastify/websocket,
-  // whose own onRequest hook sets request.ws). Runs on every request of the room's routes (its scope:
+  // whose own onRequest hook sets request.ws). Runs on every request of the GraphQL routes (its scope:
   // never on SOAP, health or UI requests): synchronous (callback style), so a request that is no upgrade
   // pays one property read, not a promise and a hook turn.
   app.addHook('onRequest', (request, _reply, done) => {

@@ -10,7 +10,7 @@
 // graphql-sse's handler does). A refusal is one `next` carrying its errors, then `complete`.
 //
 // The stream is written to a sink (EventStreamSink: write, end, destroy, its unsent bytes, its close),
-// which the door adapts from the raw HTTP response: no Fastify and no response object here.
+// which the route adapts from the raw HTTP response: no Fastify and no response object here.
 //
 // A client that leaves, or a server that closes, ends the operation and releases its subscription; a
 // client whose unsent data passes SUBSCRIBER_MAX_BUFFERED_BYTES (it stopped reading) has its stream
@@ -49,7 +49,7 @@ export interface SseOptions {
   maxLifetimeMs: number
 }
 
-/** Where one event stream is written: the door adapts the HTTP response to it. */
+/** Where one event stream is written: the route adapts the HTTP response to it. */
 export interface EventStreamSink {
   /** Sends the status line (200) and these headers. */
   open (headers: OutgoingHttpHeaders): void
@@ -66,12 +66,12 @@ export interface EventStreamSink {
   onClose (listener: () => void): () => void
 }
 
-/** One event-stream request, handed over by the HTTP door (which no longer writes to the response). */
+/** One event-stream request, handed over by the HTTP route (which no longer writes to the response). */
 export interface EventStreamRequest {
   /** The operation it carries (transport 'SSE'). */
   operation: OperationRequest
   sink: EventStreamSink
-  /** Headers set so far by the door's hooks (request id, CORS, rate limit): they go out too. */
+  /** Headers set so far by the route's hooks (request id, CORS, rate limit): they go out too. */
   headers: OutgoingHttpHeaders
 }
 

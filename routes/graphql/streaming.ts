@@ -1,10 +1,10 @@
-// The room's streaming carriers, without Fastify: over WebSocket on GET /graphql (graphql-transport-ws,
+// The GraphQL streaming carriers, without Fastify: over WebSocket on GET /graphql (graphql-transport-ws,
 // and the legacy graphql-ws; a client naming no subprotocol speaks graphql-transport-ws) and over
 // server-sent events on POST /graphql with Accept: text/event-stream (graphql-sse). Events come from
 // the service's emitter (plugins/events.ts: in-process, or Redis across instances). The session and
 // stream code is websocket.ts and sse.ts; this module holds what they share on one instance: the
 // connections open, their counts per client, idle eviction, graceful shutdown and their stats. The
-// door (index.ts) hands it upgraded sockets and event-stream requests.
+// routes (index.ts) hands it upgraded sockets and event-stream requests.
 //
 // WebSocket rules: the Origin header, when sent, must be in CORS_ORIGINS or WS_ALLOWED_ORIGINS; connections
 // are capped per client IP (at the upgrade) and per user (at connection_init), messages by size (1009)
@@ -21,8 +21,9 @@ import type { Caller } from '../../app/core/domain/context.ts'
 import { AppError } from '../../app/core/errors.ts'
 import { formatThrown, type FormatOptions } from '../../app/core/error-format.ts'
 import { operationStarter } from '../../app/graphql/operations.ts'
+import { chargeEvent } from '../../app/graphql/event-pricing.ts'
 import type { OperationRequest, Pipeline } from '../../app/graphql/pipeline.ts'
-import type { GraphQLPorts } from '../../app/graphql/ports.ts'
+import type { GraphQLDependencies } from '../../app/graphql/dependencies.ts'
 import { createSseHandler, type EventStreamRequest } from './sse.ts'
 import { openConnection, type GraphQLWebSocket, type SessionSocket } from './websocket.ts'
 import { SUBPROTOCOLS } from './ws-protocols.ts'
@@ -125,18 +126,18 @@ export interface UpgradeRequest {
 
 /** What the streaming carriers are built over (core.ts hands them over). */
 export interface StreamingOptions {
-  ports: GraphQLPorts
+  deps: GraphQLDependencies
   schema (): GraphQLSchema
   pipeline: Pipeline
   errorOptions: FormatOptions
 }
 
 /**
- * The streaming carriers over the room's core: WebSocket sessions and event streams, counted, evicted
+ * The streaming carriers over the GraphQL engine: WebSocket sessions and event streams, counted, evicted
  * when idle near the connection cap, shut down gracefully.
  */
-export function createStreaming ({ ports, schema, pipeline, errorOptions }: StreamingOptions) {
-  const { ws, limits } = ports.config
+export function createStreaming ({ deps, schema, pipeline, errorOptions }: StreamingOptions) {
+  const { ws, limits } = deps.config
   const connections = new Set<GraphQLWebSocket>()
   /** Idle connections (acknowledged, no operation in flight), the longest idle first (a Set keeps insertion order). */
   const idleConnections = new Set<GraphQLWebSocket>()
@@ -146,20 +147,22 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
 
   const formatErrors = (err: unknown) => formatThrown(err, errorOptions)
   const { start, fanout } = operationStarter({
-    pipeline: () => pipeline,
+    admission: pipeline.admission,
+    execution: pipeline.execution,
+    chargeEvent: (subscribers) => chargeEvent(deps.budgets.spendCostUnits, subscribers),
     schema,
     format: () => errorOptions,
-    emitter: ports.emitter,
+    emitter: deps.emitter,
     maxQueuedEvents: MAX_QUEUED_EVENTS,
     maxResponseBytes: limits.maxResponseBytes,
     maxSubscriptionsPerCaller: ws.maxSubscriptionsPerCaller,
     // identity: user changes end a user's subscriptions (operations.ts)
-    userChangesTopic: ports.userChangesTopic,
-    storedRole: (userId) => storedRole(ports.domain.store, userId)
+    userChangesTopic: deps.userChangesTopic,
+    storedRole: (userId) => storedRole(deps.domain.store, userId)
   })
   const wsOptions = {
     start,
-    authenticate: ports.authenticate,
+    authenticate: deps.authenticate,
     admitCaller: (caller: Caller | null) => counter.acquire(userKey(caller)),
     formatErrors,
     initTimeoutMs: ws.initTimeoutMs,
@@ -209,7 +212,7 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
 
     /**
      * A session over an upgraded socket; null when it was closed at once (shutting down: 1001; too many
-     * connections from its address: 1013). The door feeds the session the socket's messages, pings and close.
+     * connections from its address: 1013). The route feeds the session the socket's messages, pings and close.
      */
     openWebSocket (socket: SessionSocket, ip: string): GraphQLWebSocket | null {
       if (shuttingDown) {
@@ -233,7 +236,7 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
 
     /**
      * One event stream: refused (thrown, before anything is written) when shutting down or over the
-     * per-IP or per-user connection cap; otherwise `open` (the door takes the response over) gives the
+     * per-IP or per-user connection cap; otherwise `open` (the route takes the response over) gives the
      * sink it is written to, and the promise settles when the stream has ended.
      */
     async serveEventStream (

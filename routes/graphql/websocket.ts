@@ -4,7 +4,7 @@
 //
 // No WebSocket library here: a session runs over `SessionSocket` (what it sends, closes and reads of
 // its socket) and is told what the socket receives (message, ping, close), as graphql-ws's own server
-// takes its socket. The room's door hands it a `ws` socket; tests hand it a plain object.
+// takes its socket. The Fastify routes (index.ts) hands it a `ws` socket; tests hand it a plain object.
 //
 // graphql-transport-ws is ours rather than graphql-ws's `makeServer`: that server serialises every
 // message per subscriber (an event shared by 10000 subscribers would be stringified 10000 times) and
@@ -86,7 +86,7 @@ export interface WebSocketOptions {
   idleChanged (connection: GraphQLWebSocket, idle: boolean): void
 }
 
-/** One connection, whichever subprotocol it speaks: what the door tells it, and what it reads. */
+/** One connection, whichever subprotocol it speaks: what the route tells it, and what it reads. */
 export interface GraphQLWebSocket {
   /** A frame the client sent (text or binary, as bytes: the budget counts them). */
   message (data: Buffer): void

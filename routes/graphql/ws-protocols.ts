@@ -1,4 +1,4 @@
-// The two WebSocket subprotocols the room speaks, as data: each one's message types, the frames the
+// The two WebSocket subprotocols the GraphQL routes speak, as data: each one's message types, the frames the
 // server sends as they are, its close codes, and the few rules where they differ. The session
 // (websocket.ts) speaks either through this table and never names a message type itself.
 //

@@ -1,5 +1,5 @@
 // With Redis counted per request, a query's cost charge and its response-cache lookup are two round trips;
-// the lookup is sent while the charge is on its way (Pipeline's `whilePaying`), so both go out in one
+// the lookup is sent while the charge is on its way (Pipeline's `onPriced`), so both go out in one
 // write, and its answer is used only once the charge is paid. Through a listening service on Redis, watched
 // with MONITOR, with the charge held by the test until it has seen what Redis received.
 import { test } from 'tap'

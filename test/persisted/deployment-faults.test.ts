@@ -244,23 +244,23 @@ test('a publish is checked against what the running instances run, not the relea
   t.match(out.at(-1), /checked against this checkout's schema and limits \(no running instance has said what it runs\)/)
 })
 
-test('a deployment refused by an operation that cannot be planned keeps none of its others pinned', async (t) => {
+test('a deployment refused by an operation that cannot be planned keeps none of its others retained', async (t) => {
   const store = openSqliteStore(':memory:')
   t.teardown(() => store.close())
   const config = testConfig()
   const schema = buildSchema(schemaSDL)
   await publishManifest(store, { name: 'ios', version: '1', manifest: apollo([entry(USERS), entry(NAMES)]), schema, limits: config.limits, maxBytes: 1e9 })
   // The instance's planner refuses NAMES (as a changed schema would); USERS, first, plans.
-  const pinned = new Set<string>()
+  const retained = new Set<string>()
   const quiet = { error () {}, warn () {}, info () {} }
   const catalog = createDeploymentCatalog({
     store,
-    pin (text) {
+    retain (text) {
       if (text === NAMES) throw new Error('Cannot query field "name"')
-      pinned.add(text)
+      retained.add(text)
       return 1000
     },
-    unpin: (text) => { pinned.delete(text) },
+    release: (text) => { retained.delete(text) },
     maxBytes: 1e9,
     usageFlushMs: 100000,
     profile: { schema: schemaSDL, limits: config.limits, maxBytes: 1e9 },
@@ -268,6 +268,6 @@ test('a deployment refused by an operation that cannot be planned keeps none of 
   })
   await catalog.refresh()
   t.equal(catalog.registered.find(`sha256:${sha256Hex(USERS)}`), undefined, 'refused whole')
-  t.same([...pinned], [], 'the operation planned before the refusal was let go')
+  t.same([...retained], [], 'the operation planned before the refusal was let go')
   t.match(catalog.readiness(), /ios 1 \(query Names .*Cannot query field "name"/)
 })

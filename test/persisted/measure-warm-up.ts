@@ -23,7 +23,7 @@ const warm: number[][] = []; const cold: number[][] = []; const startup: number[
 }
 async function warmRun () {
   const a = await buildTestApp(t, { ...env, PERSISTED_MANIFEST: MANIFEST_FILE })
-  await a.app.ready(); startup.push(a.app.graphqlRoom.persistedWarmUp!.ms)
+  await a.app.ready(); startup.push(a.app.graphqlInspection.persistedWarmUp!.ms)
   const w: number[] = []
   for (let i = 0; i < 4; i++) {
     w.push(

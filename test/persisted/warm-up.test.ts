@@ -46,11 +46,12 @@ test('every manifest operation is parsed, validated and compiled at start, witho
 
   const names = manifest.operations.map((o) => o.name).sort()
   t.same(compilations.slice().sort(), names, 'each operation compiled once, at start')
-  t.same(app.graphqlRoom.persistedWarmUp, { compiled: names.length, ms: app.graphqlRoom.persistedWarmUp!.ms })
+  const { persistedWarmUp } = app.graphqlInspection
+  t.same(persistedWarmUp, { compiled: names.length, ms: persistedWarmUp!.ms })
   // The manifest is published as an app deployment (and loaded from the store by the app on its own,
   // counting-store.ts ownCalls): no data is read or written.
   t.same(calls.filter((c) => c.method !== 'publishDeployment'), [], 'the warm-up read and wrote no data (it executes nothing)')
-  const planned = app.graphqlRoom.pipeline.cacheStats.entries
+  const planned = app.graphqlInspection.planCache.entries
 
   const auth = { authorization: `Bearer ${token('1', 'ADMIN')}` }
   for (const op of manifest.operations) {
@@ -65,14 +66,14 @@ test('every manifest operation is parsed, validated and compiled at start, witho
     }
   }
   t.equal(compilations.length, names.length, 'no request compiled anything')
-  t.equal(app.graphqlRoom.pipeline.cacheStats.entries, planned, 'no request planned (parsed, validated) anything')
+  t.equal(app.graphqlInspection.planCache.entries, planned, 'no request planned (parsed, validated) anything')
 
   // The same measurement sees an operation that was not registered: planned and compiled on its first use, once.
   for (let i = 0; i < 2; i++) {
     await app.inject({ method: 'POST', url: '/graphql', payload: { query: 'query NotRegistered { users { id } }' } })
   }
   t.same(compilations.slice(names.length), ['NotRegistered'])
-  t.equal(app.graphqlRoom.pipeline.cacheStats.entries, planned + 1)
+  t.equal(app.graphqlInspection.planCache.entries, planned + 1)
 })
 
 test('an operation over a caller budget at start is still planned; each request is priced for its caller', async (t) => {
@@ -117,7 +118,7 @@ test('restart: an app built again from the same manifest file serves the same id
 
   const second = await buildTestApp(t, DEVELOPMENT)
   await second.app.ready()
-  t.equal(second.app.graphqlRoom.persistedWarmUp!.compiled, manifest.operations.length, 'warmed up again')
+  t.equal(second.app.graphqlInspection.persistedWarmUp!.compiled, manifest.operations.length, 'warmed up again')
   t.equal((await second.app.inject(get)).json().data.user.name, 'Alan Turing', 'the manifest ids survive the restart')
   t.equal((await second.app.inject({ method: 'POST', url: '/graphql', payload: apq })).json().errors[0].extensions.code, 'PERSISTED_QUERY_NOT_FOUND',
     'automatic registrations live in memory (or Redis), not in the manifest')

@@ -46,7 +46,7 @@ test('messageAdded: every message of the room, in production order, and only tha
   const red = collect(client, ROOM_QUERY, { room: 'red' })
   const blue = collect(client, ROOM_QUERY, { room: 'blue' })
   await eventually(
-    () => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 2,
+    () => app.graphqlInspection.subscriptionStats().webSocketSubscriptions === 2,
     3000,
     'both subscriptions live'
   )
@@ -88,7 +88,7 @@ test('field rules apply per subscriber: email only for the author and administra
     return [name, collect(client, ROOM_QUERY, { room: 'shared' })]
   }))
   await eventually(
-    () => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 4,
+    () => app.graphqlInspection.subscriptionStats().webSocketSubscriptions === 4,
     3000,
     'four subscriptions live'
   )
@@ -119,7 +119,7 @@ test('each event reads the author afresh (no loader cache kept across events)', 
   const client = wsClient(url, { authToken: `Bearer ${token('3')}` })
   t.teardown(() => client.dispose())
   const sub = collect(client, ROOM_QUERY, { room: 'news' })
-  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1, 3000, 'subscription live')
+  await eventually(() => app.graphqlInspection.subscriptionStats().webSocketSubscriptions === 1, 3000, 'subscription live')
   const post = () =>
     gql(url, 'mutation { postMessage(roomId: "news", content: "x") { id } }', undefined, {
       authorization: `Bearer ${token('2')}`

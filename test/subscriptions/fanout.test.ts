@@ -11,10 +11,10 @@ const ROOM_WITH_AUTHOR =
 
 /** Counts the pipeline's executions of subscription events (those with a root value). */
 function countEventExecutions (app: Awaited<ReturnType<typeof listenTestApp>>['app']): () => number {
-  const pipeline = app.graphqlRoom.pipeline
-  const execute = pipeline.execute
+  const execution = app.graphqlInspection.execution
+  const execute = execution.execute
   let executions = 0
-  pipeline.execute = (admission, root) => {
+  execution.execute = (admission, root) => {
     if (root !== undefined) executions++
     return execute(admission, root)
   }
@@ -36,7 +36,7 @@ test('one room, four callers: each sees only the fields its own rules allow, and
   const publicOnes = clients.map((c) =>
     collect(c, 'subscription { messageAdded(roomId: "scopes") { content author { name } } }')
   )
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 9, 5000, 'nine subscribers')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 9, 5000, 'nine subscribers')
 
   await gql(url, 'mutation { postMessage(roomId: "scopes", content: "by A") { id } }', undefined, {
     authorization: `Bearer ${token('4')}`
@@ -83,7 +83,7 @@ test('USER and SERVICE subscribers share one execution per event; only the autho
   t.teardown(() => { for (const c of clients) c.dispose(); overSse.dispose() })
   const [u2, u3, u4, service, u2sse] = [...clients, overSse].map((c) => collect(c, query))
   const all = [u2, u3, u4, service, u2sse]
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 5, 5000, 'five subscribers')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 5, 5000, 'five subscribers')
   const post = (author: string, content: string) =>
     gql(url, 'mutation ($c: String!) { postMessage(roomId: "shared", content: $c) { id } }', { c: content }, {
       authorization: `Bearer ${token(author)}`
@@ -118,7 +118,7 @@ test('a SERVICE subscriber is in no administrator scope: it sees neither the ema
   t.teardown(() => { service.dispose(); admin.dispose() })
   const byService = collect(service, ROOM_WITH_AUTHOR, { room: 'service' })
   const byAdmin = collect(admin, ROOM_WITH_AUTHOR, { room: 'service' })
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
   await gql(url, 'mutation { postMessage(roomId: "service", content: "by A") { id } }', undefined, {
     authorization: `Bearer ${token('4')}`
   })
@@ -147,7 +147,7 @@ test('guarded fields reached through named fragments decide the scope too: the a
   const anonymous = wsClient(url)
   t.teardown(() => { A.dispose(); B.dispose(); anonymous.dispose() })
   const [a, b, anon] = [A, B, anonymous].map((c) => collect(c, query, { room: 'fragments' }))
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 3, 5000, 'three subscribers')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 3, 5000, 'three subscribers')
   await gql(url, 'mutation { postMessage(roomId: "fragments", content: "by A") { id } }', undefined, {
     authorization: `Bearer ${token('4')}`
   })
@@ -181,7 +181,7 @@ test('every event is charged to whoever holds the subscription, one spend per pa
   const byUser2 = collect(ws2, query)
   const byUser3 = collect(sse3, query)
   const anonymous = anonymousWs.flatMap((c) => [collect(c, query), collect(c, query)])
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 6, 5000, 'six subscribers')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 6, 5000, 'six subscribers')
   t.equal(spends.length, 0, 'an admission is charged (chargeCost), not spent per event')
   const admissions = spends.length
 
@@ -227,7 +227,7 @@ test('every event is charged to whoever holds the subscription, one spend per pa
     'the anonymous subscribers, who paid, still get it'
   )
   await eventually(
-    () => app.graphqlRoom.subscriptionStats().topicSubscribers === 4,
+    () => app.graphqlInspection.subscriptionStats().topicSubscribers === 4,
     5000,
     'the unpaid subscriptions left the room'
   )
@@ -239,7 +239,7 @@ test('every event is charged to whoever holds the subscription, one spend per pa
   await legacy.next('connection_ack')
   broke = new Set()
   legacy.send({ id: 'l', type: 'start', payload: { query } })
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 5, 5000, 'the legacy subscriber')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 5, 5000, 'the legacy subscriber')
   broke = new Set(['user:2'])
   await post('three')
   t.match(await legacy.next('error'), { id: 'l', payload: [{ extensions: { code: 'RATE_LIMITED' } }] })
@@ -261,7 +261,7 @@ test('count ticks are charged the same way', async (t) => {
   ).done, 5000, 'per-tick charge (RATE_LIMITED)')
   t.same(outcome.values, [{ data: { count: 0 } }])
   t.match(outcome.error, [{ extensions: { code: 'RATE_LIMITED' } }])
-  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 0, 3000, 'released')
+  await eventually(() => app.graphqlInspection.subscriptionStats().webSocketSubscriptions === 0, 3000, 'released')
 })
 
 test('subscriptions are capped per caller across connections and carriers', async (t) => {
@@ -274,7 +274,7 @@ test('subscriptions are capped per caller across connections and carriers', asyn
   t.teardown(() => { one.dispose(); two.dispose(); three.dispose() })
   const first = collect(one, query)
   const second = collect(two, query)
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'two subscriptions')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 2, 5000, 'two subscriptions')
   const refused = await collect(three, query).done
   t.match(refused.error, [
     {
@@ -288,13 +288,13 @@ test('subscriptions are capped per caller across connections and carriers', asyn
   const anonymous = wsClient(url)
   t.teardown(() => anonymous.dispose())
   const other = collect(anonymous, query)
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 3, 5000, 'another caller subscribed')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 3, 5000, 'another caller subscribed')
   other.dispose()
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'another caller left')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 2, 5000, 'another caller left')
   first.dispose()
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 1, 5000, 'a slot given back')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 1, 5000, 'a slot given back')
   const again = collect(three, query)
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'taken again')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 2, 5000, 'taken again')
   again.dispose()
   second.dispose()
 })
@@ -338,7 +338,7 @@ test('the answer cap counts UTF-8 bytes over WebSocket and SSE alike', async (t)
   t.teardown(() => { ws.dispose(); sse.dispose() })
   const overWs = collect(ws, query)
   const overSse = collect(sse, query)
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
   // 400 characters of 3 bytes each: 1200 bytes of content, 400 UTF-16 units.
   await gql(
     url,
@@ -379,17 +379,17 @@ test('a WebSocket subscriber that stops reading is closed once its unsent data p
   socket.send(JSON.stringify({ type: 'connection_init' }))
   await new Promise((resolve) => socket.once('message', resolve))
   socket.send(JSON.stringify({ id: '1', type: 'subscribe', payload: { query: WIDE('stalled') } }))
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 1, 5000, 'subscribed')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 1, 5000, 'subscribed')
   // The client stops reading: the kernel's buffers fill, then the server's.
   socket.pause()
-  for (let i = 0; i < 400 && app.graphqlRoom.subscriptionStats().webSockets > 0; i++) {
+  for (let i = 0; i < 400 && app.graphqlInspection.subscriptionStats().webSockets > 0; i++) {
     await publishLarge(app, 'stalled', i)
     await new Promise((resolve) => setImmediate(resolve))
   }
   await eventually(
     () =>
-      app.graphqlRoom.subscriptionStats().webSockets === 0 &&
-      app.graphqlRoom.subscriptionStats().topicSubscribers === 0,
+      app.graphqlInspection.subscriptionStats().webSockets === 0 &&
+      app.graphqlInspection.subscriptionStats().topicSubscribers === 0,
     5000,
     'the stalled connection closed by the server'
   )
@@ -410,16 +410,16 @@ test('an SSE subscriber that stops reading has its stream cut once its unsent da
   })
   response.on('error', () => {})
   const ended = new Promise<void>((resolve) => response.on('close', () => resolve()))
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 1, 5000, 'subscribed')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 1, 5000, 'subscribed')
   response.pause()
-  for (let i = 0; i < 400 && app.graphqlRoom.subscriptionStats().eventStreams > 0; i++) {
+  for (let i = 0; i < 400 && app.graphqlInspection.subscriptionStats().eventStreams > 0; i++) {
     await publishLarge(app, 'stalled-sse', i)
     await new Promise((resolve) => setImmediate(resolve))
   }
   await eventually(
     () =>
-      app.graphqlRoom.subscriptionStats().eventStreams === 0 &&
-      app.graphqlRoom.subscriptionStats().topicSubscribers === 0,
+      app.graphqlInspection.subscriptionStats().eventStreams === 0 &&
+      app.graphqlInspection.subscriptionStats().topicSubscribers === 0,
     5000,
     'the stalled stream cut by the server'
   )

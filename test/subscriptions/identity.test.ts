@@ -34,7 +34,7 @@ test('a demoted ADMIN: its subscriptions end on WebSocket and SSE, and none star
   const counting = collect(adminWs, 'subscription { count(target: 100) }')
   const overSse = collect(adminSse, ROOM)
   const bystander = collect(userWs, ROOM)
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 3, 5000, 'three room subscribers')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 3, 5000, 'three room subscribers')
   await eventually(() => counting.outcome.values.length > 0, 5000, 'count ticking')
   const post = (content: string) =>
     gql(url, 'mutation ($c: String!) { postMessage(roomId: "identity", content: $c) { id } }', { c: content }, {
@@ -77,7 +77,7 @@ test('a demoted ADMIN: its subscriptions end on WebSocket and SSE, and none star
   const renewed = collect(asUser, ROOM)
 
   // Others are not affected.
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'the bystander and the renewed one')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 2, 5000, 'the bystander and the renewed one')
   await post('after')
   await eventually(
     () => bystander.outcome.values.length === 2 && renewed.outcome.values.length === 1,
@@ -96,14 +96,14 @@ test('a deleted user: its subscriptions end, UNAUTHENTICATED; a role written unc
   t.teardown(() => { ws.dispose(); sse.dispose() })
   const overWs = collect(ws, ROOM)
   const overSse = collect(sse, ROOM)
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 2, 5000, 'two subscribers')
   const admin = { authorization: `Bearer ${token('1', 'ADMIN')}` }
 
   // The same role written again: the token still speaks for the user.
   const same = await gql(url, 'mutation { updateUser(id: "3", input: { role: USER }) { id } }', undefined, admin)
   t.same(same.body.data, { updateUser: { id: '3' } })
   await new Promise((resolve) => setTimeout(resolve, 300))
-  t.equal(app.graphqlRoom.subscriptionStats().topicSubscribers, 2, 'a role written unchanged ends nothing')
+  t.equal(app.graphqlInspection.subscriptionStats().topicSubscribers, 2, 'a role written unchanged ends nothing')
 
   const deleted = await gql(url, 'mutation { deleteUser(id: "3") }', undefined, admin)
   t.same(deleted.body.data, { deleteUser: true })
@@ -114,7 +114,7 @@ test('a deleted user: its subscriptions end, UNAUTHENTICATED; a role written unc
   const message = 'The user of this token no longer exists'
   t.match(overWsEnd.error, [{ message, extensions: { code: 'UNAUTHENTICATED' } }])
   t.match(overSseEnd.values.at(-1), { errors: [{ message, extensions: { code: 'UNAUTHENTICATED' } }] })
-  t.equal(app.graphqlRoom.subscriptionStats().topicSubscribers, 0, 'they left the room')
+  t.equal(app.graphqlInspection.subscriptionStats().topicSubscribers, 0, 'they left the room')
   const again = await endedWithin(collect(ws, ROOM).done, 'a new subscription of a deleted user')
   t.match(again.error, [{ message, extensions: { code: 'UNAUTHENTICATED' } }], 'none starts again')
 })

@@ -31,12 +31,12 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
     return ws
   }))
   await eventually(
-    () => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 40,
+    () => app.graphqlInspection.subscriptionStats().webSocketSubscriptions === 40,
     5000,
     '40 live subscriptions'
   )
   t.equal(roomListeners(app, 'leak'), 1, 'one emitter listener for the room, however many subscribe')
-  t.equal(app.graphqlRoom.subscriptionStats().topicSubscribers, 20)
+  t.equal(app.graphqlInspection.subscriptionStats().topicSubscribers, 20)
   for (const ws of live) ws.socket.terminate()
 
   // Then 1000 cycles, 20 at a time: connect, initialise, subscribe, leave (cleanly or not) at once.
@@ -58,7 +58,7 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
   t.equal(cycles, 1000)
 
   await eventually(() => {
-    const stats = app.graphqlRoom.subscriptionStats()
+    const stats = app.graphqlInspection.subscriptionStats()
     return (
       stats.webSockets === 0 &&
       stats.webSocketSubscriptions === 0 &&
@@ -67,7 +67,7 @@ test('1000 connect/subscribe/disconnect cycles leave nothing behind', async (t) 
       roomListeners(app, 'leak') === 0
     )
   }, 5000, 'everything released')
-  t.same(app.graphqlRoom.subscriptionStats(), {
+  t.same(app.graphqlInspection.subscriptionStats(), {
     webSockets: 0,
     webSocketSubscriptions: 0,
     eventStreams: 0,
@@ -100,7 +100,7 @@ test('a client that leaves while its subscription is being checked starts nothin
   ws.socket.terminate()
   await new Promise((resolve) => setTimeout(resolve, 400))
   t.equal(roomListeners(app, 'gone'), 0, 'no listener registered for a departed client')
-  t.same(app.graphqlRoom.subscriptionStats(), {
+  t.same(app.graphqlInspection.subscriptionStats(), {
     webSockets: 0,
     webSocketSubscriptions: 0,
     eventStreams: 0,
@@ -117,8 +117,8 @@ test('a client that leaves while its subscription is being checked starts nothin
   stays.send({ id: '1', type: 'complete' })
   await new Promise((resolve) => setTimeout(resolve, 400))
   t.equal(roomListeners(app, 'gone'), 0, 'a completed operation does not start')
-  t.equal(app.graphqlRoom.subscriptionStats().webSocketSubscriptions, 0)
-  t.equal(app.graphqlRoom.subscriptionStats().webSockets, 1)
+  t.equal(app.graphqlInspection.subscriptionStats().webSocketSubscriptions, 0)
+  t.equal(app.graphqlInspection.subscriptionStats().webSockets, 1)
   stays.socket.close()
 })
 
@@ -140,7 +140,7 @@ test('graceful shutdown completes subscriptions and closes sockets cleanly', asy
   legacy.send({ id: 'L1', type: 'start', payload: { query: 'subscription { messageAdded(roomId: "bye") { id } }' } })
   const sse = collect(sseClient(url, `Bearer ${token}`), 'subscription { count(target: 100) }')
   await eventually(() => counting.outcome.values.length > 0 && sse.outcome.values.length > 0 &&
-    app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 3, 5000, 'all subscriptions live')
+    app.graphqlInspection.subscriptionStats().webSocketSubscriptions === 3, 5000, 'all subscriptions live')
 
   const started = Date.now()
   await app.close()

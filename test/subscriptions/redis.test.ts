@@ -43,9 +43,9 @@ test('a message posted on instance A reaches subscribers on instance B through R
   // A subscription is live once the emitter has subscribed its Redis channel.
   await eventually(
     () =>
-      b.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 2 &&
-      a.app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1 &&
-      b.app.graphqlRoom.subscriptionStats().eventStreams === 1,
+      b.app.graphqlInspection.subscriptionStats().webSocketSubscriptions === 2 &&
+      a.app.graphqlInspection.subscriptionStats().webSocketSubscriptions === 1 &&
+      b.app.graphqlInspection.subscriptionStats().eventStreams === 1,
     5000,
     'subscriptions live on both instances'
   )
@@ -112,7 +112,7 @@ test('a role changed on instance A ends that user\'s subscriptions on instance B
   const overWs = collect(onB, QUERY)
   const overSse = collect(sseOnB, QUERY)
   const other = collect(bystander, QUERY)
-  await eventually(() => b.app.graphqlRoom.subscriptionStats().topicSubscribers === 3, 5000, 'three subscribers on B')
+  await eventually(() => b.app.graphqlInspection.subscriptionStats().topicSubscribers === 3, 5000, 'three subscribers on B')
 
   const demoted = await gql(a.url, 'mutation { updateUser(id: "1", input: { role: SERVICE }) { id } }', undefined, {
     authorization: `Bearer ${a.token('9', 'ADMIN')}`
@@ -127,7 +127,7 @@ test('a role changed on instance A ends that user\'s subscriptions on instance B
   const message = "The user's role is now SERVICE, not the token's ADMIN: use a new token"
   t.match(ws.error, [{ message, extensions: { code: 'FORBIDDEN' } }], 'WebSocket on B')
   t.match(sse.values.at(-1), { errors: [{ message, extensions: { code: 'FORBIDDEN' } }] }, 'SSE on B')
-  t.equal(b.app.graphqlRoom.subscriptionStats().topicSubscribers, 1, 'the other user\'s subscription stays')
+  t.equal(b.app.graphqlInspection.subscriptionStats().topicSubscribers, 1, 'the other user\'s subscription stays')
   t.notOk(other.outcome.error)
 })
 

@@ -60,8 +60,8 @@ test('SSE is authenticated with the Authorization header', async (t) => {
   const anonymous = collect(sseClient(url), query)
   await eventually(
     () =>
-      app.graphqlRoom.subscriptionStats().eventStreams === 2 &&
-      app.graphqlRoom.subscriptionStats().topicSubscribers === 2 &&
+      app.graphqlInspection.subscriptionStats().eventStreams === 2 &&
+      app.graphqlInspection.subscriptionStats().topicSubscribers === 2 &&
       roomListeners(app, 'sse') === 1,
     3000,
     'two live streams'
@@ -80,7 +80,7 @@ test('SSE is authenticated with the Authorization header', async (t) => {
   own.dispose()
   anonymous.dispose()
   await eventually(
-    () => app.graphqlRoom.subscriptionStats().eventStreams === 0 && roomListeners(app, 'sse') === 0,
+    () => app.graphqlInspection.subscriptionStats().eventStreams === 0 && roomListeners(app, 'sse') === 0,
     3000,
     'streams released'
   )
@@ -108,13 +108,13 @@ test('SSE operations are validated and limited like WebSocket ones', async (t) =
   t.match(target.values, [
     { errors: [{ message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } }] }
   ])
-  t.equal(app.graphqlRoom.subscriptionStats().eventStreams, 0)
+  t.equal(app.graphqlInspection.subscriptionStats().eventStreams, 0)
 })
 
 test('event streams count against the per-client connection cap', async (t) => {
   const { url, token, app } = await listenTestApp(t, { WS_MAX_CONNECTIONS_PER_CLIENT: '1' })
   const first = collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 5) }')
-  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 1, 3000, 'the first stream')
+  await eventually(() => app.graphqlInspection.subscriptionStats().eventStreams === 1, 3000, 'the first stream')
   const second = await fetch(`${url}/graphql`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${token('2')}` },
@@ -125,7 +125,7 @@ test('event streams count against the per-client connection cap', async (t) => {
     errors: [{ message: 'Too many connections for this client: at most 1', extensions: { code: 'RATE_LIMITED' } }]
   })
   first.dispose()
-  await eventually(() => app.graphqlRoom.subscriptionStats().clients === 0, 3000, 'the slot released')
+  await eventually(() => app.graphqlInspection.subscriptionStats().clients === 0, 3000, 'the slot released')
   t.ok(
     (await collect(sseClient(url, `Bearer ${token('2')}`), 'subscription { count(target: 1) }').done).completed,
     'a new stream is accepted'
@@ -143,7 +143,7 @@ test('an event stream ends at its token\'s exp: a next with UNAUTHENTICATED "Tok
   const last = outcome.values.at(-1)
   t.same(last, TOKEN_EXPIRED, 'the last event says why')
   t.ok(outcome.values.length >= 2 && outcome.values.length <= 4, `${outcome.values.length - 1} ticks before the token expired, then none`)
-  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 0, 2000, 'the stream released')
+  await eventually(() => app.graphqlInspection.subscriptionStats().eventStreams === 0, 2000, 'the stream released')
 })
 
 test('an ADMIN stream whose token expired never delivers an event (with email) after exp', async (t) => {
@@ -163,7 +163,7 @@ test('an ADMIN stream whose token expired never delivers an event (with email) a
   // Valid for a second or two: delivers while valid, then ends, and the next post reaches nobody.
   const admin = collect(sseClient(url, `Bearer ${tokenExpiring(config, '1', 'ADMIN', 2000)}`), QUERY)
   t.teardown(() => admin.dispose())
-  await eventually(() => app.graphqlRoom.subscriptionStats().topicSubscribers === 1, 2000, 'the stream subscribed')
+  await eventually(() => app.graphqlInspection.subscriptionStats().topicSubscribers === 1, 2000, 'the stream subscribed')
   await post('while valid')
   const outcome = await within(admin.done, 5000, 'SSE token expiry: the ADMIN stream did not end at exp')
   t.match(outcome.values[0], { data: { messageAdded: { content: 'while valid', author: { email: 'ada@example.com' } } } })
@@ -172,7 +172,7 @@ test('an ADMIN stream whose token expired never delivers an event (with email) a
   await post('after expiry')
   await new Promise((resolve) => setTimeout(resolve, 200))
   t.equal(outcome.values.length, 2, 'nothing after exp')
-  t.equal(app.graphqlRoom.subscriptionStats().topicSubscribers, 0, 'the subscription left the room')
+  t.equal(app.graphqlInspection.subscriptionStats().topicSubscribers, 0, 'the subscription left the room')
 })
 
 test('an event stream ends after SUBSCRIBER_MAX_LIFETIME_MS, without complete (the client reconnects)', async (t) => {
@@ -188,5 +188,5 @@ test('an event stream ends after SUBSCRIBER_MAX_LIFETIME_MS, without complete (t
   const lived = Date.now() - started
   t.ok(lived >= 850, `not before the lifetime, less its random tenth (${lived} ms)`)
   t.notMatch(text, /event: complete/, 'no complete: the operation is not over, the client opens it again')
-  await eventually(() => app.graphqlRoom.subscriptionStats().eventStreams === 0, 2000, 'the stream released')
+  await eventually(() => app.graphqlInspection.subscriptionStats().eventStreams === 0, 2000, 'the stream released')
 })

@@ -192,7 +192,7 @@ test('connections are capped per IP and per user', async (t) => {
   })
   a.socket.close()
   await a.closed
-  await eventually(() => app.graphqlRoom.subscriptionStats().webSockets === 1, 2000, 'the slot to be released')
+  await eventually(() => app.graphqlInspection.subscriptionStats().webSockets === 1, 2000, 'the slot to be released')
   const c = await rawSocket(url, 'graphql-transport-ws', from('10.0.0.1'))
   b.socket.close()
   c.socket.close()
@@ -280,7 +280,7 @@ test('subscription documents are validated and limited like any operation', asyn
   t.match(await errorOf('subscription { count(target: 101) }'),
     { message: 'target must be between 0 and 100', extensions: { code: 'BAD_USER_INPUT' } })
   t.match(await errorOf('subscription {'), { extensions: { code: 'GRAPHQL_PARSE_FAILED' } })
-  t.equal(app.graphqlRoom.subscriptionStats().webSocketSubscriptions, 0, 'nothing was started')
+  t.equal(app.graphqlInspection.subscriptionStats().webSocketSubscriptions, 0, 'nothing was started')
   // The connection survives refused operations.
   t.ok((await collect(client, 'subscription { count(target: 0) }').done).completed)
 })
@@ -387,7 +387,7 @@ test('every frame counts toward the slow-reader bound: a client that pings and n
     for (const { socket } of readers) socket.terminate()
   })
   // The server gives a closed slow reader a second to read its close frame: watch its side, then read.
-  const serverSockets = [...app.graphqlRoom.webSocketClients()]
+  const serverSockets = [...app.graphqlInspection.webSocketClients()]
   t.equal(serverSockets.length, 3)
   await within(
     new Promise<void>((resolve) => {
@@ -506,7 +506,7 @@ test('near MAX_CONNECTIONS idle connections give their slots up, the longest idl
   const busy = wsClient(url)
   t.teardown(() => busy.dispose())
   const room = collect(busy, 'subscription { messageAdded(roomId: "cap") { id } }')
-  await eventually(() => app.graphqlRoom.subscriptionStats().webSocketSubscriptions === 1, 3000, 'the busy subscription')
+  await eventually(() => app.graphqlInspection.subscriptionStats().webSocketSubscriptions === 1, 3000, 'the busy subscription')
   // Twice the cap of idle connections, one after another: each is accepted.
   const idle: Awaited<ReturnType<typeof rawSocket>>[] = []
   t.teardown(() => { for (const ws of idle) ws.socket.terminate() })
@@ -531,6 +531,6 @@ test('near MAX_CONNECTIONS idle connections give their slots up, the longest idl
   t.teardown(() => late.dispose())
   const counted = await within(collect(late, 'subscription { count(target: 1) }').done, 5000, 'a new client near the cap')
   t.same(counted.values, [{ data: { count: 0 } }])
-  t.equal(app.graphqlRoom.subscriptionStats().webSocketSubscriptions, 1, 'the busy subscription is still live')
+  t.equal(app.graphqlInspection.subscriptionStats().webSocketSubscriptions, 1, 'the busy subscription is still live')
   t.notOk(room.outcome.error ?? room.outcome.completed, 'and was not ended')
 })

@@ -23,11 +23,11 @@ export function requireCaller (caller: Caller | null): Caller {
 
 /**
  * An authenticated caller who is nobody: role USER, owner of nothing. A USER's or SERVICE's answer differs
- * from a bystander's only where SELF lets them read their own data, so the fan-out hub executes an event
- * once as a bystander for all of them, and once more only for the callers among `refusedOwners`: the
- * owners of the data SELF refused the bystander (app/graphql/fanout.ts).
+ * from a non-owner's only where SELF lets them read their own data, so the fan-out hub executes an event
+ * once as a non-owner for all of them, and once more only for the callers among `refusedOwners`: the
+ * owners of the data SELF refused the non-owner (app/graphql/fanout.ts).
  */
-export class Bystander implements Caller {
+export class NonOwner implements Caller {
   readonly id = ''
   readonly role: Role = 'USER'
   readonly refusedOwners = new Set<string>()
@@ -44,7 +44,7 @@ export function meets (
     if (r === 'ADMIN') return caller.role === 'ADMIN'
     if (ownerId === null) return false
     if (caller.id === ownerId) return true
-    if (caller instanceof Bystander) caller.refusedOwners.add(ownerId)
+    if (caller instanceof NonOwner) caller.refusedOwners.add(ownerId)
     return false
   })
 }

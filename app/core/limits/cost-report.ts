@@ -15,7 +15,7 @@ export interface CostUnitsLeft { remaining: number; resetMs: number }
 
 /**
  * What a request spends of its caller's budgets: declared once, implemented by plugins/rate-limit.ts,
- * required by every transport that spends them (the GraphQL pipeline and its ports).
+ * required by every transport that spends them (the GraphQL pipeline and its dependencies).
  */
 export interface BudgetSpending {
   /** Spends one request from the caller's request budget; throws RATE_LIMITED when it is exhausted. */
