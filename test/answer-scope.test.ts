@@ -6,7 +6,7 @@ import { test } from 'tap'
 import { buildSchema, parse } from 'graphql'
 import MQEmitter from 'mqemitter'
 import type { Caller } from '../app/core/domain/context.ts'
-import { cacheScopeOf, callerDependence, scopeOf } from '../app/graphql/answer-scope.ts'
+import { cacheScopeOf, callerDependence, executedAs, scopeOf } from '../app/graphql/answer-scope.ts'
 import { createFanout, type SubscriptionSink } from '../app/graphql/fanout.ts'
 import type { Admission } from '../app/graphql/pipeline.ts'
 import type { OperationPlan } from '../app/graphql/plan.ts'
@@ -106,6 +106,17 @@ function recordingFanout () {
   const close = () => new Promise<void>((resolve) => emitter.close(resolve))
   return { subscribe, publish, executions, received, close }
 }
+
+test('who a shared answer is executed as, for the fan-out and the cache alike: nobody unless it is one caller\'s', async (t) => {
+  for (const caller of callers) {
+    t.equal(executedAs(scopeOf(planOf(PUBLIC), caller, schema), caller), null, `a public answer, asked by ${caller?.id ?? 'nobody'}`)
+    t.equal(executedAs(scopeOf(planOf(RULES), caller, schema), caller), caller?.role === 'ADMIN' ? caller : null,
+      `rules only, asked by ${caller?.id ?? 'nobody'}: the administrators' as the administrator, others' as nobody (per event)`)
+    t.equal(executedAs(cacheScopeOf(planOf(RULES), caller, schema), caller), caller,
+      `rules only, cached for ${caller?.id ?? 'nobody'}: as that caller (a cached answer is never told apart again)`)
+    t.equal(executedAs(scopeOf(planOf(PRIVATE), caller, schema), caller), caller, `a private field: as ${caller?.id ?? 'nobody'}`)
+  }
+})
 
 test('the fan-out: a PRIVATE field\'s event is executed once per caller, as that caller; a public one once, as nobody', async (t) => {
   const own = recordingFanout()

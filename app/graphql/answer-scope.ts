@@ -67,6 +67,16 @@ export function scopeOf (operation: OperationPlan, caller: Caller | null, schema
 }
 
 /**
+ * The caller a shared answer of `scope` (scopeOf's, or cacheScopeOf's) is executed as: nobody for
+ * everyone's and the anonymous answers, so a resolver that reads the caller without saying so in the SDL
+ * cannot put one caller's value in an answer others are served; nobody for `authenticated` too (the
+ * fan-out runs it as a NonOwner per event); the caller for an administrators' answer or a caller's own.
+ */
+export function executedAs (scope: string, caller: Caller | null): Caller | null {
+  return scope === 'public' || scope === 'anonymous' || scope === 'authenticated' ? null : caller
+}
+
+/**
  * The response cache's scope of an answer: `scopeOf`, with `authenticated` narrowed to the one caller
  * (`user:<id>`): a cached answer is not executed again, so the owners SELF lets see a guarded field
  * cannot be told apart afterwards, as the fan-out tells them apart per event.

@@ -7,7 +7,7 @@ import { printSchema, type GraphQLSchema } from 'graphql'
 import { cacheKey, type CachedAnswer, type EarlyRead, type ResponseCache } from '../core/cache/response-cache.ts'
 import type { ReadSet } from '../core/domain/read-tags.ts'
 import { formatResult, type FormatOptions, type GraphQLAnswer } from '../core/error-format.ts'
-import { cacheScopeOf, callerDependence } from './answer-scope.ts'
+import { cacheScopeOf, callerDependence, executedAs } from './answer-scope.ts'
 import { withinAnswerCap } from './answer-size.ts'
 import type { Visibility } from './http-cache.ts'
 import type { Admission, OperationExecution, Priced } from './pipeline.ts'
@@ -101,9 +101,7 @@ export function createCachedAnswers (options: CachedAnswersOptions) {
     const filled = await cache.fill(key, async () => {
       execution.cached(admission, 'miss')
       const reads: ReadSet = new Set()
-      // Everyone's answer is executed as nobody: a resolver that reads the caller without saying so in
-      // the SDL cannot put one caller's value in the entry every caller is served.
-      const as = scope === 'public' ? null : admission.caller
+      const as = executedAs(scope, admission.caller)
       executed = formatResult(await execution.execute(admission, undefined, reads, as), errorOptions)
       const json = JSON.stringify(executed)
       return { body: json, tags: reads, store: executed.errors === undefined && withinAnswerCap(json, maxAnswerBytes) }

@@ -12,12 +12,6 @@ import type { AdmittedOperation, OperationPhases } from '../core/operation-phase
 
 export type { AdmittedOperation, OperationPhases }
 
-/** Spends cost units of a caller's window: what is left, and when the window resets (subscription events). */
-export type SpendCostUnits = BudgetSpending['spendCostUnits']
-
-/** The budgets every GraphQL transport spends through (plugins/rate-limit.ts implements them). */
-export type Budgets = BudgetSpending
-
 /** Where the engine reports what it cannot answer itself (internal errors, a Redis outage). */
 export interface EngineLogger {
   error (details: object, message: string): void
@@ -26,7 +20,8 @@ export interface EngineLogger {
 }
 
 export interface GraphQLDependencies {
-  budgets: Budgets
+  /** The budgets every GraphQL transport spends through (plugins/rate-limit.ts implements them). */
+  budgets: BudgetSpending
   /**
    * Resolves an `Authorization` value ("Bearer <token>") to a
    * caller; null when absent; throws UNAUTHENTICATED when invalid.

@@ -9,9 +9,10 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { getHeapStatistics } from 'node:v8'
 import { AppError } from '../core/errors.ts'
-import type { ChangeWatch, Deployment, DeploymentKey, DeploymentOperationRow, DeploymentUsage, Store } from '../core/store/types.ts'
+import type { ChangeWatch, Deployment, DeploymentKey, DeploymentOperationRow, Store } from '../core/store/types.ts'
 import { operationLabel, PROFILE_HEARTBEAT_MS, slices, whyRefused, type ServiceProfile } from './app-deployments.ts'
 import type { EngineLogger } from './dependencies.ts'
+import { deploymentUsage, type DeploymentRequests } from './deployment-usage.ts'
 import type { ClientApp, PersistedOperation } from './persisted.ts'
 
 /** What the persisted registry asks of the catalog. */
@@ -42,14 +43,6 @@ export interface CatalogOptions {
   /** What this instance runs: said to the store while it runs (what publishes are checked against). */
   profile: ServiceProfile
   log: EngineLogger
-}
-
-interface Counted {
-  app: string
-  version: string
-  hash: string
-  requests: number
-  lastUsedAt: number
 }
 
 interface Served {
@@ -105,10 +98,7 @@ export function createDeploymentCatalog (options: CatalogOptions) {
   let refused = new Map<string, string>()
   let refreshing: Promise<void> | null = null
   let again = false
-  /** Requests counted since the last write, by `name version hash` (the last use in epoch ms until written). */
-  let pending = new Map<string, Counted>()
-  /** Requests counted by this instance since the metrics last read them, by deployment (`name version`). */
-  let unscraped = new Map<string, number>()
+  const usage = deploymentUsage(store, log)
   /** The active deployments (`name version`) as last loaded. */
   let activeDeployments: string[] = []
   /** Weight of what is served (plans and compiled code). */
@@ -331,25 +321,6 @@ export function createDeploymentCatalog (options: CatalogOptions) {
     })
   }
 
-  async function flush (): Promise<void> {
-    if (pending.size === 0) return
-    const batch = pending
-    pending = new Map()
-    try {
-      await store.recordUsage([...batch.values()].map((u): DeploymentUsage =>
-        ({ ...u, lastUsedAt: new Date(u.lastUsedAt).toISOString() })))
-    } catch (err) {
-      // Kept for the next write (merged with what comes meanwhile): counts are never dropped for an outage.
-      for (const [key, usage] of batch) {
-        const now = pending.get(key)
-        pending.set(key, now
-          ? { ...now, requests: now.requests + usage.requests, lastUsedAt: Math.max(now.lastUsedAt, usage.lastUsedAt) }
-          : usage)
-      }
-      log.warn({ err: (err as Error).message }, 'app deployment usage not written yet: kept for the next write')
-    }
-  }
-
   let watch: ChangeWatch | null = null
   let timer: NodeJS.Timeout | null = null
 
@@ -368,25 +339,14 @@ export function createDeploymentCatalog (options: CatalogOptions) {
       if (!served) return
       // The deployment the client names, when it holds the operation; otherwise the newest holding it.
       const named = client ? keyOf(client.name, client.version) : null
-      const deployment = named && served.deployments.includes(named) ? named : served.deployments[0]!
-      const key = `${deployment} ${operation.id}`
-      const at = Date.now()
-      const usage = pending.get(key)
-      if (usage) {
-        usage.requests++
-        usage.lastUsedAt = at
-      } else {
-        const [name, version] = deployment.split(' ') as [string, string]
-        pending.set(key, { app: name, version, hash: operation.id.slice(7), requests: 1, lastUsedAt: at })
-      }
-      unscraped.set(deployment, (unscraped.get(deployment) ?? 0) + 1)
+      usage.count(named && served.deployments.includes(named) ? named : served.deployments[0]!, operation.id)
     }
   }
 
   return {
     registered,
     refresh,
-    flush,
+    flush: usage.flush,
     /**
      * Says which profile this instance runs (and again every PROFILE_HEARTBEAT_MS), starts following the
      * store's changes (a change reloads) and writing usage every usageFlushMs.
@@ -407,7 +367,7 @@ export function createDeploymentCatalog (options: CatalogOptions) {
           if (!live) reload()
         }
       })
-      timer = setInterval(() => { void flush() }, options.usageFlushMs).unref()
+      timer = setInterval(() => { void usage.flush() }, options.usageFlushMs).unref()
     },
     async stop (): Promise<void> {
       stopped = true
@@ -417,7 +377,7 @@ export function createDeploymentCatalog (options: CatalogOptions) {
       if (retryTimer) clearTimeout(retryTimer)
       if (staleTimer) clearTimeout(staleTimer)
       await watch?.stop()
-      await flush()
+      await usage.flush()
     },
     /**
      * What /health/ready says of the catalog: throws while its operations are refused (reloads failing
@@ -435,15 +395,7 @@ export function createDeploymentCatalog (options: CatalogOptions) {
      * Every active deployment served, with the requests this instance served for it since the last call
      * (the metrics' counter adds them up, and drops the deployments no longer listed).
      */
-    takeUsage (): DeploymentRequests[] {
-      const taken = unscraped
-      unscraped = new Map()
-      return activeDeployments.map((deployment) => {
-        const requests = taken.get(deployment) ?? 0
-        const [name, version] = deployment.split(' ') as [string, string]
-        return { name, version, requests }
-      })
-    },
+    takeUsage: (): DeploymentRequests[] => usage.take(activeDeployments),
     get stats () {
       const operations = new Set(byId.values()).size
       return { operations, retired: retired.size, weight: servedWeight, refused: refused.size }
@@ -452,6 +404,3 @@ export function createDeploymentCatalog (options: CatalogOptions) {
 }
 
 export type DeploymentCatalog = ReturnType<typeof createDeploymentCatalog>
-
-/** Requests one instance served for one app version's operations. */
-export interface DeploymentRequests { name: string; version: string; requests: number }

@@ -3,8 +3,7 @@
 // event. The operations the streaming carriers start (operations.ts: one subscription's event) and the
 // fan-out hub (fanout.ts: one event for every subscriber of a topic) both use it.
 import { callerKey, type Caller } from '../core/domain/context.ts'
-import type { CostUnitsLeft } from '../core/limits/cost-report.ts'
-import type { SpendCostUnits } from './dependencies.ts'
+import type { BudgetSpending, CostUnitsLeft } from '../core/limits/cost-report.ts'
 /** Pays for one event of running subscriptions: the subscribers that could not be paid for. */
 export type ChargeEvent = <M extends Payer>(subscribers: M[]) => Promise<{ refused: M[]; resetMs: number }>
 
@@ -23,7 +22,7 @@ export interface Payer {
  * the window is exhausted by then anyway.) Returns the refused subscribers and when their window resets.
  */
 export async function chargeEvent<M extends Payer> (
-  spend: SpendCostUnits,
+  spend: BudgetSpending['spendCostUnits'],
   members: Iterable<M>
 ): Promise<{ refused: M[]; resetMs: number }> {
   const payers = new Map<string, { first: M; total: number; members: M[] }>()

@@ -10,7 +10,7 @@ import type { GraphQLSchema } from 'graphql'
 import type { MQEmitter, Message } from 'mqemitter'
 import { NonOwner } from '../core/domain/authorization.ts'
 import type { Caller } from '../core/domain/context.ts'
-import { scopeOf } from './answer-scope.ts'
+import { executedAs, scopeOf } from './answer-scope.ts'
 import type { Payer } from './event-pricing.ts'
 import type { Admission } from './pipeline.ts'
 import type { OperationPlan } from './plan.ts'
@@ -228,9 +228,8 @@ export function createFanout (options: FanoutOptions) {
       const key = `${planId}\n${scope}\n${JSON.stringify(run.variables)}`
       let group = topic.groups.get(key)
       if (!group) {
-        // Everyone's and the anonymous answers run as nobody, `authenticated` as a nonOwner per event;
-        // an administrators' or one caller's own (a private field) as the caller.
-        const caller = scope === 'public' || scope === 'anonymous' || scope === 'authenticated' ? null : payer.caller
+        // `authenticated` runs as a NonOwner per event (perOwner), the others as executedAs says.
+        const caller = executedAs(scope, payer.caller)
         const perOwner = scope === 'authenticated'
         topic.groups.set(key, (group = { key, topic, run: { ...run, caller }, perOwner, members: new Set() }))
       }

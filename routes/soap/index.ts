@@ -126,19 +126,21 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     )
     if (fault.code === 'INTERNAL_SERVER_ERROR') request.log.error({ err: error }, 'SOAP request failed')
     // Refused before the handler (media type, body size): it authenticated nobody, so it counts on the address.
-    if (request.method === 'POST') await app.budgets.spendRequest(null, clientAddress(request)).catch(() => {})
+    if (request.method === 'POST') await admissionOf(request).spendOnAddress()
     const response = faultResponse(fault, soapVersionOf(request), service.namespaceOf(version))
     // A GET is no SOAP exchange: its status is the error's own (405, 404, 400), never a SOAP 500.
     return send(reply, request.method === 'GET' ? { ...response, status: ErrorCodes[fault.code].status } : response)
   })
 
-  /** The budgets of one POST, bound to its client address. */
-  const admissionOf = (request: FastifyRequest): Admission => ({
-    checkAddress: () => app.budgets.checkRequestBudget(null, clientAddress(request)),
-    spendOnAddress: () => app.budgets.spendRequest(null, clientAddress(request)).catch(() => {}),
-    spendRequest: (caller) => app.budgets.spendRequest(caller, clientAddress(request)),
-    spendCost: async (caller, cost) => { await app.budgets.chargeCost(caller, clientAddress(request), cost) }
-  })
+  /** The budgets of one POST, bound to its client address: every SOAP spend goes through it. */
+  function admissionOf (request: FastifyRequest): Admission {
+    return {
+      checkAddress: () => app.budgets.checkRequestBudget(null, clientAddress(request)),
+      spendOnAddress: () => app.budgets.spendRequest(null, clientAddress(request)).catch(() => {}),
+      spendRequest: (caller) => app.budgets.spendRequest(caller, clientAddress(request)),
+      spendCost: async (caller, cost) => { await app.budgets.chargeCost(caller, clientAddress(request), cost) }
+    }
+  }
 
   const trusted = trustedPeers(config.trustProxy)
   /**
