@@ -7,7 +7,7 @@ import type { Config } from './core/config.ts'
 import { accessLog, logDestination, serverLogging, type LoggingOptions } from '../plugins/logging.ts'
 import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './core/peers.ts'
 import { connectionCaps, guardListener } from './core/descriptors.ts'
-import { createResponseCache } from './core/cache/create.ts'
+import { createResponseCache, memoryCacheStore, redisCacheStore } from './core/cache/create.ts'
 import { responseCacheMetrics } from './core/cache/metrics.ts'
 import { followStoreChanges } from './core/cache/store-changes.ts'
 import type { DomainDeps } from './core/domain/context.ts'
@@ -177,8 +177,13 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await registerProtections(app, config, options.store)
   // The shared cache of query answers (in Redis when the service has it, else in process), invalidated
   // by every write through the domain, whatever carries it.
-  const responseCache = createResponseCache(config.responseCache, app.redis, (err) =>
-    app.log.warn({ err }, 'response cache unavailable: the request was executed uncached'))
+  const { responseCache: cacheSettings } = config
+  const responseCache = !cacheSettings.enabled
+    ? null
+    : createResponseCache(cacheSettings, app.redis.shared('cached answers',
+      (redis) => redisCacheStore(cacheSettings, redis),
+      () => memoryCacheStore(cacheSettings)
+    ), (err) => app.log.warn({ err }, 'response cache unavailable: the request was executed uncached'))
   if (responseCache) {
     responseCacheMetrics(app.metricsRegistry, responseCache)
     // Changes made beside the service (tools, an operator's SQL) reach the cache too.

@@ -62,7 +62,13 @@ for (const signal of STOP_SIGNALS) {
 try {
   await app.listen({ host: config.host, port: config.port })
   app.log.info(
-    { profile: config.profile, store: app.store.kind, pubsub: config.redis ? (config.redis.cluster ? 'redis cluster' : 'redis') : 'in-process' },
+    // Where each piece of state instances share lives (plugins/redis.ts decides): the events' is `pubsub`.
+    {
+      profile: config.profile,
+      store: app.store.kind,
+      pubsub: app.redis.placements.events,
+      shared: app.redis.placements
+    },
     'service ready'
   )
 } catch (err) {

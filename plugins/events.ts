@@ -7,6 +7,7 @@ import mqemitterRedis from 'mqemitter-redis'
 import { Gauge } from 'prom-client'
 import type { FastifyInstance } from 'fastify'
 import type { DomainEvent, Events } from '../app/core/domain/context.ts'
+import type { RedisAddress } from '../app/core/redis-address.ts'
 import { CLOSE_WAIT_MS, COMMAND_TIMEOUT_MS, redisConnection } from './redis.ts'
 
 /** The domain's events port (publish), and what subscribers need to listen to those events. */
@@ -59,18 +60,18 @@ async function pubSubReady (connections: Connection[], timeoutMs: number): Promi
 }
 
 export default fp(async function events (app: FastifyInstance) {
-  const { redis, redisPrefix } = app.config
+  const { redisPrefix } = app.config
   // Its two connections are ours: one server, or a Redis Cluster (its pub/sub reaches every node). Both
   // answer the calls mqemitter-redis makes (subscribe, publish, their message events, quit), though its
   // typings name its own copy of ioredis's Redis class.
-  const pubSubConnection = () => {
-    const connection = redisConnection(redis!, 'pub/sub')
+  const pubSubConnection = (address: RedisAddress) => {
+    const connection = redisConnection(address, 'pub/sub')
     connection.connect().catch(() => {}) // pubSubReady below waits for it, and says why it failed
     return connection as unknown as EmitterConnection
   }
-  const redisEmitter = redis
-    ? (mqemitterRedis({ subConn: pubSubConnection(), pubConn: pubSubConnection() }) as RedisEmitter)
-    : null
+  const redisEmitter = app.redis.shared<RedisEmitter | null>('events', ({ address }) =>
+    mqemitterRedis({ subConn: pubSubConnection(address), pubConn: pubSubConnection(address) }) as RedisEmitter,
+  () => null)
   const emitter: MQEmitter = redisEmitter ?? mqemitter()
   // One warning per 10 s at most: an outage must not flood the logs.
   let lastWarning = 0
@@ -146,4 +147,4 @@ export default fp(async function events (app: FastifyInstance) {
   }))
   // Last: when Redis is unreachable, start fails here, and closing the app ends the connections above.
   await pubSubReady(connections, PUBSUB_READY_TIMEOUT_MS)
-}, { name: 'events', dependencies: ['config', 'metrics'] })
+}, { name: 'events', dependencies: ['config', 'metrics', 'redis'] })

@@ -63,11 +63,8 @@ function counterKey (budget: Budget, caller: Caller | null, ip: string): string 
 export default fp(async function rateLimits (app: FastifyInstance) {
   const { limits } = app.config
   let lastWarning = 0
-  const { client: redis, key: redisKey } = app.redis
-  const prefix = redisKey('rl:')
-  let counters: WindowCounters = localCounters()
-  if (redis) {
-    counters = new SharedCounters(leaseScript(redis, prefix), {
+  const counters: WindowCounters = app.redis.shared('budgets', (redis) =>
+    new SharedCounters(leaseScript(redis.client, redis.key('rl:')), {
       counting: limits.rateCounting,
       onFallback (err) {
         // One line per window at most: an outage must not flood the logs.
@@ -76,8 +73,7 @@ export default fp(async function rateLimits (app: FastifyInstance) {
           app.log.warn({ err: (err as Error).message }, 'rate-limit counters unavailable in Redis; enforcing per instance')
         }
       }
-    })
-  }
+    }), localCounters)
 
   const max = limits.rateRequests
   const windowSec = Math.round(limits.rateWindowMs / 1000)

@@ -13,6 +13,26 @@ import { LEASE_SCRIPT } from '../app/core/limits/window-counters.ts'
 import { withoutCredentials } from '../app/core/config.ts'
 import type { RedisAddress } from '../app/core/redis-address.ts'
 
+/** The service's Redis, connected, as the builder of a piece of shared state receives it. */
+export interface ConnectedRedis {
+  /** The connection to the Redis of shared state. */
+  client: Redis | Cluster
+  /** Whether it is a Redis Cluster. */
+  cluster: boolean
+  /** Where it is (pub/sub opens connections of its own there). */
+  address: RedisAddress
+  /** The configured prefix + name: every key this deployment writes. */
+  key (name: string): string
+  /**
+   * Where cached answers live: a Redis of their own, which may evict keys (RESPONSE_CACHE_REDIS_URL),
+   * else the same as `client`.
+   */
+  cache: { client: Redis | Cluster; cluster: boolean; mayEvict: boolean }
+}
+
+/** Where one piece of shared state lives. */
+export type Placement = 'redis' | 'redis cluster' | 'in-process'
+
 export interface SharedRedis {
   /** The connection to the Redis of shared state; null without one. */
   client: Redis | Cluster | null
@@ -24,7 +44,16 @@ export interface SharedRedis {
    * Where cached answers live: a Redis of their own, which may evict keys (RESPONSE_CACHE_REDIS_URL),
    * else the same as `client`; null without Redis.
    */
-  cache: { client: Redis | Cluster; cluster: boolean; mayEvict: boolean } | null
+  cache: ConnectedRedis['cache'] | null
+  /**
+   * The one place where "in Redis when the service has one, else in this process" is decided, for every
+   * piece of state instances share (the budgets' counters, APQ texts, WS-Security nonces, cached answers,
+   * events): `onRedis` builds `what` over the connected Redis (every instance sees it), `inProcess` for
+   * this instance alone. Each choice is kept in `placements`, which the start-up line reports.
+   */
+  shared<T> (what: string, onRedis: (redis: ConnectedRedis) => T, inProcess: () => T): T
+  /** Where each piece of shared state built so far lives, by what it is. */
+  readonly placements: Readonly<Record<string, Placement>>
 }
 
 declare module 'fastify' {
@@ -129,8 +158,14 @@ async function close (client: Redis | Cluster): Promise<void> {
 export default fp(async function redis (app: FastifyInstance) {
   const { redis: address, redisPrefix, responseCache } = app.config
   const key = (name: string) => `${redisPrefix}${name}`
+  const placements: Record<string, Placement> = {}
+  /** `shared` over `connected` (null: no Redis, everything in process). */
+  const sharing = (connected: ConnectedRedis | null): SharedRedis['shared'] => (what, onRedis, inProcess) => {
+    placements[what] = connected ? (connected.cluster ? 'redis cluster' : 'redis') : 'in-process'
+    return connected ? onRedis(connected) : inProcess()
+  }
   if (!address) {
-    app.decorate('redis', { client: null, cluster: false, key, cache: null })
+    app.decorate('redis', { client: null, cluster: false, key, cache: null, shared: sharing(null), placements })
     return
   }
   const opened: Array<Redis | Cluster> = []
@@ -148,7 +183,8 @@ export default fp(async function redis (app: FastifyInstance) {
     const cache = own
       ? { client: await open(own, 'response cache redis'), cluster: own.cluster, mayEvict: true }
       : { client, cluster: address.cluster, mayEvict: false }
-    app.decorate('redis', { client, cluster: address.cluster, key, cache })
+    const connected: ConnectedRedis = { client, cluster: address.cluster, address, key, cache }
+    app.decorate('redis', { client, cluster: address.cluster, key, cache, shared: sharing(connected), placements })
     app.readinessChecks.set('redis', async () => { await client.ping() })
     if (own) app.readinessChecks.set('response cache redis', async () => { await cache.client.ping() })
   } catch (err) {

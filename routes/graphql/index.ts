@@ -207,9 +207,9 @@ async function graphqlInspection (app: FastifyInstance, options: GraphQLRoutesOp
   // leaves them off in persisted-only mode).
   const apq = config.apqMaxEntries === 0
     ? null
-    : app.redis.client
-      ? redisApqStore(app.redis.client, app.redis.key, config.apqMaxEntries, deps.log)
-      : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
+    : app.redis.shared('APQ texts',
+      (redis) => redisApqStore(redis.client, redis.key, config.apqMaxEntries, deps.log),
+      () => memoryApqStore(config.apqMaxEntries, config.apqMaxBytes))
   const core = await createGraphQLEngine(deps, () => app.graphql.schema, apq)
   const { exchange, streaming, errorOptions } = core
   state.core = core

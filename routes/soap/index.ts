@@ -22,7 +22,7 @@ import { SoapFault, escapeXml, faultResponse, type SoapResponse } from '../../ap
 import { SERVICE_VERSIONS, type ServiceVersion } from '../../app/soap/operations.ts'
 import { createReplySigner } from '../../app/soap/reply-signing.ts'
 import { createSoapService, type Admission } from '../../app/soap/service.ts'
-import { createWsSecurity, memoryNonceCache, redisNonceCache } from '../../app/soap/ws-security.ts'
+import { createWsSecurity, memoryNonceCache, redisNonceCache, type NonceCache } from '../../app/soap/ws-security.ts'
 import { buildWsdl } from '../../app/soap/wsdl.ts'
 import { clientAddress } from '../../app/core/peers.ts'
 
@@ -70,20 +70,22 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   const { config } = app
   const clock = options.clock ?? Date.now
   // Nonces and signatures already received: in Redis across instances, else in this process (bounded).
-  const replayMemory = app.redis.client ? null : memoryNonceCache(options.replayMemoryEntries)
+  const nonces: NonceCache & { readonly refusedFull?: number } = app.redis.shared('WS-Security nonces',
+    (redis) => redisNonceCache(redis.client, redis.key),
+    () => memoryNonceCache(options.replayMemoryEntries))
   // For the operator: messages refused (503) because that memory was full; 0 with Redis (Redis bounds itself).
   // eslint-disable-next-line no-new -- a prom-client metric registers itself in `registers` when constructed
   new Counter({
     name: 'soap_replay_memory_full_total',
     help: 'SOAP messages refused with HTTP 503 because the in-process WS-Security replay memory was full of live nonces and signatures',
     registers: [app.metricsRegistry],
-    collect () { this.reset(); this.inc(replayMemory?.refusedFull ?? 0) }
+    collect () { this.reset(); this.inc(nonces.refusedFull ?? 0) }
   })
   const wsSecurity = createWsSecurity({
     store: options.domain.store,
     partnerSecretKey: config.soap.partnerSecretKey,
     maxAgeMs: config.soap.maxAgeSec * 1000,
-    nonces: replayMemory ?? redisNonceCache(app.redis.client!, app.redis.key),
+    nonces,
     clock,
     allowSha1: config.soap.allowSha1
   })

@@ -1,9 +1,10 @@
-// The composition root's call (createResponseCache), and the cache as the domain's invalidation port:
-// an answer computed through the domain carries the tags its loaders recorded, and a domain write drops it.
+// The composition root's calls (createResponseCache over either store), and the cache as the domain's
+// invalidation port: an answer computed through the domain carries the tags its loaders recorded, and a
+// domain write drops it.
 import t0, { test } from 'tap'
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { createResponseCache } from '../../app/core/cache/create.ts'
+import { createResponseCache, memoryCacheStore, redisCacheStore, type ResponseCacheSettings } from '../../app/core/cache/create.ts'
 import { type ResponseCache } from '../../app/core/cache/response-cache.ts'
 import { createDomainContext, type DomainDeps } from '../../app/core/domain/context.ts'
 import { tellingChanges } from '../../app/core/domain/store-tags.ts'
@@ -17,7 +18,7 @@ const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const prefix = `test-response-cache-create-${randomUUID()}:`
 const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, commandTimeout: 2000 })
 /** The embedded default: no Redis, the cache in process. */
-const local = { cache: null, key: (name: string) => name }
+const local = (settings: ResponseCacheSettings) => createResponseCache(settings, memoryCacheStore(settings))
 /** The settings as the service reads them by default. */
 const DEFAULTS = testConfig().responseCache
 t0.teardown(async () => {
@@ -26,15 +27,14 @@ t0.teardown(async () => {
   await redis.quit()
 })
 
-test('off, in process (bounded in bytes), or on Redis (shared)', async (t) => {
-  t.equal(createResponseCache({ ...DEFAULTS, enabled: false }, local), null)
-  const small = createResponseCache({ ...DEFAULTS, maxBytes: 2000 }, local)!
+test('in process (bounded in bytes), or on Redis (shared)', async (t) => {
+  const small = local({ ...DEFAULTS, maxBytes: 2000 })
   await small.fill('big', async () => ({ body: JSON.stringify('x'.repeat(5000)), tags: [], store: true }))
   t.equal(await small.lookup('big'), null, 'the byte bound applies')
   t.equal(small.stats().bytes, 0)
   const shared = { cache: { client: redis, cluster: false, mayEvict: false }, key: (name: string) => prefix + name }
-  const one = createResponseCache(DEFAULTS, shared)!
-  const two = createResponseCache(DEFAULTS, shared)!
+  const one = createResponseCache(DEFAULTS, redisCacheStore(DEFAULTS, shared))
+  const two = createResponseCache(DEFAULTS, redisCacheStore(DEFAULTS, shared))
   await one.fill('k', async () => ({ body: '{"data":1}', tags: ['users'], store: true }))
   t.equal((await two.lookup('k'))?.body, '{"data":1}')
   t.equal(two.stats().bytes, null)
@@ -43,7 +43,7 @@ test('off, in process (bounded in bytes), or on Redis (shared)', async (t) => {
 test('answers computed through the domain are dropped by the domain writes that change them', async (t) => {
   const store = openSqliteStore(':memory:')
   t.teardown(() => store.close())
-  const cache = createResponseCache(DEFAULTS, local)!
+  const cache = local(DEFAULTS)
   const deps: DomainDeps = {
     store: tellingChanges(store, cache),
     events: { publish: async () => {} },

@@ -1,10 +1,11 @@
-// The composition root's one call: the response cache the settings ask for, on Redis when the service
-// has it (shared by the instances; a Redis of its own when RESPONSE_CACHE_REDIS_URL is set), else in process.
+// The response cache the settings ask for, over the store the composition root chooses: on Redis when
+// the service has it (shared by the instances; a Redis of its own when RESPONSE_CACHE_REDIS_URL is set),
+// else in process.
 import type { Cluster, Redis } from 'ioredis'
 import type { RedisAddress } from '../redis-address.ts'
 import { DEFAULT_MAX_BYTES, MemoryCacheStore } from './memory-store.ts'
 import { CLUSTER_SHARDS, RedisCacheStore } from './redis-store.ts'
-import { DEFAULT_TTL_MS, ResponseCache } from './response-cache.ts'
+import { DEFAULT_TTL_MS, ResponseCache, type CacheStore } from './response-cache.ts'
 
 export { DEFAULT_MAX_BYTES, DEFAULT_TTL_MS }
 
@@ -23,28 +24,33 @@ export interface ResponseCacheSettings {
   redis: RedisAddress | null
 }
 
-/** The service's Redis as plugins/redis.ts decorates it: where cached answers live (null: embedded), its key naming. */
+/** The service's Redis as plugins/redis.ts hands it over: where cached answers live, its key naming. */
 export interface CacheRedis {
-  cache: { client: Redis | Cluster; cluster: boolean; mayEvict: boolean } | null
+  cache: { client: Redis | Cluster; cluster: boolean; mayEvict: boolean }
   key (name: string): string
 }
 
-/** The cache, or null when turned off. `onError`: a store failure the cache absorbed (log it as a warning). */
+/** Where cached answers live on a Redis: shared by every instance (plugins/redis.ts decides when). */
+export function redisCacheStore ({ ttlMs }: ResponseCacheSettings, redis: CacheRedis): CacheStore {
+  return new RedisCacheStore({
+    redis: redis.cache.client,
+    redisKey: redis.key,
+    ttlMs,
+    shards: redis.cache.cluster ? CLUSTER_SHARDS : 1,
+    mayEvict: redis.cache.mayEvict
+  })
+}
+
+/** Where cached answers live without Redis: in this process, bounded in bytes. */
+export function memoryCacheStore ({ ttlMs, maxBytes }: ResponseCacheSettings): CacheStore {
+  return new MemoryCacheStore({ ttlMs, maxBytes })
+}
+
+/** The cache over `store`. `onError`: a store failure the cache absorbed (log it as a warning). */
 export function createResponseCache (
-  settings: ResponseCacheSettings,
-  redis: CacheRedis,
+  { ttlMs }: ResponseCacheSettings,
+  store: CacheStore,
   onError?: (err: unknown) => void
-): ResponseCache | null {
-  if (!settings.enabled) return null
-  const { ttlMs, maxBytes } = settings
-  const store = redis.cache
-    ? new RedisCacheStore({
-      redis: redis.cache.client,
-      redisKey: redis.key,
-      ttlMs,
-      shards: redis.cache.cluster ? CLUSTER_SHARDS : 1,
-      mayEvict: redis.cache.mayEvict
-    })
-    : new MemoryCacheStore({ ttlMs, maxBytes })
+): ResponseCache {
   return new ResponseCache(store, { ttlMs, onError })
 }
