@@ -1,7 +1,7 @@
-// The GraphQL room's hooks stay in the room's scope (its plugin is not wrapped by fastify-plugin): the
+// The GraphQL routes' hooks stay in their scope (their plugin is not wrapped by fastify-plugin): the
 // WebSocket upgrade check and @fastify/websocket's own hooks never run on SOAP or health requests.
-// Proven with a WebSocket handshake from an origin the room refuses: /graphql refuses it (403, the room's
-// upgrade check); to the SOAP contract or the health check, the room's check does not run: the upgrade
+// Proven with a WebSocket handshake from an origin GraphQL refuses: /graphql refuses it (403, its
+// upgrade check); to the SOAP contract or the health check, that check does not run: the upgrade
 // is refused because no WebSocket is served there (400), and the connection ends, so the server closes.
 import { connect } from 'node:net'
 import { test } from 'tap'
@@ -28,7 +28,7 @@ function handshake (url: string, path: string): Promise<{ status: number; text: 
   })
 }
 
-test('the room\'s upgrade check runs on its own route only, not on SOAP or health requests', async (t) => {
+test('the GraphQL upgrade check runs on its own route only, not on SOAP or health requests', async (t) => {
   const { url } = await listenTestApp(t, { CORS_ORIGINS: 'https://app.example' })
   const graphql = await handshake(url, '/graphql')
   t.equal(graphql.status, 403, '/graphql refuses the origin')
@@ -38,7 +38,7 @@ test('the room\'s upgrade check runs on its own route only, not on SOAP or healt
     const answer = await handshake(url, path)
     t.equal(answer.status, 400, `${path}: no WebSocket here`)
     t.match(answer.text, /WebSocket connections are served on \/graphql only/)
-    t.notMatch(answer.text, /from origin/, `${path}: the room's upgrade check did not run`)
+    t.notMatch(answer.text, /from origin/, `${path}: the GraphQL upgrade check did not run`)
   }
   // A test's teardown closes the app: it would hang on a connection left open.
 })
