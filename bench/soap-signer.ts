@@ -9,7 +9,8 @@
 import { createHash, createPrivateKey, randomUUID, sign, type KeyObject } from 'node:crypto'
 import { NS } from '../app/soap/envelope.ts'
 import { WSSE_NS } from '../app/soap/faults.ts'
-import { DS_NS, EXC_C14N } from '../app/soap/signature.ts'
+import { EXC_C14N } from '../app/soap/canonical-xml.ts'
+import { DS_NS } from '../app/soap/signature.ts'
 import { WSU_NS } from '../app/soap/ws-security.ts'
 
 const X509V3 = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509v3'

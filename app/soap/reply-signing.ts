@@ -8,7 +8,8 @@
 import { createHash, createPrivateKey, randomUUID, sign as signRsa, X509Certificate } from 'node:crypto'
 import { DOMParser, XMLSerializer } from '@xmldom/xmldom'
 import { WSSE_NS } from './faults.ts'
-import { DS_NS, EXC_C14N, canonical } from './signature.ts'
+import { EXC_C14N, canonical } from './canonical-xml.ts'
+import { DS_NS } from './signature.ts'
 
 const WSU_NS = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
 const XMLNS_NS = 'http://www.w3.org/2000/xmlns/'

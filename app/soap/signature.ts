@@ -42,25 +42,21 @@
 //   (each one's SHA-256, in order): the same content signed with the same key is the same message,
 //   however its signature is spelled.
 import { X509Certificate, createHash, timingSafeEqual, verify as verifyRsa } from 'node:crypto'
-import { DOMParser } from '@xmldom/xmldom'
-import { ExclusiveCanonicalization, ExclusiveCanonicalizationWithComments } from 'xml-crypto'
 import {
   findCertificatePartner, usableCertificate, type CertificateName, type CertificatePartner
 } from '../core/domain/partners.ts'
 import { certificateIssuerSerial, issuerSerialKey, type Store } from '../core/store/types.ts'
+import { EXC_C14N, EXC_C14N_COMMENTS, canonical, domElementOf, domOf } from './canonical-xml.ts'
 import { attribute, child, parseXml, type XmlElement, type XmlLimits } from './envelope.ts'
 import { SoapFault, WSSE_NS } from './faults.ts'
 
 export const DS_NS = 'http://www.w3.org/2000/09/xmldsig#'
 const WSU_NS = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd'
 const EC_NS = 'http://www.w3.org/2001/10/xml-exc-c14n#'
-const XMLNS_NS = 'http://www.w3.org/2000/xmlns/'
 const X509_V3 = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-x509-token-profile-1.0#X509v3'
 const THUMBPRINT_SHA1 = 'http://docs.oasis-open.org/wss/oasis-wss-soap-message-security-1.1#ThumbprintSHA1'
 const BASE64_BINARY = 'http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary'
 
-export const EXC_C14N = 'http://www.w3.org/2001/10/xml-exc-c14n#'
-const EXC_C14N_COMMENTS = 'http://www.w3.org/2001/10/xml-exc-c14n#WithComments'
 const ENVELOPED = 'http://www.w3.org/2000/09/xmldsig#enveloped-signature'
 const RSA_SHA256 = 'http://www.w3.org/2001/04/xmldsig-more#rsa-sha256'
 const RSA_SHA1 = 'http://www.w3.org/2000/09/xmldsig#rsa-sha1'
@@ -343,78 +339,6 @@ function certificateOf (der: Buffer, now: number) {
   } catch (err) {
     throw SoapFault.failedAuthentication(`The signing certificate is not usable: ${(err as Error).message}`)
   }
-}
-
-/** A DOM of the same text for the canonicaliser; the reader accepted it already, so any complaint is a refusal. */
-function domOf (xml: string): Document {
-  const fail = (message: string) => { throw invalid(`The signed message could not be read: ${message}`) }
-  const parser = new DOMParser({ errorHandler: { warning: () => {}, error: fail, fatalError: fail } })
-  return parser.parseFromString(xml, 'text/xml')
-}
-
-const inconsistent = () => invalid('The signed message could not be read consistently')
-
-function elementChildren (node: Node): Element[] {
-  return Array.from(node.childNodes).filter((n): n is Element => n.nodeType === 1)
-}
-
-/** Names, attributes (namespace declarations aside) and text of one element, as our reader and xmldom read it. */
-function describeOurs (element: XmlElement): string {
-  const attributes = element.attributes.map((a) => `{${a.ns}}${a.local}=${JSON.stringify(a.value)}`).sort().join(' ')
-  return `{${element.ns}}${element.local} ${attributes} ${JSON.stringify(element.text)}`
-}
-
-function describeDom (element: Element): string {
-  const attributes = Array.from(element.attributes).filter((a) => a.namespaceURI !== XMLNS_NS)
-    .map((a) => `{${a.namespaceURI ?? ''}}${a.localName}=${JSON.stringify(a.value)}`).sort().join(' ')
-  const text = Array.from(element.childNodes).filter((n) => n.nodeType === 3 || n.nodeType === 4)
-    .map((n) => (n as CharacterData).data).join('')
-  return `{${element.namespaceURI ?? ''}}${element.localName} ${attributes} ${JSON.stringify(text)}`
-}
-
-/**
- * xmldom's element at the position of `element` in our tree (child index by child index from the root),
- * which must read as ours does (its names, attributes and text; with `deep`, those of every descendant).
- */
-function domElementOf (doc: Document, element: XmlElement, parents: Map<XmlElement, XmlElement>,
-  deep: boolean): Element {
-  const path: number[] = []
-  for (let e = element, p = parents.get(e); p; e = p, p = parents.get(e)) path.push(p.children.indexOf(e))
-  let node: Element | undefined = doc.documentElement ?? undefined
-  for (let i = path.length - 1; i >= 0 && node; i--) node = elementChildren(node)[path[i]!]
-  if (!node) throw inconsistent()
-  const pending: Array<[XmlElement, Element]> = [[element, node]]
-  while (pending.length > 0) {
-    const [ours, theirs] = pending.pop()!
-    const children = elementChildren(theirs)
-    if (describeOurs(ours) !== describeDom(theirs)) throw inconsistent()
-    if (deep && children.length !== ours.children.length) throw inconsistent()
-    if (deep) ours.children.forEach((c, i) => pending.push([c, children[i]!]))
-  }
-  return node
-}
-
-/** Namespace declarations in scope at `element` (for an InclusiveNamespaces prefix list), nearest first. */
-function ancestorNamespaces (element: Element) {
-  const found: Array<{ prefix: string; namespaceURI: string }> = []
-  for (let e = element.parentNode; e && e.nodeType === 1; e = e.parentNode) {
-    for (const a of Array.from((e as Element).attributes)) {
-      if (a.namespaceURI === XMLNS_NS && a.prefix === 'xmlns' && !found.some((f) => f.prefix === a.localName)) {
-        found.push({ prefix: a.localName!, namespaceURI: a.value })
-      }
-    }
-  }
-  return found
-}
-
-/** Exclusive C14N of one element in its document (xml-crypto's), with an InclusiveNamespaces prefix list. */
-export function canonical (element: Element, algorithm: string, prefixes: string[]): string {
-  const c14n = algorithm === EXC_C14N_COMMENTS
-    ? new ExclusiveCanonicalizationWithComments()
-    : new ExclusiveCanonicalization()
-  return c14n.process(element, {
-    inclusiveNamespacesPrefixList: prefixes, ancestorNamespaces: ancestorNamespaces(element)
-  })
 }
 
 /**
