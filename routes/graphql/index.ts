@@ -30,7 +30,7 @@ import type { WebSocket } from 'ws'
 import type { AppError } from '../../app/core/errors.ts'
 import { errorAnswer } from '../fastify-errors.ts'
 import type { CacheStats, ResponseCache } from '../../app/core/cache/response-cache.ts'
-import { staleIdentity, storedRole } from '../../app/core/domain/authorization.ts'
+import { adminRoutes } from './admin-routes.ts'
 import type { DomainDeps } from '../../app/core/domain/context.ts'
 import type { DeploymentRequests } from '../../app/graphql/deployment-usage.ts'
 import { memoryApqStore, redisApqStore } from '../../app/graphql/apq-store.ts'
@@ -131,7 +131,7 @@ export function createGraphQLRoutes (options: GraphQLRoutesOptions): GraphQLRoom
     responseCacheStats: () => options.responseCache?.stats() ?? null,
     get persistedWarmUp () { return state.persistedWarmUp }
   }
-  return { plugin: (app) => graphqlInspection(app, options, state), inspection }
+  return { plugin: (app) => graphqlRoutes(app, options, state), inspection }
 }
 
 /** Socket errors that only say the client went away. */
@@ -169,7 +169,7 @@ const exchangeInput = (request: FastifyRequest): HttpExchangeInput => ({
   ip: clientAddress(request)
 })
 
-async function graphqlInspection (app: FastifyInstance, options: GraphQLRoutesOptions, state: RoutesState) {
+async function graphqlRoutes (app: FastifyInstance, options: GraphQLRoutesOptions, state: RoutesState) {
   const { config } = app
   // Read at call time: a budget plugin's functions stay replaceable (tests count spends through them).
   const deps: GraphQLDependencies = {
@@ -272,33 +272,8 @@ async function graphqlInspection (app: FastifyInstance, options: GraphQLRoutesOp
     sendResult(request, reply, await exchange(exchangeInput(request)))
   app.post('/graphql', { onRequest: identify }, handler)
 
-  // App deployments for release pipelines (app-deployments.ts `deploymentVerbs`: administrators only,
-  // refused before the body is read; a manifest may be as large as DEPLOYMENTS_MAX_BYTES). The token's
-  // ADMIN role must still be the user's in the store (staleIdentity): a demoted administrator's token is
-  // refused with FORBIDDEN, a deleted one's with UNAUTHENTICATED, before it expires. This hook waits on
-  // the store (one read of the caller's row), so it is async, unlike the others.
-  const verbs = core.deploymentVerbs
-  const admitAdministrator = async (request: FastifyRequest) => {
-    const caller = verbs.admit(deps.authenticate(request.headers.authorization))
-    const stale = staleIdentity(caller, await storedRole(deps.domain.store, caller.id))
-    if (stale) throw stale
-    request.caller = caller
-  }
-  const adminRoute = {
-    onRequest: admitAdministrator,
-    // A manifest whose operations weigh DEPLOYMENTS_MAX_BYTES in memory has a text of less than a 96th of it (plan.ts).
-    bodyLimit: Math.max(config.bodyLimitBytes, Math.ceil(config.deployments.maxBytes / 32))
-  }
-  type Named = { Params: { name: string; version: string } }
-  app.get<{ Querystring: { staleDays?: string } }>('/admin/app-deployments', adminRoute,
-    (request) => verbs.list(request.caller, request.query.staleDays))
-  app.post('/admin/app-deployments/check', adminRoute, async (request) => verbs.check(request.caller, request.body))
-  app.put<Named>('/admin/app-deployments/:name/:version', adminRoute, async (request, reply) => {
-    const published = await verbs.publish(request.caller, request.params.name, request.params.version, request.body)
-    return reply.code(published.outcome === 'published' ? 201 : 200).send(published)
-  })
-  app.post<Named>('/admin/app-deployments/:name/:version/retire', adminRoute,
-    async (request) => verbs.retire(request.caller, request.params.name, request.params.version))
+  // App deployments for release pipelines: administrators only (admin-routes.ts).
+  adminRoutes(app, core.deploymentVerbs, deps, config)
   // graphql-sse's single connection mode starts with a PUT: refused by the exchange.
   app.put('/graphql', handler)
   // Also the WebSocket endpoint (registerWebSocket gives the route its upgrade handler).
