@@ -10,7 +10,7 @@ import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
 import { SCRIPTS_WITH_KEY_COUNTS } from '../app/core/cache/redis-store.ts'
 import { LEASE_SCRIPT } from '../app/core/limits/window-counters.ts'
-import { withoutCredentials } from '../app/core/config.ts'
+import { withoutCredentials } from '../app/core/config/index.ts'
 import type { RedisAddress } from '../app/core/redis-address.ts'
 
 export interface SharedRedis {
@@ -127,7 +127,7 @@ async function close (client: Redis | Cluster): Promise<void> {
 }
 
 export default fp(async function redis (app: FastifyInstance) {
-  const { redis: address, redisPrefix, responseCache } = app.config
+  const { redis: { address, prefix: redisPrefix }, responseCache } = app.config
   const key = (name: string) => `${redisPrefix}${name}`
   if (!address) {
     app.decorate('redis', { client: null, cluster: false, key, cache: null })

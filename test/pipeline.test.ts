@@ -11,6 +11,7 @@ import { createPipeline, createPlans, type OperationRequest } from '../app/graph
 import type { ClientApp, PersistedOperation, PersistedQueries } from '../app/graphql/persisted.ts'
 import { schemaSDL } from '../app/graphql/schema.ts'
 import { testConfig } from './helpers/app.ts'
+import { operationLimits } from '../app/graphql/operation-limits.ts'
 
 const USERS = 'query Users { users(limit: 2) { id name } }'
 const RENAME = 'mutation Rename { updateUser(id: "1", input: { name: "x" }) { id } }'
@@ -20,7 +21,7 @@ const INTROSPECTION = '{ __schema { queryType { name } } }'
 /** A pipeline over plain objects: its charges and the usage it counts are recorded. */
 function pipelineOf (options: { introspection?: boolean; refuseCharge?: boolean } = {}) {
   const schema = buildSchema(schemaSDL)
-  const { limits } = testConfig()
+  const limits = operationLimits(testConfig())
   const charged: { caller: string | null; cost: number }[] = []
   const spentRequests: string[] = []
   const counted: { id: string; client: ClientApp | null }[] = []

@@ -29,12 +29,12 @@ import { LruMap } from '../core/lru-map.ts'
 import { assertWithinCaps } from '../core/domain/input.ts'
 import { createDomainContext, withinDeadline, type Caller, type DomainDeps } from '../core/domain/context.ts'
 import type { ReadSet } from '../core/domain/read-tags.ts'
-import type { Config } from '../core/config.ts'
 import type { BudgetSpending, CostReport } from '../core/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
 import { chargeEvent, type Payer } from './event-pricing.ts'
 import type { Instrumentation, OperationPhases } from './ports.ts'
 import { makePlan, ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
+import type { OperationLimits } from './operation-limits.ts'
 import {
   PersistedMessages,
   hasPersistedQueryExtension,
@@ -89,7 +89,7 @@ export interface Admission {
 }
 
 /** Limits the plan cache works under: a plan's own (depth, tokens, caps...), the text length, the cache's bytes. */
-export type PlanCacheLimits = Config['limits']
+export type PlanCacheLimits = OperationLimits
 
 /**
  * The plans of document texts, made once per text and cached by bytes, with each operation's
@@ -114,7 +114,7 @@ export interface Plans {
 /** What the pipeline needs from the service: the caller's budgets (BudgetSpending) among them. */
 export interface PipelineOptions extends BudgetSpending {
   schema (): GraphQLSchema
-  limits: Config['limits']
+  limits: OperationLimits
   introspection: boolean
   domain: DomainDeps
   plans: Plans

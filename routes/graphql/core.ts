@@ -14,6 +14,7 @@ import { deploymentVerbs, manifestFileDeployment, publishManifest } from '../../
 import { createDeploymentCatalog, type DeploymentCatalog } from '../../app/graphql/deployment-catalog.ts'
 import { createHttpExchange } from './http-exchange.ts'
 import { createPersistedQueries } from '../../app/graphql/persisted-registry.ts'
+import { operationLimits } from '../../app/graphql/operation-limits.ts'
 import { createPipeline, createPlans, type Pipeline } from '../../app/graphql/pipeline.ts'
 import type { GraphQLPorts } from '../../app/graphql/ports.ts'
 import { createStreaming, type Streaming } from './streaming.ts'
@@ -63,38 +64,41 @@ export async function createRoomCore (
     production: config.profile === 'production',
     logInternal: (err) => ports.log.error({ err }, 'GraphQL request failed')
   }
-  const plans = createPlans(schema, config.limits)
+  // What every operation is checked against, here and in the profile this instance records (npm run app checks
+  // a publish against the running instances' profiles).
+  const limits = operationLimits(config)
+  const plans = createPlans(schema, limits)
 
   // Persisted queries: the active app deployments (the catalog: published by release pipelines, and
   // PERSISTED_MANIFEST's comma-separated files as deployments named after them) and automatic
   // registration (APQ: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode).
-  const files = (config.persistedManifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
+  const files = (config.persisted.manifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
   // Read and checked now: a manifest the service cannot honour stops the start before anything listens.
   const manifestFiles: Awaited<ReturnType<typeof manifestFileDeployment>>[] = []
-  for (const file of files) manifestFiles.push(await manifestFileDeployment(file, schema(), config.limits))
+  for (const file of files) manifestFiles.push(await manifestFileDeployment(file, schema(), limits))
   const deployments = createDeploymentCatalog({
     store: ports.domain.store,
     pin: plans.pin,
     unpin: plans.unpin,
     maxBytes: config.deployments.maxBytes,
     usageFlushMs: config.deployments.usageFlushMs,
-    profile: { schema: schemaSDL, limits: config.limits, maxBytes: config.deployments.maxBytes },
+    profile: { schema: schemaSDL, limits, maxBytes: config.deployments.maxBytes },
     log: ports.log
   })
   const persisted = createPersistedQueries({
     registered: deployments.registered,
-    persistedOnly: config.persistedOnly,
+    persistedOnly: config.persisted.only,
     apq,
-    apqMaxEntries: config.apqMaxEntries,
-    apqMaxBytes: config.apqMaxBytes,
-    apqMaxDocumentBytes: config.apqMaxDocumentBytes,
+    apqMaxEntries: config.apq.maxEntries,
+    apqMaxBytes: config.apq.maxBytes,
+    apqMaxDocumentBytes: config.apq.maxDocumentBytes,
     plan: plans.plan
   })
 
   const pipeline = createPipeline({
     schema,
-    limits: config.limits,
-    introspection: config.introspection,
+    limits,
+    introspection: config.schemaDiscovery.introspection,
     domain: ports.domain,
     plans,
     persisted,
@@ -108,7 +112,7 @@ export async function createRoomCore (
       const file = files[i]
       try {
         await publishManifest(ports.domain.store, {
-          name, version, manifest, schema: schema(), limits: config.limits, maxBytes: config.deployments.maxBytes
+          name, version, manifest, schema: schema(), limits, maxBytes: config.deployments.maxBytes
         })
       } catch (err) {
         throw new Error(`Persisted query manifest ${file}: ${(err as Error).message}`)
@@ -116,7 +120,7 @@ export async function createRoomCore (
     }
     await deployments.refresh()
     await deployments.start()
-    if (config.persistedOnly && deployments.stats.operations === 0) {
+    if (config.persisted.only && deployments.stats.operations === 0) {
       ports.log.warn({}, 'persisted-only mode without an active app deployment (npm run app -- publish, or PERSISTED_MANIFEST): every GraphQL operation will be refused')
     }
     return { compiled: deployments.stats.operations, ms: Math.round((performance.now() - started) * 10) / 10 }
@@ -127,7 +131,7 @@ export async function createRoomCore (
   const verbs = deploymentVerbs({
     store: ports.domain.store,
     schema,
-    limits: config.limits,
+    limits,
     maxBytes: config.deployments.maxBytes,
     catalog: deployments,
     log: ports.log

@@ -201,18 +201,18 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   stopResolversAtDeadline(app.graphql.schema)
 
   // Automatic persisted queries: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode.
-  const apqOn = !config.persistedOnly && config.apqMaxEntries > 0
+  const apqOn = !config.persisted.only && config.apq.maxEntries > 0
   const apq = !apqOn
     ? null
     : app.redis.client
-      ? redisApqStore(app.redis.client, app.redis.key, config.apqMaxEntries, ports.log)
-      : memoryApqStore(config.apqMaxEntries, config.apqMaxBytes)
+      ? redisApqStore(app.redis.client, app.redis.key, config.apq.maxEntries, ports.log)
+      : memoryApqStore(config.apq.maxEntries, config.apq.maxBytes)
   const core = await createRoomCore(ports, () => app.graphql.schema, apq)
   const { exchange, streaming, errorOptions } = core
   state.core = core
 
   app.graphql.defineResolvers({
-    Subscription: subscriptionResolvers({ roomTopic: ports.roomTopic, maxCountTarget: config.limits.maxCountTarget })
+    Subscription: subscriptionResolvers({ roomTopic: ports.roomTopic, maxCountTarget: config.input.maxCountTarget })
   })
   app.decorateRequest('graphqlOperation', null)
   app.decorateRequest('graphqlAnswer', null)
@@ -284,7 +284,7 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
   const adminRoute = {
     onRequest: admitAdministrator,
     // A manifest whose operations weigh DEPLOYMENTS_MAX_BYTES in memory has a text of less than a 96th of it (plan.ts).
-    bodyLimit: Math.max(config.bodyLimitBytes, Math.ceil(config.deployments.maxBytes / 32))
+    bodyLimit: Math.max(config.server.bodyLimitBytes, Math.ceil(config.deployments.maxBytes / 32))
   }
   type Named = { Params: { name: string; version: string } }
   app.get<{ Querystring: { staleDays?: string } }>('/admin/app-deployments', adminRoute,
@@ -334,7 +334,7 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
         operations: warmUp.compiled,
         ms: warmUp.ms,
         apq: apq ? (app.redis.client ? 'redis' : 'memory') : 'off',
-        persistedOnly: config.persistedOnly
+        persistedOnly: config.persisted.only
       },
       'persisted queries ready'
     )
@@ -346,7 +346,7 @@ async function graphqlRoom (app: FastifyInstance, options: GraphQLRoomOptions, s
  * routes as they are added): the upgrade check, ws, and each socket handed to the streaming carriers.
  */
 async function registerWebSocket (app: FastifyInstance, { ports, streaming }: RoomCore, state: RoomState) {
-  const { ws } = ports.config
+  const { webSocket } = ports.config.streaming
   streaming.evictIdleNearCap(app.server)
 
   // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
@@ -390,7 +390,7 @@ async function registerWebSocket (app: FastifyInstance, { ports, streaming }: Ro
       socket.terminate()
     },
     options: {
-      maxPayload: ws.maxMessageBytes,
+      maxPayload: webSocket.maxMessageBytes,
       // Pongs are sent by the connection (websocket.ts), through the send path that bounds unsent bytes.
       autoPong: false,
       server: upgrades,

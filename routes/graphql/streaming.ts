@@ -136,12 +136,13 @@ export interface StreamingOptions {
  * when idle near the connection cap, shut down gracefully.
  */
 export function createStreaming ({ ports, schema, pipeline, errorOptions }: StreamingOptions) {
-  const { ws, limits } = ports.config
+  const { streaming, execution } = ports.config
+  const { webSocket } = streaming
   const connections = new Set<GraphQLWebSocket>()
   /** Idle connections (acknowledged, no operation in flight), the longest idle first (a Set keeps insertion order). */
   const idleConnections = new Set<GraphQLWebSocket>()
   const eventStreams = new Set<() => void>()
-  const counter = connectionCounter(ws.maxConnectionsPerClient)
+  const counter = connectionCounter(streaming.maxConnectionsPerClient)
   let shuttingDown = false
 
   const formatErrors = (err: unknown) => formatThrown(err, errorOptions)
@@ -151,8 +152,8 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
     format: () => errorOptions,
     emitter: ports.emitter,
     maxQueuedEvents: MAX_QUEUED_EVENTS,
-    maxResponseBytes: limits.maxResponseBytes,
-    maxSubscriptionsPerCaller: ws.maxSubscriptionsPerCaller,
+    maxResponseBytes: execution.maxResponseBytes,
+    maxSubscriptionsPerCaller: streaming.maxSubscriptionsPerCaller,
     // identity: user changes end a user's subscriptions (operations.ts)
     userChangesTopic: ports.userChangesTopic,
     storedRole: (userId) => storedRole(ports.domain.store, userId)
@@ -162,13 +163,13 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
     authenticate: ports.authenticate,
     admitCaller: (caller: Caller | null) => counter.acquire(userKey(caller)),
     formatErrors,
-    initTimeoutMs: ws.initTimeoutMs,
-    keepAliveMs: ws.keepAliveMs,
-    maxOperations: ws.maxSubscriptionsPerConnection,
-    maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
-    maxMessagesPerSecond: ws.maxMessagesPerSecond,
-    maxReceivedBytesPerSecond: ws.maxReceivedBytesPerSecond,
-    maxLifetimeMs: ws.maxLifetimeMs,
+    initTimeoutMs: webSocket.initTimeoutMs,
+    keepAliveMs: webSocket.keepAliveMs,
+    maxOperations: webSocket.maxSubscriptionsPerConnection,
+    maxBufferedBytes: streaming.maxBufferedBytesPerSubscriber,
+    maxMessagesPerSecond: webSocket.maxMessagesPerSecond,
+    maxReceivedBytesPerSecond: webSocket.maxReceivedBytesPerSecond,
+    maxLifetimeMs: streaming.maxLifetimeMs,
     idleChanged: (connection: GraphQLWebSocket, idle: boolean) => {
       if (idle) idleConnections.add(connection)
       else idleConnections.delete(connection)
@@ -178,8 +179,8 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
   const writeEventStream = createSseHandler({
     start,
     formatErrors,
-    maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
-    maxLifetimeMs: ws.maxLifetimeMs,
+    maxBufferedBytes: streaming.maxBufferedBytesPerSubscriber,
+    maxLifetimeMs: streaming.maxLifetimeMs,
     track: (stop) => {
       eventStreams.add(stop)
       return () => eventStreams.delete(stop)
@@ -192,7 +193,7 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
 
     /** Why an upgrade request is refused (answered in HTTP, in our error shape); undefined when it may upgrade. */
     upgradeRefusal ({ origin, protocols, ip }: UpgradeRequest): AppError | undefined {
-      if (origin !== undefined && !ws.allowedOrigins.includes(origin)) {
+      if (origin !== undefined && !webSocket.allowedOrigins.includes(origin)) {
         return new AppError('FORBIDDEN', `WebSocket connections from origin ${origin} are not allowed`)
       }
       if (
@@ -202,7 +203,7 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
         return new AppError('BAD_REQUEST', `Unsupported WebSocket subprotocol: use ${SUBPROTOCOLS.join(' or ')}`)
       }
       if (counter.isFull(`ip:${ip}`)) {
-        return new AppError('RATE_LIMITED', `Too many connections from this address: at most ${ws.maxConnectionsPerClient}`)
+        return new AppError('RATE_LIMITED', `Too many connections from this address: at most ${streaming.maxConnectionsPerClient}`)
       }
       return undefined
     },
@@ -243,7 +244,7 @@ export function createStreaming ({ ports, schema, pipeline, errorOptions }: Stre
       if (shuttingDown) throw new AppError('SERVICE_UNAVAILABLE', 'Server shutting down')
       const release = counter.acquire([`ip:${operation.ip}`, ...userKey(operation.caller)])
       if (!release) {
-        throw new AppError('RATE_LIMITED', `Too many connections for this client: at most ${ws.maxConnectionsPerClient}`)
+        throw new AppError('RATE_LIMITED', `Too many connections for this client: at most ${streaming.maxConnectionsPerClient}`)
       }
       try {
         await writeEventStream({ operation, ...open() })

@@ -26,7 +26,7 @@ import { streaming } from './streaming.ts'
 import { tracing } from './tracing.ts'
 
 export type { Profile } from './area.ts'
-export { ConfigError, environment, loadSettings, loadSettingsOrExit, type Environment } from './load.ts'
+export { ConfigError, environment, loadSettings, loadSettingsOrExit, type Environment, type Loaded } from './load.ts'
 export { withoutCredentials } from './urls.ts'
 export { DEV_JWT_SECRET } from './jwt.ts'
 export type { SoapSigning } from './soap.ts'
