@@ -9,7 +9,7 @@ export function profileOf (nodeEnv: unknown): Profile {
 export const profile = area({
   key: 'profile',
   title: 'Profile',
-  about: 'Where two defaults are given below, the second is the production profile\'s.',
+  about: 'Every other area\'s defaults may depend on it: where two defaults are given below, the second is the production profile\'s.',
   settings: {
     NODE_ENV: {
       type: 'string',

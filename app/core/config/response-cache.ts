@@ -1,6 +1,6 @@
 // The shared response cache of query answers (app/core/cache/): on or off, its TTL, its in-process bound,
 // and a Redis of its own.
-import { DEFAULT_MAX_BYTES, DEFAULT_TTL_MS, type ResponseCacheSettings } from '../cache/create.ts'
+import { DEFAULT_MAX_BYTES, DEFAULT_TTL_MS } from '../cache/create.ts'
 import { area } from './area.ts'
 import { redis, redisAddress, redisProblems } from './redis.ts'
 import { store } from './store.ts'
@@ -20,7 +20,7 @@ export const responseCache = area({
   // Instances that share PostgreSQL without Redis would each keep answers that another instance's writes
   // never invalidate, so there the cache is off unless asked for, and asking for it is refused: with no
   // shared store, "no read returns what an acknowledged write replaced" cannot hold.
-  read: (e, { problems, store, redis }): ResponseCacheSettings => {
+  read: (e, { problems, store, redis }) => {
     for (const problem of redisProblems('RESPONSE_CACHE_REDIS_URL', e.RESPONSE_CACHE_REDIS_URL,
       'RESPONSE_CACHE_REDIS_CLUSTER_NODES', e.RESPONSE_CACHE_REDIS_CLUSTER_NODES)) if (problem) problems.push(problem)
     const ownRedis = redisAddress(e.RESPONSE_CACHE_REDIS_URL, e.RESPONSE_CACHE_REDIS_CLUSTER_NODES)
