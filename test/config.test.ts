@@ -1,7 +1,10 @@
 import { test } from 'tap'
 import { Writable } from 'node:stream'
 import { buildApp } from '../app/app.ts'
-import { environment, loadConfig, withoutCredentials, type ConfigError } from '../app/core/config/index.ts'
+import {
+  environment, loadConfig, loadSettings, tokenSigning, withoutCredentials, type ConfigError
+} from '../app/core/config/index.ts'
+import { APP_COMMAND_AREAS } from '../cli/app-deployments.ts'
 import { openSqliteStore } from '../app/core/store/sqlite.ts'
 import { testConfig } from './helpers/app.ts'
 import { spawnService } from './helpers/server-process.ts'
@@ -215,4 +218,29 @@ test('every invalid setting is reported together, the SOAP addresses among them'
     'SOAP_NAMESPACE_BASE must be an absolute URI (e.g. urn:example:users or https://example.com/soap)',
     'SOAP_PUBLIC_URL must be an http(s) URL'
   ].sort())
+})
+
+test('a command reads the areas it names, and the ones they use: nothing else is required or refused', async (t) => {
+  const problemsOf = (load: () => unknown) => {
+    try {
+      load()
+      return []
+    } catch (err) {
+      return (err as ConfigError).problems
+    }
+  }
+  // The release job (npm run app) in production: no secret, and a setting the service would refuse is not read.
+  const job = loadSettings(APP_COMMAND_AREAS, { NODE_ENV: 'production', CORS_ORIGINS: 'not an origin', MAX_DEPTH: '3' })
+  t.equal(job.profile, 'production')
+  t.equal(job.document.maxDepth, 3)
+  t.equal(job.deployments.maxBytes, 268435456)
+  t.notOk('jwt' in job || 'soap' in job || 'cors' in job, 'no area it did not name')
+  const found = problemsOf(() => loadSettings(APP_COMMAND_AREAS, { DEPLOYMENTS_MAX_BYTES: 'lots', DATABASE_URL: 'db', JWT_SECRET: 'short' }))
+  t.match(found, ['DEPLOYMENTS_MAX_BYTES must be integer', /^DATABASE_URL is not a URL/], 'its own problems, all of them…')
+  t.equal(found.length, 2, '…and only those (JWT_SECRET is not read)')
+  // The token (npm run token): the signing key and the claims, nothing of the store or the server.
+  t.same(loadSettings([tokenSigning], { NODE_ENV: 'production', JWT_SECRET: SECRET, DATABASE_URL: 'db', PORT: 'x' }).tokenSigning,
+    { algorithms: ['HS256'], secret: SECRET, privateKey: null, issuer: null, audience: null })
+  t.same(problemsOf(() => loadSettings([tokenSigning], { NODE_ENV: 'production', PARTNER_SECRET_KEY: SECRET })),
+    ['set JWT_PRIVATE_KEY (RS256/ES256) or JWT_SECRET (HS256) to sign tokens in production'])
 })
