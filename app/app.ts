@@ -3,7 +3,7 @@
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify'
-import type { Config } from './core/config.ts'
+import type { Config } from './core/config/index.ts'
 import { accessLog, logDestination, serverLogging, type LoggingOptions } from '../plugins/logging.ts'
 import { limitConnectionsPerPeer, requestIdFrom, trustedPeers } from './core/peers.ts'
 import { connectionCaps, guardListener } from './core/descriptors.ts'
@@ -84,12 +84,12 @@ function clientErrorHandler (err: Error & { code?: string }, socket: Socket): vo
  * service builds on it (buildApp), and so does the bench's guarded baseline (bench/guarded-server.ts).
  */
 export function createServer (config: Config, options: LoggingOptions = {}): FastifyInstance {
-  const trustedPeer = trustedPeers(config.trustProxy)
-  const destination = logDestination(options, config.logLevel)
+  const trustedPeer = trustedPeers(config.server.trustProxy)
+  const destination = logDestination(options, config.server.logLevel)
   const app = Fastify({
     ...serverLogging(config, options, destination),
-    bodyLimit: config.bodyLimitBytes,
-    trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
+    bodyLimit: config.server.bodyLimitBytes,
+    trustProxy: config.server.trustProxy.length > 0 ? config.server.trustProxy : false,
     // X-Request-Id is taken from trusted proxies only, and only in a safe form (app/core/peers.ts).
     requestIdHeader: false,
     genReqId: requestIdFrom(trustedPeer),
@@ -97,12 +97,13 @@ export function createServer (config: Config, options: LoggingOptions = {}): Fas
     // is closed after connectionTimeout. Node enforces the request deadline only when the server is
     // created with it (hence `http` too), checking on an interval (30 s by default): a quarter of the
     // timeout closes a slow sender within 1.25 x REQUEST_TIMEOUT_MS.
-    requestTimeout: config.requestTimeoutMs,
-    connectionTimeout: config.connectionTimeoutMs,
+    requestTimeout: config.server.requestTimeoutMs,
+    connectionTimeout: config.server.connectionTimeoutMs,
     http: {
-      requestTimeout: config.requestTimeoutMs,
-      connectionsCheckingInterval:
-        config.requestTimeoutMs > 0 ? Math.min(30_000, Math.max(100, config.requestTimeoutMs / 4)) : 30_000
+      requestTimeout: config.server.requestTimeoutMs,
+      connectionsCheckingInterval: config.server.requestTimeoutMs > 0
+        ? Math.min(30_000, Math.max(100, config.server.requestTimeoutMs / 4))
+        : 30_000
     },
     // While closing, requests that still arrive on open connections are served (the store is still open)
     // rather than refused with 503: a load balancer cannot resend a POST it has already sent.
@@ -111,8 +112,8 @@ export function createServer (config: Config, options: LoggingOptions = {}): Fas
     routerOptions: { maxParamLength: 200 }
   })
 
-  limitConnectionsPerPeer(app.server, config.maxConnectionsPerIp, trustedPeer)
-  guardListener(app.server, connectionCaps(config.maxConnections, (config.metricsPort ?? 0) > 0).api, app.log, 'api')
+  limitConnectionsPerPeer(app.server, config.server.maxConnectionsPerIp, trustedPeer)
+  guardListener(app.server, connectionCaps(config.server.maxConnections, (config.server.metricsPort ?? 0) > 0).api, app.log, 'api')
   accessLog(app, destination, config.tracing !== null)
   // Every response carries its request id (set on arrival: streamed responses such as SSE skip onSend).
   app.addHook('onRequest', (request, reply, done) => {
@@ -204,8 +205,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   const domain: DomainDeps = {
     store: tellingChanges(app.store, options.invalidation ?? responseCache ?? undefined),
     events: app.events,
-    caps: config.limits,
-    cursorKey: cursorKey(config.cursorSecret)
+    caps: config.input,
+    cursorKey: cursorKey(config.cursors.secret)
   }
   // The GraphQL routes, in a scope of their own (their hooks run on them only). Its instruments: with
   // tracing on, every operation of every transport is a span; its answers and open subscriptions are

@@ -5,16 +5,16 @@
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.ts'
 import { readCommandLine } from './core/command-line.ts'
-import { loadConfigOrExit, withoutCredentials } from './core/config.ts'
+import { loadSettingsOrExit, SERVICE_AREAS, withoutCredentials } from './core/config/index.ts'
 
 // The service takes no arguments: its settings are environment variables (or a .env file).
 readCommandLine(`usage: npm start        (node app/server.ts: the production image runs this)
        npm run dev      (the development profile, restarted when a file changes)
 Runs the GraphQL and SOAP service. It takes no arguments: every setting is an environment variable, read
-from the environment and from .env in the working directory (.env.example and docs/settings.md list them;
+from the environment and from .env in the project root (.env.example and docs/settings.md list them;
 NODE_ENV=production for the production profile). SIGTERM or Ctrl+C stops it gracefully.`, { options: {} })
 
-const config = loadConfigOrExit()
+const config = loadSettingsOrExit(SERVICE_AREAS)
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const
 /** How soon after a stop signal a repeat is the same request delivered twice (npm's forwarded copy). */
 const REPEAT_MS = 500
@@ -31,7 +31,8 @@ try {
 }
 
 // close-with-grace closes on the other signals and on an uncaught error; SIGINT and SIGTERM are ours.
-const shutdown = closeWithGrace({ delay: config.shutdownGraceMs, skip: [...STOP_SIGNALS] }, async ({ err, signal }) => {
+const grace = { delay: config.server.shutdownGraceMs, skip: [...STOP_SIGNALS] }
+const shutdown = closeWithGrace(grace, async ({ err, signal }) => {
   if (err) app.log.error({ err }, 'shutting down after an error')
   else if (signal) app.log.info({ signal }, 'shutting down')
   await app.close()
@@ -60,7 +61,7 @@ for (const signal of STOP_SIGNALS) {
 }
 
 try {
-  await app.listen({ host: config.host, port: config.port })
+  await app.listen({ host: config.server.host, port: config.server.port })
   app.log.info(
     // Where each piece of state instances share lives (plugins/redis.ts decides): the events' is `pubsub`.
     {

@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs'
 import Fastify from 'fastify'
 import { accessLog, logDestination, serverLogging } from '../plugins/logging.ts'
-import { loadConfig } from '../app/core/config.ts'
+import { loadConfig } from '../app/core/config/index.ts'
 import { openStore } from '../app/core/store/index.ts'
 
 const config = loadConfig()
@@ -18,7 +18,7 @@ const JSON_TYPE = 'application/json; charset=utf-8'
 const destination = logDestination()
 const app = Fastify({
   ...serverLogging(config, {}, destination),
-  bodyLimit: config.bodyLimitBytes
+  bodyLimit: config.server.bodyLimitBytes
 })
 accessLog(app, destination, false)
 app.addHook('onClose', () => store.close())
@@ -58,4 +58,4 @@ app.post<{ Body: { name: string, email: string } }>('/rest/users', async (reques
 process.once('SIGTERM', () => { app.close().then(() => process.exit(0), () => process.exit(1)) })
 process.once('SIGINT', () => { app.close().then(() => process.exit(0), () => process.exit(1)) })
 
-await app.listen({ host: config.host, port: config.port })
+await app.listen({ host: config.server.host, port: config.server.port })

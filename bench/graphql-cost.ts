@@ -11,7 +11,7 @@
 // GraphQL at all, pays it too). The whole-service figures move by a fifth between runs on a shared
 // machine; these, with nothing else in the process, move far less.
 import { buildApp } from '../app/app.ts'
-import { loadConfig } from '../app/core/config.ts'
+import { loadConfig } from '../app/core/config/index.ts'
 import { openSqliteStore } from '../app/core/store/sqlite.ts'
 import { loadManifests } from '../app/graphql/persisted-manifest.ts'
 import type { HttpExchangeInput } from '../routes/graphql/http-exchange.ts'

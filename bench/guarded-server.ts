@@ -13,7 +13,7 @@
 // error anyway).
 import type { onRequestHookHandler } from 'fastify'
 import { createServer, registerProtections } from '../app/app.ts'
-import { loadConfig } from '../app/core/config.ts'
+import { loadConfig } from '../app/core/config/index.ts'
 import { AppError } from '../app/core/errors.ts'
 import healthRoutes from '../routes/health.ts'
 
@@ -96,4 +96,4 @@ process.once('SIGINT', () => {
   )
 })
 
-await app.listen({ host: config.host, port: config.port })
+await app.listen({ host: config.server.host, port: config.server.port })

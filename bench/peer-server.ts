@@ -31,7 +31,7 @@ import { createKeyv } from '@keyv/redis'
 import { Redis } from 'ioredis'
 import { createYoga, createSchema } from 'graphql-yoga'
 import soap from 'soap'
-import { loadConfig } from '../app/core/config.ts'
+import { loadConfig } from '../app/core/config/index.ts'
 import { openStore } from '../app/core/store/index.ts'
 import { SERVICE_VERSIONS } from '../app/soap/operations.ts'
 import { buildWsdl } from '../app/soap/wsdl.ts'
@@ -59,11 +59,11 @@ type KeyvOfAdapter = ConstructorParameters<typeof KeyvAdapter<string>>[0]
 
 /** The peers' Redis, with REDIS_PREFIX before every key they write. */
 function redisUrl (): string {
-  if (!config.redis || config.redis.cluster) throw new Error('a peer on Redis needs REDIS_URL (one server)')
-  return config.redis.urls[0]!
+  if (!config.redis.address || config.redis.address.cluster) throw new Error('a peer on Redis needs REDIS_URL (one server)')
+  return config.redis.address.urls[0]!
 }
 
-const keyvOnRedis = () => createKeyv(redisUrl(), { namespace: config.redisPrefix })
+const keyvOnRedis = () => createKeyv(redisUrl(), { namespace: config.redis.prefix })
 
 async function apolloHandler (cache: PeerCache): Promise<Handler> {
   // Apollo caches only answers whose cache policy has a positive maxAge: every field gets one by default
@@ -105,7 +105,7 @@ function yogaHandler (cache: PeerCache): Handler {
   // which would make every read a miss. 100000 holds them (as the service's 64 MiB would). On Redis:
   // the store its documentation gives for several instances (ioredis, keys under REDIS_PREFIX).
   const store = cache === 'redis'
-    ? createRedisCache({ redis: new Redis(redisUrl(), { keyPrefix: config.redisPrefix }) as never }) as Cache
+    ? createRedisCache({ redis: new Redis(redisUrl(), { keyPrefix: config.redis.prefix }) as never }) as Cache
     : createInMemoryCache({ max: 100_000 })
   const plugins = cache !== 'none'
     ? [
@@ -125,7 +125,7 @@ function yogaHandler (cache: PeerCache): Handler {
 /** node-soap serving v1's contract at its path; GetUser reads the user as the service's loader does. */
 function listenNodeSoap (server: ReturnType<typeof createServer>): void {
   const version = SERVICE_VERSIONS[0]!
-  const wsdl = buildWsdl(version, config.soap.namespaceBase, `http://${config.host}:${config.port}${version.path}`)
+  const wsdl = buildWsdl(version, config.soap.namespaceBase, `http://${config.server.host}:${config.server.port}${version.path}`)
   const GetUser = async ({ id }: { id: string }) => {
     const user = (await store.usersByIds([String(id)]))[0]
     // node-soap answers a Fault for a thrown { Fault } object (its documented way), not for an Error.
@@ -156,4 +156,4 @@ if (peer === 'node-soap') listenNodeSoap(server)
 const stop = () => server.close(() => { void store.close().then(() => process.exit(0), () => process.exit(1)) })
 process.once('SIGTERM', stop)
 process.once('SIGINT', stop)
-server.listen(config.port, config.host)
+server.listen(config.server.port, config.server.host)

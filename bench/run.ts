@@ -215,7 +215,7 @@ async function seedStore (): Promise<Seeded> {
   // Explicit settings, not loadConfig: env-schema would merge this shell's environment (a DATABASE_URL there
   // must not turn the embedded seed into a PostgreSQL one).
   const db = await openStore({
-    databaseUrl: null, databaseSchema: null, databasePoolSize: 1, sqlitePath: baseEnv.SQLITE_PATH!
+    store: { databaseUrl: null, databaseSchema: null, databasePoolSize: 1, sqlitePath: baseEnv.SQLITE_PATH! }
   })
   try {
     const ids = await seed(db, options.users, options.messages, 20260101)

@@ -9,7 +9,7 @@
 import { readFileSync, mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { mintToken, signingKey } from '../cli/mint-token.ts'
-import { ConfigError, loadSigningConfig, type SigningConfig } from '../app/core/config.ts'
+import { ConfigError, loadSettings, tokenSigning, type SigningConfig } from '../app/core/config/index.ts'
 import type { Result, RunReport } from './report.ts'
 import { serviceScenarios, USERS_LIST_QUERY, type BenchData, type HttpScenario, type RequestSpec, type Sample } from './scenarios.ts'
 import { addCounts, emptyCounts, loadRound, percentile, send, type LoadCounts } from './target-load.ts'
@@ -350,7 +350,7 @@ export async function runTarget (
   const results: Result[] = []
   const members: { scenario: HttpScenario; warmup: LoadCounts; measured: LoadCounts }[] = []
   try {
-    const jwt = loadSigningConfig({ ...process.env, NODE_ENV: process.env.NODE_ENV ?? 'development' })
+    const jwt = loadSettings([tokenSigning], { ...process.env, NODE_ENV: process.env.NODE_ENV ?? 'development' }).tokenSigning
     const data = await targetData(url, jwt, signingKey(jwt))
     const wantsSoap = selected('soap-get-user')
     const scenarios = targetScenarios(data, await adHocRefusal(url), wantsSoap ? await soapNamespace(url) : { problem: 'not selected' })

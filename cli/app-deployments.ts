@@ -11,7 +11,9 @@ import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { buildSchema } from 'graphql'
 import { readCommandLine } from '../app/core/command-line.ts'
-import { loadCommandConfigOrExit, type CommandConfig } from '../app/core/config.ts'
+import {
+  deployments as deploymentSettings, loadSettingsOrExit, store as storeSettings, type Loaded
+} from '../app/core/config/index.ts'
 import { openStore } from '../app/core/store/index.ts'
 import {
   checkManifest,
@@ -21,7 +23,15 @@ import {
   runningTargets,
   type ListedDeployment
 } from '../app/graphql/app-deployments.ts'
+import { OPERATION_LIMIT_AREAS, operationLimits } from '../app/graphql/operation-limits.ts'
 import { schemaSDL } from '../app/graphql/schema.ts'
+
+/**
+ * What the release job reads, and nothing else: where the store is, the limits manifests are checked
+ * against, and the deployments' bound. No secret of the service (JWT_SECRET, PARTNER_SECRET_KEY).
+ */
+export const APP_COMMAND_AREAS = [storeSettings, deploymentSettings, ...OPERATION_LIMIT_AREAS] as const
+export type AppCommandConfig = Loaded<typeof APP_COMMAND_AREAS>
 
 const USAGE = `usage: npm run app -- check FILE
        npm run app -- publish --name N --version V FILE
@@ -65,7 +75,7 @@ const OPTIONS = {
   'stale-days': { type: 'string' }
 } as const
 
-export async function runApp (argv: string[], config: CommandConfig, out: (line: string) => void): Promise<number> {
+export async function runApp (argv: string[], config: AppCommandConfig, out: (line: string) => void): Promise<number> {
   let parsed
   try {
     parsed = parseArgs({ args: argv, allowPositionals: true, options: OPTIONS })
@@ -76,8 +86,9 @@ export async function runApp (argv: string[], config: CommandConfig, out: (line:
   const { values, positionals } = parsed
   const [verb, file, ...extra] = positionals
   const schema = buildSchema(schemaSDL)
+  const limits = operationLimits(config)
   if (verb === 'check' && file && extra.length === 0) {
-    const checked = await checkManifest(readJson(file), schema, config.limits)
+    const checked = await checkManifest(readJson(file), schema, limits)
     if (checked.problems.length > 0) throw new Refused(checked.problems)
     out(`${file}: ${checked.operations.length} operations check for this service`)
     return 0
@@ -104,7 +115,7 @@ export async function runApp (argv: string[], config: CommandConfig, out: (line:
         version: values.version!,
         manifest: readJson(file!),
         schema,
-        limits: config.limits,
+        limits,
         maxBytes: config.deployments.maxBytes,
         ...(running.length > 0 ? { targets: running } : {})
       })
@@ -142,10 +153,10 @@ export async function runApp (argv: string[], config: CommandConfig, out: (line:
 }
 
 if (import.meta.main) {
-  // Help needs no settings: answered before the configuration is read. Then only the store's location
-  // and the limits manifests are checked against (loadCommandConfig): a release job holds no secret of the service.
+  // Help needs no settings: answered before the configuration is read. Then only APP_COMMAND_AREAS:
+  // a release job holds no secret of the service.
   readCommandLine(USAGE, { allowPositionals: true, options: OPTIONS })
-  const config = loadCommandConfigOrExit()
+  const config = loadSettingsOrExit(APP_COMMAND_AREAS)
   try {
     process.exitCode = await runApp(process.argv.slice(2), config, (line) => console.log(line))
   } catch (err) {

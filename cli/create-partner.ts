@@ -12,7 +12,7 @@
 // keeps its user, and its password unless --password is given.
 import { readFileSync } from 'node:fs'
 import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
-import { loadConfigOrExit } from '../app/core/config.ts'
+import { loadSettingsOrExit, SERVICE_AREAS } from '../app/core/config/index.ts'
 import { openStore } from '../app/core/store/index.ts'
 import { certificateIssuerSerial, type Store, type UserRow } from '../app/core/store/types.ts'
 import { hashPassword, sealPassword } from '../app/core/auth/partner-secrets.ts'
@@ -115,7 +115,8 @@ if (import.meta.main) {
     console.error(`--certificate ${values.certificate}: ${(err as Error).message}`)
     process.exit(1)
   }
-  const config = loadConfigOrExit()
+  // The service's whole configuration: run beside a deployment, the command refuses what the service would.
+  const config = loadSettingsOrExit(SERVICE_AREAS)
   const store = await openStore(config)
   try {
     const user = await createPartnerAccount(store, config.soap.partnerSecretKey, {

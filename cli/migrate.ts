@@ -4,7 +4,7 @@
 // beside instances starting): a release can migrate before its instances roll out (a Kubernetes Job, a
 // deploy step), and --dry-run says what would be applied without changing anything.
 import { readCommandLine } from '../app/core/command-line.ts'
-import { loadConfigOrExit, withoutCredentials, type Config } from '../app/core/config.ts'
+import { loadSettingsOrExit, SERVICE_AREAS, withoutCredentials, type Config } from '../app/core/config/index.ts'
 import { openStore } from '../app/core/store/index.ts'
 import { MIGRATIONS as POSTGRES_MIGRATIONS, postgresSchemaVersion } from '../app/core/store/postgres.ts'
 import { MIGRATIONS as SQLITE_MIGRATIONS, sqliteSchemaVersion } from '../app/core/store/sqlite.ts'
@@ -19,15 +19,15 @@ migrations it would apply, and changes nothing.`
 interface Target { where: string; version: number | null; migrations: string[] }
 
 async function target (config: Config): Promise<Target> {
-  if (config.databaseUrl) {
-    const schema = config.databaseSchema
+  if (config.store.databaseUrl) {
+    const schema = config.store.databaseSchema
     return {
-      where: `PostgreSQL ${withoutCredentials(config.databaseUrl)}${schema ? ` (schema ${schema})` : ''}`,
-      version: await postgresSchemaVersion(config.databaseUrl, schema),
+      where: `PostgreSQL ${withoutCredentials(config.store.databaseUrl)}${schema ? ` (schema ${schema})` : ''}`,
+      version: await postgresSchemaVersion(config.store.databaseUrl, schema),
       migrations: POSTGRES_MIGRATIONS
     }
   }
-  return { where: `SQLite ${config.sqlitePath}`, version: sqliteSchemaVersion(config.sqlitePath), migrations: SQLITE_MIGRATIONS }
+  return { where: `SQLite ${config.store.sqlitePath}`, version: sqliteSchemaVersion(config.store.sqlitePath), migrations: SQLITE_MIGRATIONS }
 }
 
 /** A migration in one line: its version and the first line of its SQL. */
@@ -40,7 +40,8 @@ const pendingAfter = (from: number, migrations: string[]) =>
 
 if (import.meta.main) {
   const { values } = readCommandLine(USAGE, { options: { 'dry-run': { type: 'boolean', default: false } } })
-  const config = loadConfigOrExit()
+  // The service's whole configuration: run beside a deployment, the command refuses what the service would.
+  const config = loadSettingsOrExit(SERVICE_AREAS)
   try {
     const before = await target(config)
     const at = before.version ?? 0

@@ -3,7 +3,7 @@
 // The token alone goes to stdout (TOKEN=$(npm run -s token -- ...)); which key signed it goes to stderr.
 import { createSigner } from 'fast-jwt'
 import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
-import { DEV_JWT_SECRET, loadSigningConfig, type SigningConfig } from '../app/core/config.ts'
+import { DEV_JWT_SECRET, loadSettingsOrExit, tokenSigning, type SigningConfig } from '../app/core/config/index.ts'
 import { ROLES, type Role } from '../app/core/store/types.ts'
 
 export function mintToken (jwt: SigningConfig, sub: string, role: Role, expiresInSec = 3600): string {
@@ -57,9 +57,8 @@ Role USER by default; expires in an hour by default (at most JWT_MAX_LIFETIME_SE
   if (expiresInSec === null) refuseCommandLine(usage, `--expires-in ${values['expires-in']}: seconds, or a number with s, m, h or d`)
   // Only the signing key is read: in production a missing key is a configuration error, and nothing is
   // minted with another key; the rest of the service's settings are not needed here.
-  let jwt: SigningConfig
+  const jwt = loadSettingsOrExit([tokenSigning]).tokenSigning
   try {
-    jwt = loadSigningConfig()
     console.log(mintToken(jwt, values.sub, role, expiresInSec))
   } catch (err) {
     console.error((err as Error).message)

@@ -5,7 +5,7 @@
 // (cli/create-partner.ts). Exit 0 on success, 1 when the login is unknown, 2 on a usage error.
 import { X509Certificate } from 'node:crypto'
 import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
-import { loadConfigOrExit } from '../app/core/config.ts'
+import { loadSettingsOrExit, SERVICE_AREAS } from '../app/core/config/index.ts'
 import { openStore } from '../app/core/store/index.ts'
 import type { PartnerAccount, PartnerCertificate, Store } from '../app/core/store/types.ts'
 
@@ -67,7 +67,8 @@ if (import.meta.main) {
   if (verb === 'remove' && !values.login) refuseCommandLine(USAGE, 'remove needs --login')
   if (verb === 'list' && values.login) refuseCommandLine(USAGE, 'list takes no --login')
 
-  const store = await openStore(loadConfigOrExit())
+  // The service's whole configuration: run beside a deployment, the command refuses what the service would.
+  const store = await openStore(loadSettingsOrExit(SERVICE_AREAS))
   try {
     if (verb === 'list') {
       const partners = await listedPartners(store)

@@ -9,7 +9,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import { dirname, join, relative, resolve } from 'node:path'
 import { buildSchema, print } from 'graphql'
 import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
-import { loadCommandConfig } from '../app/core/config.ts'
+import { loadSettings } from '../app/core/config/index.ts'
+import { OPERATION_LIMIT_AREAS, operationLimits } from '../app/graphql/operation-limits.ts'
 import { makePlan, type DocumentPlan } from '../app/graphql/plan.ts'
 import { sha256Hex } from '../app/graphql/persisted.ts'
 import type { ApolloManifest } from '../app/graphql/persisted-manifest.ts'
@@ -20,7 +21,7 @@ export function buildManifest (folder: string, schemaSDL = readFileSync(SCHEMA_F
   const schema = buildSchema(schemaSDL)
   // The limits the service validates with (MAX_DEPTH etc. from the environment), so a document the
   // service would refuse at start is refused here first; no secret of the service is needed.
-  const { limits } = loadCommandConfig()
+  const limits = operationLimits(loadSettings(OPERATION_LIMIT_AREAS))
 
   const files = (readdirSync(folder, { recursive: true }) as string[])
     .filter((f) => /\.(graphql|gql)$/.test(f))

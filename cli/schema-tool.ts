@@ -7,10 +7,11 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { buildSchema, findBreakingChanges, findDangerousChanges, parse, print } from 'graphql'
 import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
-import { loadCommandConfigOrExit, type CommandConfig } from '../app/core/config.ts'
+import { loadSettingsOrExit, store as storeSettings } from '../app/core/config/index.ts'
 import { openStore } from '../app/core/store/index.ts'
 import type { Store } from '../app/core/store/types.ts'
 import { deploymentsBrokenBy } from '../app/graphql/app-deployments.ts'
+import { OPERATION_LIMIT_AREAS, operationLimits, type OperationLimits } from '../app/graphql/operation-limits.ts'
 
 const SOURCE = new URL('../app/graphql/schema.graphql', import.meta.url)
 export const EXPORTED = new URL('../schema.graphql', import.meta.url)
@@ -46,7 +47,7 @@ export function compareWithCommitted (
  */
 export async function runCheck (
   store: Store,
-  limits: CommandConfig['limits'],
+  limits: OperationLimits,
   out: (line: string) => void,
   err: (line: string) => void,
   committedText = readFileSync(EXPORTED, 'utf8'),
@@ -89,10 +90,10 @@ if (import.meta.main) {
   } else if (command === 'check') {
     // The app deployments are read from the configured store (SQLITE_PATH or DATABASE_URL), as the service would;
     // only the store's location and the limits are read (no secret of the service).
-    const config = loadCommandConfigOrExit()
+    const config = loadSettingsOrExit([storeSettings, ...OPERATION_LIMIT_AREAS])
     const store = await openStore(config)
     try {
-      process.exitCode = await runCheck(store, config.limits, console.log, console.error)
+      process.exitCode = await runCheck(store, operationLimits(config), console.log, console.error)
     } finally {
       await store.close()
     }

@@ -1,7 +1,7 @@
 // npm run seed -- --users 10000 [--messages 50000]
 // Loads realistic users and messages into the configured store (SQLITE_PATH or DATABASE_URL).
 import { readCommandLine, refuseCommandLine } from '../app/core/command-line.ts'
-import { loadConfigOrExit } from '../app/core/config.ts'
+import { loadSettingsOrExit, SERVICE_AREAS } from '../app/core/config/index.ts'
 import { openStore } from '../app/core/store/index.ts'
 import { seed } from '../app/core/store/sample-data.ts'
 
@@ -21,7 +21,8 @@ if (!Number.isInteger(users) || users < 0 || !Number.isInteger(messages) || mess
   refuseCommandLine(USAGE, '--users and --messages take whole numbers, 0 or more')
 }
 
-const config = loadConfigOrExit()
+// The service's whole configuration: run beside a deployment, the command refuses what the service would.
+const config = loadSettingsOrExit(SERVICE_AREAS)
 const store = await openStore(config)
 const started = performance.now()
 await seed(store, users, messages)

@@ -1,6 +1,6 @@
 import fp from 'fastify-plugin'
 import type { FastifyInstance } from 'fastify'
-import type { Config } from '../app/core/config.ts'
+import type { Config } from '../app/core/config/index.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -21,8 +21,8 @@ export const CORS_EXPOSED_HEADERS = ['x-request-id', 'retry-after']
 export const CORS_MAX_AGE_SEC = 600
 
 export default fp(async function cors (app: FastifyInstance) {
-  // Origins in the form browsers send them, checked by app/core/config.ts (a bad entry refuses to start).
-  const origins = new Set(app.config.corsOrigins)
+  // Origins in the form browsers send them, checked by app/core/config/browsers.ts (a bad entry refuses to start).
+  const origins = new Set(app.config.cors.origins)
   if (origins.size === 0) return
 
   await app.register(fastifyCors, {

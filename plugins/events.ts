@@ -60,7 +60,7 @@ async function pubSubReady (connections: Connection[], timeoutMs: number): Promi
 }
 
 export default fp(async function events (app: FastifyInstance) {
-  const { redisPrefix } = app.config
+  const { prefix: redisPrefix } = app.config.redis
   // Its two connections are ours: one server, or a Redis Cluster (its pub/sub reaches every node). Both
   // answer the calls mqemitter-redis makes (subscribe, publish, their message events, quit), though its
   // typings name its own copy of ioredis's Redis class.

@@ -16,7 +16,7 @@ import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 
 export default fp(async function gracefulDrain (app: FastifyInstance) {
-  const drainMs = app.config.shutdownIdleDrainMs
+  const drainMs = app.config.server.shutdownIdleDrainMs
   app.addHook('onListen', async () => {
     const server = app.server
     /** Open HTTP connections (not upgraded), and the last response each one carried. */

@@ -1,7 +1,7 @@
 // How tokens are verified and minted, from the configuration: algorithms pinned, exp required,
 // iss/aud checked when configured, a small clock tolerance.
 import type { FastifyJWTOptions } from '@fastify/jwt'
-import type { Config } from '../app/core/config.ts'
+import type { Config } from '../app/core/config/index.ts'
 
 export function jwtOptions (jwt: Config['jwt']): FastifyJWTOptions {
   const verifyKey = jwt.publicKey ?? jwt.secret!

@@ -9,7 +9,7 @@
 import { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import { hostname } from 'node:os'
 import pino from 'pino'
-import { withoutCredentials, type Config } from '../app/core/config.ts'
+import { withoutCredentials, type Config } from '../app/core/config/index.ts'
 import { clientAddress } from '../app/core/peers.ts'
 
 /** How long a line may wait in memory before it is written (also bounds what a SIGKILL loses). */
@@ -127,12 +127,12 @@ function readable (destination: pino.DestinationStream): pino.DestinationStream 
 }
 
 export function serverLogging (
-  config: Pick<Config, 'logLevel'>,
+  config: Pick<Config, 'server'>,
   options: LoggingOptions = {},
   destination = logDestination(options)
 ): Pick<FastifyServerOptions, 'logger' | 'logController'> {
   if (options.logger === false || destination === null) return { logger: false }
-  const level = options.logger?.level || config.logLevel
+  const level = options.logger?.level || config.server.logLevel
   return {
     // Fastify's own request lines (two per request, the first with every header) are off at every level:
     // the access line is the one line per request. Through a LogController: Fastify 5 deprecates the

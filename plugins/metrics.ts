@@ -178,7 +178,7 @@ export default fp(async function metrics (app: FastifyInstance) {
 
   app.decorate('metricsRegistry', registry)
 
-  const port = app.config.metricsPort
+  const port = app.config.server.metricsPort
   if (port === null) {
     app.get('/metrics', { config: { rateLimit: false } }, async (_request, reply) => {
       return reply.type(registry.contentType).send(await exposition())
@@ -194,11 +194,11 @@ export default fp(async function metrics (app: FastifyInstance) {
         (text) => response.writeHead(200, { 'content-type': registry.contentType }).end(text),
         (err: unknown) => { app.log.error({ err }, 'metrics collection failed'); response.writeHead(500).end() })
     })
-    guardListener(metricsServer, connectionCaps(app.config.maxConnections, true).metrics, app.log, 'metrics')
+    guardListener(metricsServer, connectionCaps(app.config.server.maxConnections, true).metrics, app.log, 'metrics')
     app.addHook('onReady', async () => {
       await new Promise<void>((resolve, reject) => {
         metricsServer.once('error', reject)
-        metricsServer.listen(port, app.config.host, () => { metricsServer.off('error', reject); resolve() })
+        metricsServer.listen(port, app.config.server.host, () => { metricsServer.off('error', reject); resolve() })
       })
       app.log.info({ port }, 'metrics served on their own port')
     })

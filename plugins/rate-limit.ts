@@ -61,28 +61,28 @@ function counterKey (budget: Budget, caller: Caller | null, ip: string): string 
 }
 
 export default fp(async function rateLimits (app: FastifyInstance) {
-  const { limits } = app.config
+  const settings = app.config.budgets
   let lastWarning = 0
   const counters: WindowCounters = app.redis.shared('budgets', (redis) =>
     new SharedCounters(leaseScript(redis.client, redis.key('rl:')), {
-      counting: limits.rateCounting,
+      counting: settings.counting,
       onFallback (err) {
         // One line per window at most: an outage must not flood the logs.
-        if (Date.now() - lastWarning > limits.rateWindowMs) {
+        if (Date.now() - lastWarning > settings.windowMs) {
           lastWarning = Date.now()
           app.log.warn({ err: (err as Error).message }, 'rate-limit counters unavailable in Redis; enforcing per instance')
         }
       }
     }), localCounters)
 
-  const max = limits.rateRequests
-  const windowSec = Math.round(limits.rateWindowMs / 1000)
+  const max = settings.requestsPerWindow
+  const windowSec = Math.round(settings.windowMs / 1000)
   /** Takes `amount` requests of the caller's budget (0: would one more be admitted?). */
   // The cost budget is leased alongside the request budget when this instance holds none of it: the
   // request's operation will charge it next.
   const takeRequests = (caller: Caller | null, ip: string, amount = 1): Taken | Promise<Taken> =>
-    counters.take(counterKey('req', caller, ip), amount, max, limits.rateWindowMs,
-      { key: counterKey('cost', caller, ip), limit: limits.rateCostUnits })
+    counters.take(counterKey('req', caller, ip), amount, max, settings.windowMs,
+      { key: counterKey('cost', caller, ip), limit: settings.costUnitsPerWindow })
   const overBudget = ({ admitted, resetMs }: Taken): AppError | undefined => {
     if (admitted) return undefined
     const resetSec = Math.ceil(resetMs / 1000)
@@ -118,7 +118,7 @@ export default fp(async function rateLimits (app: FastifyInstance) {
       const retryAfter = Math.ceil(resetMs / 1000)
       throw new AppError(
         'RATE_LIMITED',
-        `Cost rate limit exceeded: at most ${limits.rateCostUnits} cost units per ${windowSec} s; retry in ${retryAfter} s`,
+        `Cost rate limit exceeded: at most ${settings.costUnitsPerWindow} cost units per ${windowSec} s; retry in ${retryAfter} s`,
         { cost: requested, retryAfter }
       )
     }
@@ -139,11 +139,11 @@ export default fp(async function rateLimits (app: FastifyInstance) {
       if (refused) throw refused
     },
     spendCostUnits (caller, ip, cost) {
-      const spent = counters.spend(counterKey('cost', caller, ip), cost, limits.rateCostUnits, limits.rateWindowMs)
+      const spent = counters.spend(counterKey('cost', caller, ip), cost, settings.costUnitsPerWindow, settings.windowMs)
       return spent instanceof Promise ? spent.then(unitsLeft) : unitsLeft(spent)
     },
     chargeCost (caller, ip, requested) {
-      const budget = caller ? limits.budgets[caller.role] : limits.budgets.anonymous
+      const budget = caller ? settings.maxOperationCost[caller.role] : settings.maxOperationCost.anonymous
       if (requested > budget) {
         throw new AppError(
           'COST_LIMIT_EXCEEDED',
@@ -152,7 +152,7 @@ export default fp(async function rateLimits (app: FastifyInstance) {
         )
       }
       // All or nothing: a refused operation spends no units.
-      const taken = counters.take(counterKey('cost', caller, ip), requested, limits.rateCostUnits, limits.rateWindowMs)
+      const taken = counters.take(counterKey('cost', caller, ip), requested, settings.costUnitsPerWindow, settings.windowMs)
       return taken instanceof Promise
         ? taken.then((t) => costRefusal(requested, budget, t))
         : costRefusal(requested, budget, taken)

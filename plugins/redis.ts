@@ -10,7 +10,7 @@ import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
 import { SCRIPTS_WITH_KEY_COUNTS } from '../app/core/cache/redis-store.ts'
 import { LEASE_SCRIPT } from '../app/core/limits/window-counters.ts'
-import { withoutCredentials } from '../app/core/config.ts'
+import { withoutCredentials } from '../app/core/config/index.ts'
 import type { RedisAddress } from '../app/core/redis-address.ts'
 
 /** The service's Redis, connected, as the builder of a piece of shared state receives it. */
@@ -156,7 +156,7 @@ async function close (client: Redis | Cluster): Promise<void> {
 }
 
 export default fp(async function redis (app: FastifyInstance) {
-  const { redis: address, redisPrefix, responseCache } = app.config
+  const { redis: { address, prefix: redisPrefix }, responseCache } = app.config
   const key = (name: string) => `${redisPrefix}${name}`
   const placements: Record<string, Placement> = {}
   /** `shared` over `connected` (null: no Redis, everything in process). */

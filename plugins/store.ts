@@ -14,7 +14,7 @@ export default fp(async function store (app: FastifyInstance, opts: { store?: St
   // The service's own store: the embedded file's instance lock, and PostgreSQL writes that announce nothing
   // (the service tells the caches itself; app/core/domain/store-tags.ts).
   const store = opts.store ?? await openStore(app.config, { service: true })
-  if (!opts.store && store.kind === 'sqlite' && app.config.demoData) await loadDemoData(store)
+  if (!opts.store && store.kind === 'sqlite' && app.config.store.demoData) await loadDemoData(store)
   // With tracing on, every store call is a database span (one wrapper, not one edit per method).
   app.decorate('store', app.tracing ? app.tracing.store(store) : store)
   app.readinessChecks.set('store', () => app.store.ping())

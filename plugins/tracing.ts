@@ -1,4 +1,4 @@
-// OpenTelemetry tracing at the HTTP boundary, when an OTLP endpoint is configured (app/core/config.ts,
+// OpenTelemetry tracing at the HTTP boundary, when an OTLP endpoint is configured (app/core/config/tracing.ts,
 // the standard OTEL_* variables). Off (the default), this plugin decorates `tracing: null` and adds
 // nothing else: no hook, no route wrapper, no SDK module loaded; the store, the pipeline and the SOAP
 // handler are then the plain ones, so a request does no tracing work at all.
@@ -15,7 +15,7 @@ import fp from 'fastify-plugin'
 import type { Context, Span } from '@opentelemetry/api'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify'
 import type { Tracing } from '../app/core/tracing.ts'
-import { withoutCredentials } from '../app/core/config.ts'
+import { withoutCredentials } from '../app/core/config/index.ts'
 import { clientAddress } from '../app/core/peers.ts'
 
 declare module 'fastify' {

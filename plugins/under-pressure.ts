@@ -21,7 +21,7 @@ const EXEMPT = new Set(['/health/live', '/metrics'])
 const RESOLUTION_MS = 10
 
 export default fp(async function pressure (app: FastifyInstance) {
-  const { pressure: limits } = app.config
+  const { loadShedding: limits } = app.config
   const checks: [type: string, max: number, value: () => number][] = []
   let eventLoopDelay = 0
   let heapUsed = 0

@@ -37,7 +37,7 @@ export default fp(async function health (app: FastifyInstance) {
     const status = ready ? 'ready' : shuttingDown ? 'shutting down' : 'not ready'
     return { code: ready ? 200 : 503, body: JSON.stringify({ status, checks }) }
   }
-  const cacheMs = app.config.readinessCacheMs
+  const cacheMs = app.config.server.readinessCacheMs
   /** The last check started: in flight (done null) or finished, with its outcome and answer. */
   let last: {
     checks: Promise<Record<string, string>>

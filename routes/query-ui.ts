@@ -1,6 +1,6 @@
 // The interactive query UI, for development only: GET /graphiql and its two assets from routes/ui/.
-// Registered only when config.queryUi is on (QUERY_UI, on by default in development); in production
-// the routes never exist and answer 404, and QUERY_UI=true there refuses to start.
+// Registered only when config.schemaDiscovery.queryUi is on (QUERY_UI, on by default in development); in
+// production the routes never exist and answer 404, and QUERY_UI=true there refuses to start.
 // Mercurius's own GraphiQL stays off (routes: false): it loads its scripts from a public CDN, which
 // fails offline and would need a CSP open to that CDN. Our page is three small files with no
 // dependencies, served under a 'self'-only Content-Security-Policy.
@@ -29,8 +29,8 @@ const assets = [
 ]
 
 export default fp(async function queryUi (app: FastifyInstance) {
-  // (app/core/config.ts refuses QUERY_UI=true in production.)
-  if (!app.config.queryUi) return
+  // (app/core/config/browsers.ts refuses QUERY_UI=true in production.)
+  if (!app.config.schemaDiscovery.queryUi) return
 
   for (const asset of assets) {
     // Read once at start-up: three small files, and a missing one fails the start, not a request.

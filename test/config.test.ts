@@ -1,7 +1,10 @@
 import { test } from 'tap'
 import { Writable } from 'node:stream'
 import { buildApp } from '../app/app.ts'
-import { environment, loadConfig, withoutCredentials, type ConfigError } from '../app/core/config.ts'
+import {
+  environment, loadConfig, loadSettings, tokenSigning, withoutCredentials, type ConfigError
+} from '../app/core/config/index.ts'
+import { APP_COMMAND_AREAS } from '../cli/app-deployments.ts'
 import { openSqliteStore } from '../app/core/store/sqlite.ts'
 import { testConfig } from './helpers/app.ts'
 import { spawnService } from './helpers/server-process.ts'
@@ -21,25 +24,21 @@ function problems (env: Record<string, string>): string[] {
 test('development profile: open for building, fixed development secret, embedded store', async (t) => {
   const config = loadConfig({})
   t.equal(config.profile, 'development')
-  t.equal(config.host, '127.0.0.1')
-  t.equal(config.port, 3000)
+  t.equal(config.server.host, '127.0.0.1')
+  t.equal(config.server.port, 3000)
   t.ok(config.jwt.secret && config.jwt.secret.length >= 32)
   t.same(config.jwt.algorithms, ['HS256'])
-  t.equal(config.introspection, true)
-  t.equal(config.queryUi, true)
-  t.equal(config.persistedOnly, false)
-  t.equal(config.databaseUrl, null)
-  t.equal(config.demoData, true, 'a new embedded store starts with the demo data set')
-  t.equal(config.redis, null)
-  t.same(config.limits.budgets, { anonymous: 1000, USER: 10000, ADMIN: 100000, SERVICE: 100000 })
-  t.match(config.limits, {
-    maxDepth: 10,
-    timeoutMs: 10000,
-    maxStringLength: 1000,
-    rateRequests: 100,
-    rateCostUnits: 100000,
-    rateWindowMs: 60000
-  })
+  t.equal(config.schemaDiscovery.introspection, true)
+  t.equal(config.schemaDiscovery.queryUi, true)
+  t.equal(config.persisted.only, false)
+  t.equal(config.store.databaseUrl, null)
+  t.equal(config.store.demoData, true, 'a new embedded store starts with the demo data set')
+  t.equal(config.redis.address, null)
+  t.same(config.budgets.maxOperationCost, { anonymous: 1000, USER: 10000, ADMIN: 100000, SERVICE: 100000 })
+  t.equal(config.document.maxDepth, 10)
+  t.equal(config.execution.timeoutMs, 10000)
+  t.equal(config.input.maxStringLength, 1000)
+  t.match(config.budgets, { requestsPerWindow: 100, costUnitsPerWindow: 100000, windowMs: 60000 })
 })
 
 test('production profile: safe defaults, secrets required', async (t) => {
@@ -47,12 +46,12 @@ test('production profile: safe defaults, secrets required', async (t) => {
   t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: 'short', PARTNER_SECRET_KEY: 'x'.repeat(64) }), /at least 32 characters/)
   const config = loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET, PARTNER_SECRET_KEY: 'ab'.repeat(32) })
   t.equal(config.profile, 'production')
-  t.equal(config.host, '0.0.0.0')
-  t.equal(config.introspection, false)
-  t.equal(config.queryUi, false)
-  t.equal(config.persistedOnly, true)
-  t.equal(config.logLevel, 'info')
-  t.equal(config.demoData, false, 'no demo data in a new production store')
+  t.equal(config.server.host, '0.0.0.0')
+  t.equal(config.schemaDiscovery.introspection, false)
+  t.equal(config.schemaDiscovery.queryUi, false)
+  t.equal(config.persisted.only, true)
+  t.equal(config.server.logLevel, 'info')
+  t.equal(config.store.demoData, false, 'no demo data in a new production store')
 })
 
 test('every value is configurable and typed; bad values are refused clearly', async (t) => {
@@ -63,30 +62,30 @@ test('every value is configurable and typed; bad values are refused clearly', as
     PERSISTED_ONLY: 'true',
     JWT_ALGORITHMS: 'HS384'
   })
-  t.equal(config.limits.maxDepth, 7)
-  t.equal(config.limits.budgets.USER, 5000)
-  t.same(config.trustProxy, ['10.0.0.1', '10.0.0.2'])
-  t.equal(config.persistedOnly, true)
+  t.equal(config.document.maxDepth, 7)
+  t.equal(config.budgets.maxOperationCost.USER, 5000)
+  t.same(config.server.trustProxy, ['10.0.0.1', '10.0.0.2'])
+  t.equal(config.persisted.only, true)
   t.same(config.jwt.algorithms, ['HS384'])
   t.throws(() => loadConfig({ MAX_DEPTH: 'deep' }), /MAX_DEPTH/)
   t.throws(() => loadConfig({ PORT: '70000' }), /PORT/)
-  t.equal(loadConfig({}).metricsPort, null, 'development: /metrics on the API port')
+  t.equal(loadConfig({}).server.metricsPort, null, 'development: /metrics on the API port')
   t.equal(
-    loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET, PARTNER_SECRET_KEY: SECRET }).metricsPort,
+    loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET, PARTNER_SECRET_KEY: SECRET }).server.metricsPort,
     0,
     'production: not served'
   )
-  t.equal(loadConfig({ METRICS_PORT: '9464' }).metricsPort, 9464)
+  t.equal(loadConfig({ METRICS_PORT: '9464' }).server.metricsPort, 9464)
   t.throws(() => loadConfig({ PORT: '9464', METRICS_PORT: '9464' }), /METRICS_PORT must differ from PORT/)
-  t.same(loadConfig({ TRUST_PROXY: 'loopback, 10.0.0.0/8, fd00::1' }).trustProxy, ['loopback', '10.0.0.0/8', 'fd00::1'])
+  t.same(loadConfig({ TRUST_PROXY: 'loopback, 10.0.0.0/8, fd00::1' }).server.trustProxy, ['loopback', '10.0.0.0/8', 'fd00::1'])
   t.throws(() => loadConfig({ TRUST_PROXY: '10.0.0.1, lb.internal, 10.0.0.0/33' }), /TRUST_PROXY entry "lb.internal"[^]*TRUST_PROXY entry "10.0.0.0\/33"/)
 })
 
 test('only the given environment is read (nothing leaks in from process.env)', async (t) => {
   process.env.DATABASE_URL = 'postgres://leaked@127.0.0.1:5432/test'
   t.teardown(() => { delete process.env.DATABASE_URL })
-  t.equal(loadConfig({}).databaseUrl, null)
-  t.equal(loadConfig().databaseUrl, 'postgres://leaked@127.0.0.1:5432/test', 'the default is process.env itself')
+  t.equal(loadConfig({}).store.databaseUrl, null)
+  t.equal(loadConfig().store.databaseUrl, 'postgres://leaked@127.0.0.1:5432/test', 'the default is process.env itself')
 })
 
 test('.env is read from the project root only: one planted in the working directory is ignored', async (t) => {
@@ -170,7 +169,7 @@ test('a malformed DATABASE_URL or REDIS_URL names its setting at start, with the
   // Redis Sentinel: the sentinels' URLs, with REDIS_URL naming the master group.
   const sentinels = 'redis://10.0.0.5:26379,redis://10.0.0.6:26379'
   t.same(problems({ REDIS_URL: 'redis://:s3cret@mymaster/0', REDIS_SENTINELS: sentinels }), [], 'sentinels and a master group')
-  t.same(loadConfig({ REDIS_URL: 'redis://mymaster', REDIS_SENTINELS: sentinels }).redis,
+  t.same(loadConfig({ REDIS_URL: 'redis://mymaster', REDIS_SENTINELS: sentinels }).redis.address,
     { urls: ['redis://mymaster'], cluster: false, sentinels: ['redis://10.0.0.5:26379', 'redis://10.0.0.6:26379'] })
   t.match(problems({ REDIS_SENTINELS: sentinels }), [/^REDIS_SENTINELS needs REDIS_URL naming the master group/])
   t.match(problems({ REDIS_CLUSTER_NODES: 'redis://a:6379', REDIS_SENTINELS: sentinels }), [/^REDIS_SENTINELS watches one master/])
@@ -208,7 +207,7 @@ test('each invalid variable is one line in Ajv\'s words, and the other checks st
     'QUERY_UI cannot be turned on in production (the query UI is for development only)'
   ])
   const typed = loadConfig({ PORT: '8080', WSSE_ALLOW_SHA1: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/', OTEL_TRACES_SAMPLER_ARG: '0.25' })
-  t.equal(typed.port, 8080, 'numbers are numbers')
+  t.equal(typed.server.port, 8080, 'numbers are numbers')
   t.equal(typed.soap.allowSha1, true, 'booleans are booleans')
   t.match(typed.tracing, { tracesUrl: 'http://collector:4318/v1/traces', protocol: 'http/protobuf', samplerRatio: 0.25, headers: '' })
 })
@@ -219,4 +218,29 @@ test('every invalid setting is reported together, the SOAP addresses among them'
     'SOAP_NAMESPACE_BASE must be an absolute URI (e.g. urn:example:users or https://example.com/soap)',
     'SOAP_PUBLIC_URL must be an http(s) URL'
   ].sort())
+})
+
+test('a command reads the areas it names, and the ones they use: nothing else is required or refused', async (t) => {
+  const problemsOf = (load: () => unknown) => {
+    try {
+      load()
+      return []
+    } catch (err) {
+      return (err as ConfigError).problems
+    }
+  }
+  // The release job (npm run app) in production: no secret, and a setting the service would refuse is not read.
+  const job = loadSettings(APP_COMMAND_AREAS, { NODE_ENV: 'production', CORS_ORIGINS: 'not an origin', MAX_DEPTH: '3' })
+  t.equal(job.profile, 'production')
+  t.equal(job.document.maxDepth, 3)
+  t.equal(job.deployments.maxBytes, 268435456)
+  t.notOk('jwt' in job || 'soap' in job || 'cors' in job, 'no area it did not name')
+  const found = problemsOf(() => loadSettings(APP_COMMAND_AREAS, { DEPLOYMENTS_MAX_BYTES: 'lots', DATABASE_URL: 'db', JWT_SECRET: 'short' }))
+  t.match(found, ['DEPLOYMENTS_MAX_BYTES must be integer', /^DATABASE_URL is not a URL/], 'its own problems, all of them…')
+  t.equal(found.length, 2, '…and only those (JWT_SECRET is not read)')
+  // The token (npm run token): the signing key and the claims, nothing of the store or the server.
+  t.same(loadSettings([tokenSigning], { NODE_ENV: 'production', JWT_SECRET: SECRET, DATABASE_URL: 'db', PORT: 'x' }).tokenSigning,
+    { algorithms: ['HS256'], secret: SECRET, privateKey: null, issuer: null, audience: null })
+  t.same(problemsOf(() => loadSettings([tokenSigning], { NODE_ENV: 'production', PARTNER_SECRET_KEY: SECRET })),
+    ['set JWT_PRIVATE_KEY (RS256/ES256) or JWT_SECRET (HS256) to sign tokens in production'])
 })

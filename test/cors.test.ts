@@ -2,7 +2,7 @@
 // headers a browser client needs; never credentials.
 import { test } from 'tap'
 import { buildTestApp, gql, listenTestApp } from './helpers/app.ts'
-import { loadConfig } from '../app/core/config.ts'
+import { loadConfig } from '../app/core/config/index.ts'
 
 const ALLOWED = 'https://app.example.com'
 const OTHER = 'https://evil.example.net'
@@ -110,9 +110,9 @@ test('production with an allowlist opens exactly those origins', async (t) => {
 })
 
 test('CORS_ORIGINS entries must be origins', async (t) => {
-  t.same(loadConfig({ CORS_ORIGINS: 'https://App.Example.com:443/, http://localhost:5173' }).corsOrigins, ['https://app.example.com', 'http://localhost:5173'],
+  t.same(loadConfig({ CORS_ORIGINS: 'https://App.Example.com:443/, http://localhost:5173' }).cors.origins, ['https://app.example.com', 'http://localhost:5173'],
     'normalized to the form browsers send')
-  t.same(loadConfig({}).corsOrigins, [])
+  t.same(loadConfig({}).cors.origins, [])
   for (const bad of ['*', 'null', 'app.example.com', 'https://app.example.com/path', 'ftp://app.example.com', 'https://user@app.example.com', 'https://app.example.com?x=1']) {
     t.throws(() => loadConfig({ CORS_ORIGINS: bad }), /CORS_ORIGINS entry .* is not an origin/, `refuses ${bad}`)
   }

@@ -1,10 +1,13 @@
 // The reference tables that restate the code, checked against the code: every error code of the catalogue
-// in docs/errors.md with its HTTP status, and every variable app/core/config.ts reads in docs/settings.md (with
-// its default) and in .env.example. Adding a code or a setting without documenting it fails here.
+// in docs/errors.md with its HTTP status; docs/settings.md's tables as `npm run settings:docs` writes them from
+// the configuration's declarations (app/core/config/, imported, never read as text), and every variable they
+// declare in .env.example. Adding a code or a setting without documenting it fails here.
 import { test } from 'tap'
 import { readFileSync } from 'node:fs'
-import { loadConfig } from '../app/core/config.ts'
+import { loadConfig, SERVICE_AREAS, SETTING_NAMES, tokenSigning } from '../app/core/config/index.ts'
+import type { Setting } from '../app/core/config/area.ts'
 import { ErrorCodes } from '../app/core/errors.ts'
+import { settingsPage } from '../cli/settings-docs.ts'
 import { REPO } from './helpers/server-process.ts'
 
 const read = (path: string) => readFileSync(`${REPO}/${path}`, 'utf8')
@@ -17,25 +20,6 @@ function tableRows (markdown: string): Map<string, string[]> {
     if (match) rows.set(match[1]!, match[2]!.split('|').map((cell) => cell.trim()))
   }
   return rows
-}
-
-/**
- * The variables app/core/config.ts reads, with the literal defaults its env-schema gives them: the entries of
- * the JSON schema's `properties` (config.ts does not export the schema, so its text is read).
- */
-function configVariables (): Map<string, string | null> {
-  const source = read('app/core/config.ts')
-  const start = source.indexOf('const schema = {')
-  const end = source.indexOf('} as const', start)
-  if (start < 0 || end < 0) {
-    throw new Error('app/core/config.ts: no `const schema = { ... } as const` (the env-schema) found')
-  }
-  const variables = new Map<string, string | null>()
-  for (const match of source.slice(start, end).matchAll(/^\s+([A-Z][A-Z0-9_]*): \{([^\n]*)\},?$/gm)) {
-    const literal = /\bdefault: (-?\d+(?:\.\d+)?|true|false|'[^']*')/.exec(match[2]!)?.[1]
-    variables.set(match[1]!, literal === undefined ? null : literal.replace(/^'|'$/g, ''))
-  }
-  return variables
 }
 
 test('every error code of the catalogue is in docs/errors.md with its HTTP status, and nothing else', async (t) => {
@@ -56,35 +40,26 @@ test('every error code of the catalogue is in docs/errors.md with its HTTP statu
   )
 })
 
-test('every variable app/core/config.ts reads is in docs/settings.md, with its default, and in .env.example', async (t) => {
-  const variables = configVariables()
-  t.ok(variables.size > 50, `the schema's variables were found (${variables.size})`)
-  // Every `e.NAME` config.ts reads must be one of the schema's, so the list above is the whole list.
-  const reads = new Set([...read('app/core/config.ts').matchAll(/\be\.([A-Z][A-Z0-9_]*)/g)].map((m) => m[1]!))
-  t.same([...reads].filter((name) => !variables.has(name)), [], 'config.ts reads no variable outside its schema')
-
-  const rows = tableRows(read('docs/settings.md'))
-  const example = new Set([...read('.env.example').matchAll(/^#? ?([A-Z][A-Z0-9_]*)=/gm)].map((m) => m[1]!))
-  for (const [name, literal] of variables) {
-    const row = rows.get(name)
-    if (!row) t.fail(`docs/settings.md has no row for ${name}`)
-    else {
-      t.ok(row[1], `${name}: says what it means`)
-      const documented = literal === '' ? 'empty' : `\`${literal}\``
-      if (literal !== null) t.ok(row[0]!.includes(documented), `${name}: default ${documented} (docs say ${row[0]})`)
+test('docs/settings.md\'s tables are the configuration\'s declarations, each variable declared once', async (t) => {
+  t.ok(read('docs/settings.md') === settingsPage(), 'docs/settings.md is what `npm run settings:docs` writes (run it)')
+  const declared = new Map<string, Setting>()
+  for (const area of [...SERVICE_AREAS, tokenSigning]) {
+    for (const [name, setting] of Object.entries<Setting>(area.settings)) {
+      t.ok(setting.doc.trim(), `${name}: says what it means`)
+      // An area may use another's declaration (the token's signing key is the service's), never redeclare it.
+      if (declared.has(name)) t.equal(declared.get(name), setting, `${name} is declared once (${area.key})`)
+      declared.set(name, setting)
     }
-    t.ok(example.has(name), `.env.example lists ${name}`)
   }
-  t.same(
-    [...rows.keys()].filter((name) => !variables.has(name)),
-    [],
-    'docs/settings.md has no row for a variable config.ts does not read'
-  )
-  t.same(
-    [...example].filter((name) => !variables.has(name)),
-    [],
-    '.env.example lists no variable config.ts does not read'
-  )
+  t.same([...declared.keys()].sort(), [...SETTING_NAMES].sort(), 'the service\'s areas document every variable a command reads')
+  t.equal(SETTING_NAMES.length, new Set(SETTING_NAMES).size, 'in one table each')
+})
+
+test('.env.example lists every variable the service reads, and no other', async (t) => {
+  const example = new Set([...read('.env.example').matchAll(/^#? ?([A-Z][A-Z0-9_]*)=/gm)].map((m) => m[1]!))
+  t.ok(SETTING_NAMES.length > 50, `the declared variables were found (${SETTING_NAMES.length})`)
+  t.same(SETTING_NAMES.filter((name) => !example.has(name)), [], '.env.example lists every variable')
+  t.same([...example].filter((name) => !SETTING_NAMES.includes(name)), [], '.env.example lists no variable the service does not read')
 })
 
 /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
@@ -123,7 +98,7 @@ test('the persisted ids the README and docs send are in persisted/manifest.json'
   const sent = GUIDE_AND_REFERENCE.flatMap((file) => [...read(file).matchAll(/queryId=(sha256:[0-9a-f]{64})/g)].map((m) => [file, m[1]!]))
   t.ok(sent.length >= 2, 'the README sends persisted queries')
   for (const [file, id] of sent) t.ok(ids.has(id!), `${file}: ${id} is registered`)
-  t.equal(loadConfig({ NODE_ENV: 'development' }).persistedManifest, `${REPO}/persisted/manifest.json`,
+  t.equal(loadConfig({ NODE_ENV: 'development' }).persisted.manifest, `${REPO}/persisted/manifest.json`,
     'the development server the README starts serves that manifest')
 })
 

@@ -7,7 +7,7 @@ import { test } from 'tap'
 import { buildSchema, parse } from 'graphql'
 import { MemoryCacheStore } from '../app/core/cache/memory-store.ts'
 import { ResponseCache } from '../app/core/cache/response-cache.ts'
-import { loadConfig } from '../app/core/config.ts'
+import { loadConfig } from '../app/core/config/index.ts'
 import { AppError } from '../app/core/errors.ts'
 import {
   createHttpExchange,

@@ -13,6 +13,7 @@ import { createPlans } from '../app/graphql/plans.ts'
 import type { ClientApp, PersistedOperation, PersistedQueries } from '../app/graphql/persisted.ts'
 import { schemaSDL } from '../app/graphql/schema.ts'
 import { testConfig } from './helpers/app.ts'
+import { operationLimits } from '../app/graphql/operation-limits.ts'
 
 const USERS = 'query Users { users(limit: 2) { id name } }'
 const RENAME = 'mutation Rename { updateUser(id: "1", input: { name: "x" }) { id } }'
@@ -22,7 +23,7 @@ const INTROSPECTION = '{ __schema { queryType { name } } }'
 /** Admission over plain objects: its charges and the usage it counts are recorded. */
 function pipelineOf (options: { introspection?: boolean; refuseCharge?: boolean } = {}) {
   const schema = buildSchema(schemaSDL)
-  const { limits } = testConfig()
+  const limits = operationLimits(testConfig())
   const charged: { caller: string | null; cost: number }[] = []
   const spentRequests: string[] = []
   const counted: { id: string; client: ClientApp | null }[] = []
@@ -96,7 +97,7 @@ test('only an admitted request counts for its app deployment, with the app it na
 
 /** An admission of `text` as admission makes it, over a schema whose resolvers the test gives. */
 async function admittedOver (schema: ReturnType<typeof buildSchema>, text: string): Promise<Admission> {
-  const { limits } = testConfig()
+  const limits = operationLimits(testConfig())
   const admission = createAdmission({
     schema: () => schema,
     limits,
@@ -121,7 +122,7 @@ test('execution: an answer past the deadline is "Query timeout" (TIMEOUT); the r
     seenBy.push(context.domain.caller?.id ?? null)
     return 'seen'
   }
-  const domain = { caps: testConfig().limits } as unknown as DomainDeps
+  const domain = { caps: testConfig().input } as unknown as DomainDeps
   const execution = createExecution({ schema: () => schema, timeoutMs: 50, domain })
   const slow = await execution.execute(await admittedOver(schema, '{ slow }'))
   t.same(slow.data, null)
@@ -135,7 +136,7 @@ test('execution: an answer past the deadline is "Query timeout" (TIMEOUT); the r
 
 test('the instruments wrap each phase once, and every carrier runs the wrapped ones', async (t) => {
   const schema = buildSchema(schemaSDL)
-  const { limits } = testConfig()
+  const limits = operationLimits(testConfig())
   const calls: string[] = []
   const pipeline = createPipeline({
     schema: () => schema,

@@ -31,7 +31,7 @@ import {
 } from '@opentelemetry/semantic-conventions'
 import { readFileSync } from 'node:fs'
 import type { ExecutionResult } from 'graphql'
-import type { TracingConfig } from './config.ts'
+import type { TracingConfig } from './config/tracing.ts'
 import { AppError } from './errors.ts'
 import type { AdmittedOperation, OperationPhases } from './operation-phases.ts'
 import type { Store } from './store/types.ts'

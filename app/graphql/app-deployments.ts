@@ -15,7 +15,7 @@ import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { basename, extname } from 'node:path'
 import { buildSchema, type GraphQLSchema } from 'graphql'
-import type { Config } from '../core/config.ts'
+import type { OperationLimits } from './operation-limits.ts'
 import type { Caller } from '../core/domain/context.ts'
 import { AppError, forbidden, unauthenticated } from '../core/errors.ts'
 import type { DeployedOperation, Deployment, Store } from '../core/store/types.ts'
@@ -40,7 +40,7 @@ export interface CheckedManifest {
   problems: string[]
 }
 
-type Limits = Config['limits']
+type Limits = OperationLimits
 
 /** How problems name an operation: its type, name and the start of its hash. */
 export const operationLabel = (op: { type: string; name: string | null; hash: string }) =>

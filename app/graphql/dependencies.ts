@@ -5,7 +5,7 @@
 // modules: the dependencies serve the engine, never the reverse.
 import type { MQEmitter } from 'mqemitter'
 import type { ResponseCache } from '../core/cache/response-cache.ts'
-import type { Config } from '../core/config.ts'
+import type { Config } from '../core/config/index.ts'
 import type { Caller, DomainDeps } from '../core/domain/context.ts'
 import type { BudgetSpending } from '../core/limits/cost-report.ts'
 import type { AdmittedOperation, OperationPhases } from '../core/operation-phases.ts'

@@ -26,12 +26,12 @@ import { AppError, Messages } from '../core/errors.ts'
 import { assertWithinCaps } from '../core/domain/input.ts'
 import { createDomainContext, withinDeadline, type Caller, type DomainDeps } from '../core/domain/context.ts'
 import type { ReadSet } from '../core/domain/read-tags.ts'
-import type { Config } from '../core/config.ts'
 import type { BudgetSpending, CostReport } from '../core/limits/cost-report.ts'
 import type { GraphQLContext } from './context.ts'
 import type { Instrumentation, OperationPhases } from './dependencies.ts'
 import { ValidationFailed, type DocumentPlan, type OperationPlan } from './plan.ts'
 import type { Plans } from './plans.ts'
+import type { OperationLimits } from './operation-limits.ts'
 import {
   PersistedMessages,
   hasPersistedQueryExtension,
@@ -83,7 +83,7 @@ export interface Admission {
 /** What admission needs: the schema and limits, the plans, the persisted registry, the caller's budgets. */
 export interface AdmissionOptions extends Pick<BudgetSpending, 'spendRequest' | 'chargeCost'> {
   schema (): GraphQLSchema
-  limits: Config['limits']
+  limits: OperationLimits
   introspection: boolean
   plans: Pick<Plans, 'plan' | 'compiled'>
   persisted: Pick<PersistedQueries, 'resolve' | 'countUse'>

@@ -8,7 +8,7 @@ import type { GraphQLSchema } from 'graphql'
 import type { CompiledQuery } from 'graphql-jit'
 import { AppError } from '../core/errors.ts'
 import { LruMap } from '../core/lru-map.ts'
-import type { Config } from '../core/config.ts'
+import type { OperationLimits } from './operation-limits.ts'
 import { makePlan, type DocumentPlan, type OperationPlan } from './plan.ts'
 
 // graphql-jit's CommonJS build: its ESM build imports a sibling module without its extension and
@@ -17,7 +17,7 @@ const require = createRequire(import.meta.url)
 const { compileQuery, isCompiledQuery } = require('graphql-jit') as typeof import('graphql-jit')
 
 /** Limits the plan cache works under: a plan's own (depth, tokens, caps...), the text length, the cache's bytes. */
-export type PlanCacheLimits = Config['limits']
+export type PlanCacheLimits = OperationLimits
 
 /**
  * The plans of document texts, made once per text and cached by bytes, with each operation's

@@ -142,7 +142,7 @@ interface Open {
 const ROOT_SCOPE = new Map([['', ''], ['xml', XML_NS]])
 /** SOAP messages nest a dozen levels; a deep pile of open tags is only ever an attack on memory. */
 export const MAX_DEPTH = 100
-/** Defaults of SOAP_MAX_ELEMENTS and SOAP_MAX_ATTRIBUTES (app/core/config.ts). */
+/** Defaults of SOAP_MAX_ELEMENTS and SOAP_MAX_ATTRIBUTES (app/core/config/soap.ts). */
 export const DEFAULT_XML_LIMITS: XmlLimits = { maxElements: 1000, maxAttributes: 32 }
 const SMALL = 8
 

@@ -1,7 +1,7 @@
 // The app deployments' routes for release pipelines (`npm run app` over HTTP when the database is out of
 // reach): /admin/app-deployments, in the GraphQL routes' scope (their errors answer in the GraphQL shape).
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import type { Config } from '../../app/core/config.ts'
+import type { Config } from '../../app/core/config/index.ts'
 import { staleIdentity, storedRole } from '../../app/core/domain/authorization.ts'
 import type { deploymentVerbs } from '../../app/graphql/app-deployments.ts'
 import type { GraphQLDependencies } from '../../app/graphql/dependencies.ts'
@@ -26,7 +26,7 @@ export function adminRoutes (
   const adminRoute = {
     onRequest: admitAdministrator,
     // A manifest whose operations weigh DEPLOYMENTS_MAX_BYTES in memory has a text of less than a 96th of it (plan.ts).
-    bodyLimit: Math.max(config.bodyLimitBytes, Math.ceil(config.deployments.maxBytes / 32))
+    bodyLimit: Math.max(config.server.bodyLimitBytes, Math.ceil(config.deployments.maxBytes / 32))
   }
   type Named = { Params: { name: string; version: string } }
   app.get<{ Querystring: { staleDays?: string } }>('/admin/app-deployments', adminRoute,

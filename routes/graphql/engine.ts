@@ -19,6 +19,7 @@ import type { PersistedQueries } from '../../app/graphql/persisted.ts'
 import { createPipeline, type Pipeline } from '../../app/graphql/pipeline.ts'
 import { createPlans, type Plans } from '../../app/graphql/plans.ts'
 import type { GraphQLDependencies } from '../../app/graphql/dependencies.ts'
+import { operationLimits } from '../../app/graphql/operation-limits.ts'
 import { createStreaming, type Streaming } from './streaming.ts'
 import { schemaSDL } from '../../app/graphql/schema.ts'
 
@@ -70,39 +71,42 @@ export async function createGraphQLEngine (
     production: config.profile === 'production',
     logInternal: (err) => deps.log.error({ err }, 'GraphQL request failed')
   }
-  const plans = createPlans(schema, config.limits)
+  // What every operation is checked against, here and in the profile this instance records (npm run app checks
+  // a publish against the running instances' profiles).
+  const limits = operationLimits(config)
+  const plans = createPlans(schema, limits)
 
   // Persisted queries: the active app deployments (the catalog: published by release pipelines, and
   // PERSISTED_MANIFEST's comma-separated files as deployments named after them) and automatic
   // registration (APQ: in memory, or in Redis when REDIS_URL is set; off in persisted-only mode).
-  const files = (config.persistedManifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
+  const files = (config.persisted.manifest ?? '').split(',').map((f) => f.trim()).filter(Boolean)
   // Read and checked now: a manifest the service cannot honour stops the start before anything listens.
   const manifestFiles: Awaited<ReturnType<typeof manifestFileDeployment>>[] = []
-  for (const file of files) manifestFiles.push(await manifestFileDeployment(file, schema(), config.limits))
+  for (const file of files) manifestFiles.push(await manifestFileDeployment(file, schema(), limits))
   const deployments = createDeploymentCatalog({
     store: deps.domain.store,
     retain: plans.retain,
     release: plans.release,
     maxBytes: config.deployments.maxBytes,
     usageFlushMs: config.deployments.usageFlushMs,
-    profile: { schema: schemaSDL, limits: config.limits, maxBytes: config.deployments.maxBytes },
+    profile: { schema: schemaSDL, limits, maxBytes: config.deployments.maxBytes },
     log: deps.log
   })
   const persisted = createPersistedQueries({
     registered: deployments.registered,
-    persistedOnly: config.persistedOnly,
+    persistedOnly: config.persisted.only,
     apq,
-    apqMaxEntries: config.apqMaxEntries,
-    apqMaxBytes: config.apqMaxBytes,
-    apqMaxDocumentBytes: config.apqMaxDocumentBytes,
+    apqMaxEntries: config.apq.maxEntries,
+    apqMaxBytes: config.apq.maxBytes,
+    apqMaxDocumentBytes: config.apq.maxDocumentBytes,
     plan: plans.plan
   })
 
   const pipeline = createPipeline({
     schema,
-    limits: config.limits,
-    introspection: config.introspection,
-    timeoutMs: config.limits.timeoutMs,
+    limits,
+    introspection: config.schemaDiscovery.introspection,
+    timeoutMs: limits.timeoutMs,
     domain: deps.domain,
     plans,
     persisted,
@@ -116,7 +120,7 @@ export async function createGraphQLEngine (
       const file = files[i]
       try {
         await publishManifest(deps.domain.store, {
-          name, version, manifest, schema: schema(), limits: config.limits, maxBytes: config.deployments.maxBytes
+          name, version, manifest, schema: schema(), limits, maxBytes: config.deployments.maxBytes
         })
       } catch (err) {
         throw new Error(`Persisted query manifest ${file}: ${(err as Error).message}`)
@@ -124,7 +128,7 @@ export async function createGraphQLEngine (
     }
     await deployments.refresh()
     await deployments.start()
-    if (config.persistedOnly && deployments.stats.operations === 0) {
+    if (config.persisted.only && deployments.stats.operations === 0) {
       deps.log.warn({}, 'persisted-only mode without an active app deployment (npm run app -- publish, or PERSISTED_MANIFEST): every GraphQL operation will be refused')
     }
     return { compiled: deployments.stats.operations, ms: Math.round((performance.now() - started) * 10) / 10 }
@@ -137,7 +141,7 @@ export async function createGraphQLEngine (
   const verbs = deploymentVerbs({
     store: deps.domain.store,
     schema,
-    limits: config.limits,
+    limits,
     maxBytes: config.deployments.maxBytes,
     catalog: deployments,
     log: deps.log

@@ -21,7 +21,7 @@ import {
   statusOf,
   type FormatOptions,
 } from '../../app/core/error-format.ts'
-import type { Config } from '../../app/core/config.ts'
+import type { Config } from '../../app/core/config/index.ts'
 import type { CostReport } from '../../app/core/limits/cost-report.ts'
 import {
   acceptsEventStream,
@@ -81,7 +81,7 @@ export interface EventStreamExchange {
 export type HttpExchangeResult = HttpAnswer | EventStreamExchange
 
 export interface HttpExchangeOptions {
-  config: Pick<Config, 'limits' | 'cacheMaxAgeSec' | 'cacheMaxEntries' | 'cacheMaxBytes'>
+  config: Pick<Config, 'execution' | 'httpCaching'>
   /** Persisted-only mode's word on a whole batch (persisted-registry.ts). */
   persisted: Pick<PersistedQueries, 'checkBatch'>
   admission: OperationAdmission
@@ -164,7 +164,7 @@ export function createHttpExchange (
 ) {
   // The answer is serialised here, once, and held to the answer cap in UTF-8 bytes: an answer over
   // the cap is replaced by an error before any byte of it is written.
-  const maxAnswer = config.limits.maxResponseBytes
+  const maxAnswer = config.execution.maxResponseBytes
   // An admitted operation's answer: from the response cache, or executed (cached-answers.ts).
   const { answerAdmitted, startLookup } = createCachedAnswers({
     execution, errorOptions, responseCache, schema, maxAnswerBytes: maxAnswer
@@ -173,9 +173,9 @@ export function createHttpExchange (
   // request is paid for); the per-instance memory of ETags is only for a service running without it.
   const rememberEtags = responseCache === null
   const httpCache = createHttpCache({
-    maxAgeSec: config.cacheMaxAgeSec,
-    maxEntries: rememberEtags ? config.cacheMaxEntries : 0,
-    maxBytes: config.cacheMaxBytes
+    maxAgeSec: config.httpCaching.maxAgeSec,
+    maxEntries: rememberEtags ? config.httpCaching.etagMaxEntries : 0,
+    maxBytes: config.httpCaching.etagMaxBytes
   })
 
   /**
@@ -276,7 +276,7 @@ export function createHttpExchange (
    * (otherwise a small request could make MAX_BATCH_SIZE answers of up to the cap each before the check).
    */
   async function answerBatch (input: HttpExchangeInput, out: HttpAnswer, batch: unknown[]): Promise<HttpAnswer> {
-    const max = config.limits.maxBatchSize
+    const max = config.execution.maxBatchSize
     if (max === 0) {
       throw new AppError(
         'BAD_REQUEST',

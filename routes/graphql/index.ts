@@ -205,17 +205,17 @@ async function graphqlRoutes (app: FastifyInstance, options: GraphQLRoutesOption
 
   // Automatic persisted queries: in memory, or in Redis when REDIS_URL is set (the persisted registry
   // leaves them off in persisted-only mode).
-  const apq = config.apqMaxEntries === 0
+  const apq = config.apq.maxEntries === 0
     ? null
     : app.redis.shared('APQ texts',
-      (redis) => redisApqStore(redis.client, redis.key, config.apqMaxEntries, deps.log),
-      () => memoryApqStore(config.apqMaxEntries, config.apqMaxBytes))
+      (redis) => redisApqStore(redis.client, redis.key, config.apq.maxEntries, deps.log),
+      () => memoryApqStore(config.apq.maxEntries, config.apq.maxBytes))
   const core = await createGraphQLEngine(deps, () => app.graphql.schema, apq)
   const { exchange, streaming, errorOptions } = core
   state.core = core
 
   app.graphql.defineResolvers({
-    Subscription: subscriptionResolvers({ roomTopic: deps.roomTopic, maxCountTarget: config.limits.maxCountTarget })
+    Subscription: subscriptionResolvers({ roomTopic: deps.roomTopic, maxCountTarget: config.input.maxCountTarget })
   })
   app.decorateRequest('graphqlOperation', null)
   app.decorateRequest('graphqlAnswer', null)
@@ -312,7 +312,7 @@ async function graphqlRoutes (app: FastifyInstance, options: GraphQLRoutesOption
         operations: warmUp.compiled,
         ms: warmUp.ms,
         apq: core.persisted.apq?.kind ?? 'off',
-        persistedOnly: config.persistedOnly
+        persistedOnly: config.persisted.only
       },
       'persisted queries ready'
     )
@@ -324,7 +324,7 @@ async function graphqlRoutes (app: FastifyInstance, options: GraphQLRoutesOption
  * routes as they are added): the upgrade check, ws, and each socket handed to the streaming carriers.
  */
 async function registerWebSocket (app: FastifyInstance, { deps, streaming }: GraphQLEngine, state: RoutesState) {
-  const { ws } = deps.config
+  const { webSocket } = deps.config.streaming
   streaming.evictIdleNearCap(app.server)
 
   // Before @fastify/websocket's own preClose (which closes sockets without completing anything).
@@ -368,7 +368,7 @@ async function registerWebSocket (app: FastifyInstance, { deps, streaming }: Gra
       socket.terminate()
     },
     options: {
-      maxPayload: ws.maxMessageBytes,
+      maxPayload: webSocket.maxMessageBytes,
       // Pongs are sent by the connection (websocket.ts), through the send path that bounds unsent bytes.
       autoPong: false,
       server: upgrades,

@@ -124,7 +124,7 @@ export interface UpgradeRequest {
   ip: string
 }
 
-/** What the streaming carriers are built over (core.ts hands them over). */
+/** What the streaming carriers are built over (engine.ts hands them over). */
 export interface StreamingOptions {
   deps: GraphQLDependencies
   schema (): GraphQLSchema
@@ -137,12 +137,13 @@ export interface StreamingOptions {
  * when idle near the connection cap, shut down gracefully.
  */
 export function createStreaming ({ deps, schema, pipeline, errorOptions }: StreamingOptions) {
-  const { ws, limits } = deps.config
+  const { streaming, execution } = deps.config
+  const { webSocket } = streaming
   const connections = new Set<GraphQLWebSocket>()
   /** Idle connections (acknowledged, no operation in flight), the longest idle first (a Set keeps insertion order). */
   const idleConnections = new Set<GraphQLWebSocket>()
   const eventStreams = new Set<() => void>()
-  const counter = connectionCounter(ws.maxConnectionsPerClient)
+  const counter = connectionCounter(streaming.maxConnectionsPerClient)
   let shuttingDown = false
 
   const formatErrors = (err: unknown) => formatThrown(err, errorOptions)
@@ -154,8 +155,8 @@ export function createStreaming ({ deps, schema, pipeline, errorOptions }: Strea
     format: () => errorOptions,
     emitter: deps.emitter,
     maxQueuedEvents: MAX_QUEUED_EVENTS,
-    maxResponseBytes: limits.maxResponseBytes,
-    maxSubscriptionsPerCaller: ws.maxSubscriptionsPerCaller,
+    maxResponseBytes: execution.maxResponseBytes,
+    maxSubscriptionsPerCaller: streaming.maxSubscriptionsPerCaller,
     // identity: user changes end a user's subscriptions (operations.ts)
     userChangesTopic: deps.userChangesTopic,
     storedRole: (userId) => storedRole(deps.domain.store, userId)
@@ -165,13 +166,13 @@ export function createStreaming ({ deps, schema, pipeline, errorOptions }: Strea
     authenticate: deps.authenticate,
     admitCaller: (caller: Caller | null) => counter.acquire(userKey(caller)),
     formatErrors,
-    initTimeoutMs: ws.initTimeoutMs,
-    keepAliveMs: ws.keepAliveMs,
-    maxOperations: ws.maxSubscriptionsPerConnection,
-    maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
-    maxMessagesPerSecond: ws.maxMessagesPerSecond,
-    maxReceivedBytesPerSecond: ws.maxReceivedBytesPerSecond,
-    maxLifetimeMs: ws.maxLifetimeMs,
+    initTimeoutMs: webSocket.initTimeoutMs,
+    keepAliveMs: webSocket.keepAliveMs,
+    maxOperations: webSocket.maxSubscriptionsPerConnection,
+    maxBufferedBytes: streaming.maxBufferedBytesPerSubscriber,
+    maxMessagesPerSecond: webSocket.maxMessagesPerSecond,
+    maxReceivedBytesPerSecond: webSocket.maxReceivedBytesPerSecond,
+    maxLifetimeMs: streaming.maxLifetimeMs,
     idleChanged: (connection: GraphQLWebSocket, idle: boolean) => {
       if (idle) idleConnections.add(connection)
       else idleConnections.delete(connection)
@@ -181,8 +182,8 @@ export function createStreaming ({ deps, schema, pipeline, errorOptions }: Strea
   const writeEventStream = createSseHandler({
     start,
     formatErrors,
-    maxBufferedBytes: ws.maxBufferedBytesPerSubscriber,
-    maxLifetimeMs: ws.maxLifetimeMs,
+    maxBufferedBytes: streaming.maxBufferedBytesPerSubscriber,
+    maxLifetimeMs: streaming.maxLifetimeMs,
     track: (stop) => {
       eventStreams.add(stop)
       return () => eventStreams.delete(stop)
@@ -195,7 +196,7 @@ export function createStreaming ({ deps, schema, pipeline, errorOptions }: Strea
 
     /** Why an upgrade request is refused (answered in HTTP, in our error shape); undefined when it may upgrade. */
     upgradeRefusal ({ origin, protocols, ip }: UpgradeRequest): AppError | undefined {
-      if (origin !== undefined && !ws.allowedOrigins.includes(origin)) {
+      if (origin !== undefined && !webSocket.allowedOrigins.includes(origin)) {
         return new AppError('FORBIDDEN', `WebSocket connections from origin ${origin} are not allowed`)
       }
       if (
@@ -205,7 +206,7 @@ export function createStreaming ({ deps, schema, pipeline, errorOptions }: Strea
         return new AppError('BAD_REQUEST', `Unsupported WebSocket subprotocol: use ${SUBPROTOCOLS.join(' or ')}`)
       }
       if (counter.isFull(`ip:${ip}`)) {
-        return new AppError('RATE_LIMITED', `Too many connections from this address: at most ${ws.maxConnectionsPerClient}`)
+        return new AppError('RATE_LIMITED', `Too many connections from this address: at most ${streaming.maxConnectionsPerClient}`)
       }
       return undefined
     },
@@ -246,7 +247,7 @@ export function createStreaming ({ deps, schema, pipeline, errorOptions }: Strea
       if (shuttingDown) throw new AppError('SERVICE_UNAVAILABLE', 'Server shutting down')
       const release = counter.acquire([`ip:${operation.ip}`, ...userKey(operation.caller)])
       if (!release) {
-        throw new AppError('RATE_LIMITED', `Too many connections for this client: at most ${ws.maxConnectionsPerClient}`)
+        throw new AppError('RATE_LIMITED', `Too many connections for this client: at most ${streaming.maxConnectionsPerClient}`)
       }
       try {
         await writeEventStream({ operation, ...open() })

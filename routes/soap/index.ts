@@ -94,9 +94,9 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   const service = createSoapService({
     namespaceBase: config.soap.namespaceBase,
     ...options.domain,
-    mutationCost: config.limits.mutationCost,
+    mutationCost: config.budgets.mutationCost,
     xmlLimits: { maxElements: config.soap.maxElements, maxAttributes: config.soap.maxAttributes },
-    timeoutMs: config.limits.timeoutMs,
+    timeoutMs: config.execution.timeoutMs,
     wsSecurity,
     replySigner: signing ? createReplySigner({ ...signing, clock }) : undefined
   })
@@ -104,7 +104,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
   app.removeAllContentTypeParsers()
   app.addContentTypeParser(
     ['text/xml', 'application/soap+xml'],
-    { parseAs: 'string', bodyLimit: config.bodyLimitBytes },
+    { parseAs: 'string', bodyLimit: config.server.bodyLimitBytes },
     (_request, body, done) => done(null, body)
   )
 
@@ -144,7 +144,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     }
   }
 
-  const trusted = trustedPeers(config.trustProxy)
+  const trusted = trustedPeers(config.server.trustProxy)
   /**
    * The endpoint address of `version` for a request: SOAP_PUBLIC_URL; else, behind a trusted proxy
    * (TRUST_PROXY), the host it forwards; else the address the connection came to. Never the Host
@@ -170,7 +170,7 @@ export default async function soapRoutes (app: FastifyInstance, options: SoapRou
     const etag = `"${createHash('sha256').update(wsdl).digest('base64url').slice(0, 27)}"`
     reply.header('etag', etag).header('cache-control', WSDL_CACHE_CONTROL)
     // The address may follow the forwarded host: a shared cache must key on it.
-    if (config.soap.publicUrl === null && config.trustProxy.length > 0) {
+    if (config.soap.publicUrl === null && config.server.trustProxy.length > 0) {
       reply.header('vary', 'X-Forwarded-Host, X-Forwarded-Proto')
     }
     if (ifNoneMatchHits(request.headers['if-none-match'], etag)) return reply.code(304).send()

@@ -4,7 +4,7 @@
 import { test } from 'tap'
 import * as soap from 'soap'
 import { ResponseCache, type CacheStore } from '../../app/core/cache/response-cache.ts'
-import { ConfigError } from '../../app/core/config.ts'
+import { ConfigError } from '../../app/core/config/index.ts'
 import { gql, listenTestApp, testConfig } from '../helpers/app.ts'
 import { listenSoapApp } from '../soap/helpers.ts'
 import { MANIFEST_FILE, getPersisted, queryIdOf } from '../persisted/helpers.ts'

@@ -7,8 +7,9 @@ import { test } from 'tap'
 import { writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { loadConfig } from '../../app/core/config.ts'
+import { loadConfig } from '../../app/core/config/index.ts'
 import { openStore } from '../../app/core/store/index.ts'
+import { operationLimits } from '../../app/graphql/operation-limits.ts'
 import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { runApp } from '../../cli/app-deployments.ts'
 import { exportedSDL, runCheck } from '../../cli/schema-tool.ts'
@@ -202,10 +203,11 @@ test('app deployments on two instances in persisted-only mode', async (t) => {
     t.not(withoutContent, live)
     const out: string[] = []
     const err: string[] = []
-    t.equal(await runCheck(store, config.limits, (l) => out.push(l), (l) => err.push(l), live, withoutContent), 1)
+    const limits = operationLimits(config)
+    t.equal(await runCheck(store, limits, (l) => out.push(l), (l) => err.push(l), live, withoutContent), 1)
     t.match(out.join('\n'), /BREAKS APP web 5\.0\.0: query AppMessages \(sha256:[0-9a-f]{12}…\): Cannot query field "content" on type "Message"/)
     t.notMatch(out.join('\n'), /ios 1\.0\.0/, 'a retired version is not in the way')
     t.match(err.join('\n'), /1 operation\(s\) of published app versions would fail/)
-    t.equal(await runCheck(store, config.limits, () => {}, () => {}, live, live), 0, 'the unchanged schema breaks none')
+    t.equal(await runCheck(store, limits, () => {}, () => {}, live, live), 0, 'the unchanged schema breaks none')
   })
 })

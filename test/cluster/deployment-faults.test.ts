@@ -11,11 +11,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
 import { buildSchema } from 'graphql'
-import { loadCommandConfig } from '../../app/core/config.ts'
+import { loadSettings } from '../../app/core/config/index.ts'
+import { OPERATION_LIMIT_AREAS, operationLimits } from '../../app/graphql/operation-limits.ts'
 import { checkManifest } from '../../app/graphql/app-deployments.ts'
 import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { schemaSDL } from '../../app/graphql/schema.ts'
-import { runApp } from '../../cli/app-deployments.ts'
+import { APP_COMMAND_AREAS, runApp } from '../../cli/app-deployments.ts'
 import { PG_URL, eventually, request, startInstance, startInstances, token, type Instance } from './harness.ts'
 
 const manifestOf = (...texts: string[]) => ({
@@ -39,7 +40,7 @@ test('app deployments under faults on two instances', async (t) => {
     `query ${tag}A { users(limit: 2) { id name email } }`,
     `query ${tag}B { user(id: "1") { id name } }`
   ]
-  const limits = loadCommandConfig({}).limits
+  const limits = operationLimits(loadSettings(OPERATION_LIMIT_AREAS, {}))
   const schema = buildSchema(schemaSDL)
   const weightOf = async (texts: string[]) =>
     (await checkManifest(manifestOf(...texts), schema, limits)).operations.reduce((sum, op) => sum + op.weight, 0)
@@ -58,7 +59,7 @@ test('app deployments under faults on two instances', async (t) => {
   /** `npm run app -- ...` with the release job's own environment. */
   const app = async (env: Record<string, string>, ...argv: string[]) => {
     const out: string[] = []
-    const config = loadCommandConfig({ DATABASE_URL: db.url, DATABASE_SCHEMA: db.schema, ...env })
+    const config = loadSettings(APP_COMMAND_AREAS, { DATABASE_URL: db.url, DATABASE_SCHEMA: db.schema, ...env })
     try {
       return { code: await runApp(argv, config, (line) => out.push(line)), out, problems: [] as string[] }
     } catch (err) {

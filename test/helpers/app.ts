@@ -3,7 +3,7 @@
 import { Writable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../../app/app.ts'
-import { loadConfig, type Config } from '../../app/core/config.ts'
+import { loadConfig, type Config } from '../../app/core/config/index.ts'
 import { openSqliteStore } from '../../app/core/store/sqlite.ts'
 import { loadDemoData } from '../../app/core/store/sample-data.ts'
 import type { Store } from '../../app/core/store/types.ts'

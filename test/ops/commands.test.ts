@@ -33,7 +33,7 @@ const commands = Object.entries(scripts).filter(([name]) => !TOOLS.has(name))
 
 test('the commands are the ones this test knows: partner and migrate among them', async (t) => {
   const names = commands.map(([name]) => name)
-  for (const expected of ['start', 'dev', 'seed', 'token', 'partner:create', 'partner', 'migrate', 'schema:export', 'schema:check', 'persisted:build', 'app', 'bench', 'bench:check']) {
+  for (const expected of ['start', 'dev', 'seed', 'token', 'partner:create', 'partner', 'migrate', 'schema:export', 'schema:check', 'persisted:build', 'app', 'settings:docs', 'bench', 'bench:check']) {
     t.ok(names.includes(expected), `npm run ${expected}`)
   }
 })

@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os'
 import { dirname, join, relative } from 'node:path'
 import { parse } from 'yaml'
+import { SETTING_NAMES } from '../../app/core/config/index.ts'
 
 const REPO = new URL('../..', import.meta.url).pathname.replace(/\/$/, '')
 const read = (path: string) => readFileSync(join(REPO, path), 'utf8')
@@ -30,8 +31,8 @@ const compose = parse(read('docker-compose.yml')) as {
   volumes?: Record<string, unknown>
 }
 const nginxConf = read('deploy/nginx.conf')
-/** Every setting app/core/config.ts reads. */
-const settings = new Set([...read('app/core/config.ts').matchAll(/^\s{4}([A-Z][A-Z0-9_]+): \{ type:/gm)].map((m) => m[1]!))
+/** Every setting the service reads (app/core/config/). */
+const settings = new Set(SETTING_NAMES)
 const appServices = Object.entries(compose.services).filter(([, s]) => s.build !== undefined)
 
 test('docker-compose.yml: nginx, two app replicas, PostgreSQL and Redis', async (t) => {
@@ -40,7 +41,7 @@ test('docker-compose.yml: nginx, two app replicas, PostgreSQL and Redis', async 
   for (const [name, service] of appServices) {
     t.equal(service.build, '.', `${name} is built from the Dockerfile`)
     const env = service.environment!
-    for (const key of Object.keys(env)) t.ok(settings.has(key), `${name}: ${key} is a setting app/core/config.ts reads`)
+    for (const key of Object.keys(env)) t.ok(settings.has(key), `${name}: ${key} is a setting the service reads`)
     t.equal(env.NODE_ENV, 'production')
     t.match(env.DATABASE_URL, /^postgres:\/\/[^@]+@postgres:5432\//, 'PostgreSQL is the postgres service')
     t.equal(env.REDIS_URL, 'redis://redis:6379', 'Redis is the redis service')

@@ -107,12 +107,12 @@ test('MAX_CONNECTIONS defaults to the open-files limit less a reserve, split bet
   const limit = openFilesLimit()
   t.ok(limit !== null && limit > 0, `the limit is read from /proc/self/limits (${limit})`)
   t.equal(
-    testConfig().maxConnections,
+    testConfig().server.maxConnections,
     limit! - 128 - 10,
     "the default follows this process's limit, less the reserve and the store's pool (10)"
   )
-  t.equal(testConfig({ DATABASE_POOL_SIZE: '50' }).maxConnections, limit! - 128 - 50)
-  t.equal(testConfig({ MAX_CONNECTIONS: '1000' }).maxConnections, 1000)
+  t.equal(testConfig({ DATABASE_POOL_SIZE: '50' }).server.maxConnections, limit! - 128 - 50)
+  t.equal(testConfig({ MAX_CONNECTIONS: '1000' }).server.maxConnections, 1000)
   t.equal(defaultMaxConnections(4096, 10), 4096 - 138)
   t.equal(defaultMaxConnections(200, 10), 100, 'at least half of a small limit')
   t.equal(defaultMaxConnections(null, 10), 0, 'no cap where the limit is unknown')

@@ -102,9 +102,9 @@ test('a connection silent both ways is closed after CONNECTION_TIMEOUT_MS', asyn
 
 test('the default production settings bound a slow request too', async (t) => {
   const { config } = await listenTestApp(t, { NODE_ENV: 'production' })
-  t.equal(config.requestTimeoutMs, 30000)
-  t.equal(config.connectionTimeoutMs, 60000)
-  t.equal(config.maxConnectionsPerIp, 100)
+  t.equal(config.server.requestTimeoutMs, 30000)
+  t.equal(config.server.connectionTimeoutMs, 60000)
+  t.equal(config.server.maxConnectionsPerIp, 100)
 })
 
 /** Sends a request on an open raw socket and resolves with the status line of the answer. */

@@ -3,8 +3,9 @@
 // CRD, @kubernetes-models/prometheus-operator), and type-checked against the same models' declarations so
 // that a misspelt field (`readinessProb`), which the schemas let through as Kubernetes' API server would
 // not, fails here too. Then they are kept in step with the service, as test/ops/compose.test.ts keeps
-// docker-compose.yml: every variable is a setting app/core/config.ts reads, the ports are the settings', the
-// probes the health routes, the grace period longer than a shutdown, the selectors the pods' labels.
+// docker-compose.yml: every variable is a setting the service reads (app/core/config/), the ports are the
+// settings', the probes the health routes, the grace period longer than a shutdown, the selectors the pods'
+// labels.
 import { test } from 'tap'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -12,7 +13,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
 import { parseAllDocuments } from 'yaml'
-import { loadConfig } from '../../app/core/config.ts'
+import { loadConfig, SETTING_NAMES } from '../../app/core/config/index.ts'
 import { REPO } from '../helpers/server-process.ts'
 
 const DIR = join(REPO, 'deploy/kubernetes')
@@ -48,8 +49,8 @@ const modelOf = (object: any) => {
   return model
 }
 
-/** Every setting app/core/config.ts reads (as compose.test.ts reads them). */
-const settings = new Set([...read('app/core/config.ts').matchAll(/^\s{4}([A-Z][A-Z0-9_]+): \{ type:/gm)].map((m) => m[1]!))
+/** Every setting the service reads (app/core/config/). */
+const settings = new Set(SETTING_NAMES)
 
 test('every manifest is valid against the Kubernetes (and Prometheus Operator) schemas', async (t) => {
   t.ok(manifests.length >= 8, `${manifests.length} objects`)
@@ -128,7 +129,7 @@ test('the manifests are in step with the settings, the image and the health rout
   const [container] = pod.spec.containers
   const env: Record<string, string> = configMap.data
   for (const key of [...Object.keys(env), ...Object.keys(secret.stringData)]) {
-    t.ok(settings.has(key), `${key} is a setting app/core/config.ts reads`)
+    t.ok(settings.has(key), `${key} is a setting the service reads`)
   }
   t.same(Object.keys(secret.stringData).sort(), ['DATABASE_URL', 'JWT_SECRET', 'PARTNER_SECRET_KEY', 'REDIS_URL'],
     'the secrets of the shared topology')
@@ -142,9 +143,9 @@ test('the manifests are in step with the settings, the image and the health rout
 
   // Ports: the settings', named for the probes, the Service and the scrape.
   const port = (name: string) => container.ports.find((p: { name: string }) => p.name === name)?.containerPort
-  t.equal(port('http'), config.port, 'http is PORT')
-  t.equal(port('metrics'), config.metricsPort, 'metrics is METRICS_PORT')
-  t.equal(pod.metadata.annotations['prometheus.io/port'], String(config.metricsPort))
+  t.equal(port('http'), config.server.port, 'http is PORT')
+  t.equal(port('metrics'), config.server.metricsPort, 'metrics is METRICS_PORT')
+  t.equal(pod.metadata.annotations['prometheus.io/port'], String(config.server.metricsPort))
   t.equal(pod.metadata.annotations['prometheus.io/path'], '/metrics')
   const service = only('Service')
   t.same(service.spec.ports.map((p: { targetPort: string }) => p.targetPort), ['http', 'metrics'])
@@ -154,7 +155,7 @@ test('the manifests are in step with the settings, the image and the health rout
   const ingressBackend = only('Ingress').spec.rules[0].http.paths[0].backend.service
   t.same(ingressBackend, { name: service.metadata.name, port: { name: 'http' } }, 'the Ingress sends to the API port only')
   const bodyCap = only('Ingress').metadata.annotations['nginx.ingress.kubernetes.io/proxy-body-size']
-  t.equal(Number.parseInt(bodyCap) * 1024 * 1024, config.bodyLimitBytes, 'the ingress caps bodies at BODY_LIMIT_BYTES')
+  t.equal(Number.parseInt(bodyCap) * 1024 * 1024, config.server.bodyLimitBytes, 'the ingress caps bodies at BODY_LIMIT_BYTES')
 
   // Probes: the health routes.
   const health = read('routes/health.ts')
@@ -166,7 +167,7 @@ test('the manifests are in step with the settings, the image and the health rout
 
   // Stopping: longer than preStop, the graceful shutdown, the idle drain and a margin for the log.
   const preStopSec = Number(container.lifecycle.preStop.exec.command[1])
-  const stopMs = preStopSec * 1000 + config.shutdownGraceMs + config.shutdownIdleDrainMs
+  const stopMs = preStopSec * 1000 + config.server.shutdownGraceMs + config.server.shutdownIdleDrainMs
   t.ok(pod.spec.terminationGracePeriodSeconds * 1000 >= stopMs + 5000,
     `terminationGracePeriodSeconds ${pod.spec.terminationGracePeriodSeconds} s > ${stopMs / 1000} s + 5 s`)
 

@@ -5,7 +5,7 @@
 import { test } from 'tap'
 import { freePort, REPO, spawnService, startService } from '../helpers/server-process.ts'
 import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
-import { environment, loadConfig } from '../../app/core/config.ts'
+import { environment, loadConfig } from '../../app/core/config/index.ts'
 
 const USERS_QUERY_ID = 'sha256:208530398fd1690d830741395fe1d351fff92fd45fa1ddc0410b336c598d30a0'
 
@@ -120,7 +120,7 @@ test('.env (read from the project root, never the working directory) has the for
   t.equal(config.profile, 'production', 'the production profile, from the file')
   t.equal(config.jwt.secret, secret, 'the secret, without its comment')
   t.equal(config.soap.partnerSecretKey, TEST_PARTNER_SECRET_KEY, 'a quoted value')
-  t.equal(config.port, 0, 'the environment wins over the file')
+  t.equal(config.server.port, 0, 'the environment wins over the file')
   // That a .env in the working directory is not read: test/config.test.ts.
 })
 

@@ -14,6 +14,7 @@ import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { schemaSDL } from '../../app/graphql/schema.ts'
 import { runApp } from '../../cli/app-deployments.ts'
 import { capturedLog, listenTestApp, testConfig } from '../helpers/app.ts'
+import { operationLimits } from '../../app/graphql/operation-limits.ts'
 
 const apollo = (operations: { id: string; body: string }[]) =>
   ({ format: 'apollo-persisted-query-manifest', version: 1, operations })
@@ -23,7 +24,8 @@ const USERS = 'query Users { users { id } }'
 test('a manifest that does not check is refused with every reason, and nothing is published', async (t) => {
   const config = testConfig({ MAX_DEPTH: '2' })
   const schema = buildSchema(schemaSDL)
-  const problemsOf = async (manifest: unknown) => (await checkManifest(manifest, schema, config.limits)).problems
+  const limits = operationLimits(config)
+  const problemsOf = async (manifest: unknown) => (await checkManifest(manifest, schema, limits)).problems
   t.match(await problemsOf('not a manifest'), [/./], 'not an object')
   t.match(await problemsOf({ format: 'some-other-format', operations: [] }), [/format/], 'an unknown format')
   t.match(await problemsOf(apollo([])), ['the manifest holds no operation'])
@@ -40,10 +42,10 @@ test('a manifest that does not check is refused with every reason, and nothing i
   const store = openSqliteStore(':memory:')
   t.teardown(() => store.close())
   await t.rejects(publishManifest(store, {
-    name: 'ios', version: '1', manifest: apollo([entry(USERS), entry(deep)]), schema, limits: config.limits, maxBytes: 1 << 20
+    name: 'ios', version: '1', manifest: apollo([entry(USERS), entry(deep)]), schema, limits: operationLimits(config), maxBytes: 1 << 20
   }), { code: 'BAD_USER_INPUT', message: /Deep/ })
   await t.rejects(publishManifest(store, {
-    name: 'ios app', version: '1', manifest: apollo([entry(USERS)]), schema, limits: config.limits, maxBytes: 1 << 20
+    name: 'ios app', version: '1', manifest: apollo([entry(USERS)]), schema, limits: operationLimits(config), maxBytes: 1 << 20
   }), { code: 'BAD_USER_INPUT', message: /name must be 1 to 100 letters/ })
   t.same(await store.listDeployments(), [], 'nothing published')
 })
@@ -54,11 +56,11 @@ test('the active operations\' weight stays within DEPLOYMENTS_MAX_BYTES: a publi
   const store = openSqliteStore(':memory:')
   t.teardown(() => store.close())
   const publish = (version: string, body: string, maxBytes: number) =>
-    publishManifest(store, { name: 'web', version, manifest: apollo([entry(body)]), schema, limits: config.limits, maxBytes })
+    publishManifest(store, { name: 'web', version, manifest: apollo([entry(body)]), schema, limits: operationLimits(config), maxBytes })
   // What the first operation weighs in memory (its plan and compiled code), and a little room: not a second one.
   const second = 'query UsersAgain { users { id name } }'
   const weightOf = async (body: string) =>
-    (await checkManifest(apollo([entry(body)]), schema, config.limits)).operations[0]!.weight
+    (await checkManifest(apollo([entry(body)]), schema, operationLimits(config))).operations[0]!.weight
   const weights = [await weightOf(USERS), await weightOf(second)]
   t.ok(weights[0]! > Buffer.byteLength(USERS) * 50, `an operation weighs far more than its text (${weights[0]} bytes)`)
   const maxBytes = Math.max(...weights) + 10

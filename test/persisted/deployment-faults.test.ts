@@ -17,6 +17,7 @@ import { sha256Hex } from '../../app/graphql/persisted.ts'
 import { schemaSDL } from '../../app/graphql/schema.ts'
 import { runApp } from '../../cli/app-deployments.ts'
 import { capturedLog, testConfig, type TestLike } from '../helpers/app.ts'
+import { operationLimits } from '../../app/graphql/operation-limits.ts'
 
 const apollo = (operations: { id: string; body: string }[]) =>
   ({ format: 'apollo-persisted-query-manifest', version: 1, operations })
@@ -76,7 +77,7 @@ test('a failed reload is retried with backoff; past the stale window the operati
   await loadDemoData(base)
   const { store, state } = faultyStore(base)
   const config = testConfig()
-  await publishManifest(base, { name: 'ios', version: '1', manifest: apollo([entry(USERS)]), schema: buildSchema(schemaSDL), limits: config.limits, maxBytes: 1e9 })
+  await publishManifest(base, { name: 'ios', version: '1', manifest: apollo([entry(USERS)]), schema: buildSchema(schemaSDL), limits: operationLimits(config), maxBytes: 1e9 })
   const { get, ready, lines } = await listening(t, store)
   t.ok((await get(USERS)).body.data, 'served')
 
@@ -118,13 +119,13 @@ test('an instance serves whole deployments only, newest first within its bound, 
   const config = testConfig()
   const schema = buildSchema(schemaSDL)
   const weightOf = async (body: string) =>
-    (await checkManifest(apollo([entry(body)]), schema, config.limits)).operations[0]!.weight
+    (await checkManifest(apollo([entry(body)]), schema, operationLimits(config))).operations[0]!.weight
   {
     // Published by a release job whose instances allow more (a larger bound, more aliases).
     const store = openSqliteStore(path)
     await loadDemoData(store)
     const publish = (version: string, bodies: string[]) => publishManifest(store, {
-      name: 'ios', version, manifest: apollo(bodies.map(entry)), schema, limits: config.limits, maxBytes: 1e9
+      name: 'ios', version, manifest: apollo(bodies.map(entry)), schema, limits: operationLimits(config), maxBytes: 1e9
     })
     await publish('1', [NAMES])
     await sleep(5)
@@ -168,7 +169,7 @@ test('usage: only admitted requests count; without client headers a request coun
   const schema = buildSchema(schemaSDL)
   const MUTATION = 'mutation Rename($id: ID!) { updateUser(id: $id, input: { name: "x" }) { id } }'
   for (const version of ['1', '2', '3', '4']) {
-    await publishManifest(base, { name: 'ios', version, manifest: apollo([entry(USERS), entry(MUTATION)]), schema, limits: config.limits, maxBytes: 1e9 })
+    await publishManifest(base, { name: 'ios', version, manifest: apollo([entry(USERS), entry(MUTATION)]), schema, limits: operationLimits(config), maxBytes: 1e9 })
     await sleep(5)
   }
   const { get } = await listening(t, base, { DEPLOYMENT_USAGE_FLUSH_MS: '100' })
@@ -188,7 +189,7 @@ test('the embedded usage flush never waits on another process\'s write lock: the
   t.teardown(() => store.close())
   await loadDemoData(store)
   const config = testConfig()
-  await publishManifest(store, { name: 'ios', version: '1', manifest: apollo([entry(USERS)]), schema: buildSchema(schemaSDL), limits: config.limits, maxBytes: 1e9 })
+  await publishManifest(store, { name: 'ios', version: '1', manifest: apollo([entry(USERS)]), schema: buildSchema(schemaSDL), limits: operationLimits(config), maxBytes: 1e9 })
   const { get } = await listening(t, store, { DEPLOYMENT_USAGE_FLUSH_MS: '100' })
   for (let i = 0; i < 3; i++) t.ok((await get(USERS)).body.data)
 
@@ -249,7 +250,7 @@ test('a deployment refused by an operation that cannot be planned keeps none of 
   t.teardown(() => store.close())
   const config = testConfig()
   const schema = buildSchema(schemaSDL)
-  await publishManifest(store, { name: 'ios', version: '1', manifest: apollo([entry(USERS), entry(NAMES)]), schema, limits: config.limits, maxBytes: 1e9 })
+  await publishManifest(store, { name: 'ios', version: '1', manifest: apollo([entry(USERS), entry(NAMES)]), schema, limits: operationLimits(config), maxBytes: 1e9 })
   // The instance's planner refuses NAMES (as a changed schema would); USERS, first, plans.
   const retained = new Set<string>()
   const quiet = { error () {}, warn () {}, info () {} }
@@ -263,7 +264,7 @@ test('a deployment refused by an operation that cannot be planned keeps none of 
     release: (text) => { retained.delete(text) },
     maxBytes: 1e9,
     usageFlushMs: 100000,
-    profile: { schema: schemaSDL, limits: config.limits, maxBytes: 1e9 },
+    profile: { schema: schemaSDL, limits: operationLimits(config), maxBytes: 1e9 },
     log: quiet
   })
   await catalog.refresh()

@@ -21,7 +21,7 @@ const USER_BY_ID = queryIdOf('UserById')
 
 test('enforced mode (the production default): both persisted forms run, full queries are refused', async (t) => {
   const { url, config } = await listenTestApp(t, ENFORCED)
-  t.equal(config.persistedOnly, true, 'persisted-only is on by default in production')
+  t.equal(config.persisted.only, true, 'persisted-only is on by default in production')
   const expected = { user: { id: '2', name: 'Ada Lovelace' } }
 
   const post = await postJson(url, { queryId: USER_BY_ID, variables: { id: '2' } })
@@ -129,7 +129,7 @@ test('GET never runs a mutation, and needs no preflight-forcing header (a safe, 
 
 test('development mode: ad-hoc queries run; a hash that does not match its query is refused', async (t) => {
   const { url, config } = await listenTestApp(t, DEVELOPMENT)
-  t.equal(config.persistedOnly, false)
+  t.equal(config.persisted.only, false)
   t.match((await postJson(url, { query: '{ user(id: "4") { name } }' })).body.data, { user: { name: 'Grace Hopper' } })
   t.match(
     (await getPersisted(url, USER_BY_ID, { id: '4' })).body.data,

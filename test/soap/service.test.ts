@@ -34,7 +34,7 @@ const DIGEST = `${TOKEN_PROFILE}#PasswordDigest`
 /** The instant WS-Security judges freshness against (the service's injected clock), unless a test moves it. */
 const NOW = Date.parse('2030-03-01T12:00:00.000Z')
 const PARTNER: Caller = { id: '5', role: 'SERVICE' }
-const pricing = { maxPageSize: config.limits.maxPageSize, mutationCost: config.limits.mutationCost }
+const pricing = { maxPageSize: config.input.maxPageSize, mutationCost: config.budgets.mutationCost }
 
 /**
  * A fresh in-memory store with the demo users (5 = "Partner Inc.", SERVICE), the partner "partner"/"s3cret"
@@ -91,11 +91,11 @@ function serviceOver (
     namespaceBase: config.soap.namespaceBase,
     store: counted.store,
     events,
-    caps: config.limits,
-    cursorKey: cursorKey(config.cursorSecret),
-    mutationCost: config.limits.mutationCost,
+    caps: config.input,
+    cursorKey: cursorKey(config.cursors.secret),
+    mutationCost: config.budgets.mutationCost,
     xmlLimits: { maxElements: config.soap.maxElements, maxAttributes: config.soap.maxAttributes },
-    timeoutMs: options.timeoutMs ?? config.limits.timeoutMs,
+    timeoutMs: options.timeoutMs ?? config.execution.timeoutMs,
     wsSecurity
   })
   /** The store calls the domain made (the authentication lookups left out). */
@@ -352,8 +352,8 @@ const FAULTS: FaultCase[] = [
   { name: 'an xs:int out of range', version: V2, message: (v) => envelope(v, `<ListUsers xmlns="${NS2}"><limit>3000000000</limit></ListUsers>`, AUTH), kind: 'Client', errorCode: 'BAD_USER_INPUT', reason: 'ListUsers: limit must be an xs:int', steps: AUTHENTICATED },
   { name: 'a missing required argument', message: (v) => envelope(v, `<GetUser xmlns="${NS1}"/>`, AUTH), kind: 'Client', errorCode: 'BAD_USER_INPUT', reason: 'GetUser: the element id is required', steps: AUTHENTICATED },
   { name: 'a required argument sent as xsi:nil', message: (v) => envelope(v, `<GetUser xmlns="${NS1}" xmlns:xsi="${XSI}"><id xsi:nil="true"/></GetUser>`, AUTH), kind: 'Client', errorCode: 'BAD_USER_INPUT', reason: 'GetUser: the element id is required', steps: AUTHENTICATED },
-  { name: 'a string over MAX_STRING_LENGTH', message: (v) => envelope(v, getUser('x'.repeat(config.limits.maxStringLength + 1)), AUTH), kind: 'Client', errorCode: 'BAD_USER_INPUT', reason: 'Too long', steps: AUTHENTICATED },
-  { name: 'a page size over MAX_PAGE_SIZE', version: V2, message: (v) => envelope(v, `<ListUsers xmlns="${NS2}"><pageSize>${config.limits.maxPageSize + 1}</pageSize></ListUsers>`, AUTH), kind: 'Client', errorCode: 'BAD_USER_INPUT', reason: `pageSize must be between 1 and ${config.limits.maxPageSize}`, steps: AUTHENTICATED },
+  { name: 'a string over MAX_STRING_LENGTH', message: (v) => envelope(v, getUser('x'.repeat(config.input.maxStringLength + 1)), AUTH), kind: 'Client', errorCode: 'BAD_USER_INPUT', reason: 'Too long', steps: AUTHENTICATED },
+  { name: 'a page size over MAX_PAGE_SIZE', version: V2, message: (v) => envelope(v, `<ListUsers xmlns="${NS2}"><pageSize>${config.input.maxPageSize + 1}</pageSize></ListUsers>`, AUTH), kind: 'Client', errorCode: 'BAD_USER_INPUT', reason: `pageSize must be between 1 and ${config.input.maxPageSize}`, steps: AUTHENTICATED },
   // The domain's refusals before it reads or writes anything.
   { name: 'limit with pageSize', version: V2, message: (v) => envelope(v, `<ListUsers xmlns="${NS2}"><limit>2</limit><pageSize>2</pageSize></ListUsers>`, AUTH), kind: 'Client', errorCode: 'BAD_USER_INPUT', reason: 'ListUsers: send limit or pageSize/pageToken, not both', steps: CHARGED },
   { name: 'a SERVICE partner deleting a user (FORBIDDEN)', message: (v) => envelope(v, `<DeleteUser xmlns="${NS1}"><id>2</id></DeleteUser>`, AUTH), kind: 'Client', errorCode: 'FORBIDDEN', reason: 'Only administrators may delete users', steps: CHARGED },
@@ -508,7 +508,7 @@ test('budget charges: nobody pays the address once; a partner pays its request a
   t.equal(whole, 20 * V2.userFields.length, 'no size: the default page size')
   const created = await priced(V1, `<CreateUser xmlns="${NS1}"><name>New Partner User</name><email>new@partner.example</email></CreateUser>`,
     { name: 'New Partner User', email: 'new@partner.example' }, 'CreateUser')
-  t.equal(created, getV1 + config.limits.mutationCost - 1, 'a write: its selection plus MUTATION_COST - 1')
+  t.equal(created, getV1 + config.budgets.mutationCost - 1, 'a write: its selection plus MUTATION_COST - 1')
 
   // A text-only partner's password is verified by scrypt: the address is checked first.
   const textOnly = await exchange(core, V1, '1.1', envelope('1.1', getUser(), textToken('textonly', 't3xt-only')))

@@ -11,7 +11,7 @@ import WebSocket from 'ws'
 import { TEST_JWT_SECRET, TEST_PARTNER_SECRET_KEY } from '../helpers/app.ts'
 import { startService } from '../helpers/server-process.ts'
 import { mintToken } from '../../cli/mint-token.ts'
-import { loadConfig } from '../../app/core/config.ts'
+import { loadConfig } from '../../app/core/config/index.ts'
 import { wsUrl } from './clients.ts'
 
 const ADDRESSES = 10

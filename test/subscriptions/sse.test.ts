@@ -2,7 +2,7 @@
 // listening server, with the real graphql-sse client and with raw fetch for the wire format.
 import { test } from 'tap'
 import { createSigner } from 'fast-jwt'
-import type { Config } from '../../app/core/config.ts'
+import type { Config } from '../../app/core/config/index.ts'
 import type { Role } from '../../app/core/store/types.ts'
 import { gql, listenTestApp } from '../helpers/app.ts'
 import { collect, eventually, roomListeners, sseClient, within } from './clients.ts'
