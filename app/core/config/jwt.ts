@@ -5,6 +5,10 @@ import { area, list, optional } from './area.ts'
 /** The development profile's fixed secret (and `npm run token`'s without JWT_SECRET): never accepted in production. */
 export const DEV_JWT_SECRET = 'development-only-secret-change-me-0123456789abcdef'
 
+/** The HS256 secret's one rule, for verifying and for signing alike. */
+const SHORT_SECRET = 'JWT_SECRET must be at least 32 characters'
+const isShort = (secret: string | null) => secret !== null && secret.length < 32
+
 export const jwt = area({
   key: 'jwt',
   title: 'Bearer tokens (JWT)',
@@ -23,7 +27,7 @@ export const jwt = area({
     const publicKey = optional(e.JWT_PUBLIC_KEY)
     const secret = optional(e.JWT_SECRET) ?? (production || publicKey ? null : DEV_JWT_SECRET)
     if (!secret && !publicKey) problems.push('set JWT_SECRET (HS256) or JWT_PUBLIC_KEY (RS256/ES256) in production')
-    if (secret && secret.length < 32) problems.push('JWT_SECRET must be at least 32 characters')
+    if (isShort(secret)) problems.push(SHORT_SECRET)
     const algorithms = list(e.JWT_ALGORITHMS)
     return {
       algorithms: algorithms.length > 0 ? algorithms : [publicKey ? 'RS256' : 'HS256'],
@@ -55,7 +59,7 @@ export const tokenSigning = area({
     const privateKey = optional(e.JWT_PRIVATE_KEY)
     const secret = optional(e.JWT_SECRET) ?? (production || privateKey ? null : DEV_JWT_SECRET)
     if (!privateKey && !secret) problems.push('set JWT_PRIVATE_KEY (RS256/ES256) or JWT_SECRET (HS256) to sign tokens in production')
-    else if (!privateKey && secret && secret.length < 32) problems.push('JWT_SECRET must be at least 32 characters')
+    else if (!privateKey && isShort(secret)) problems.push(SHORT_SECRET)
     const algorithms = list(e.JWT_ALGORITHMS)
     return {
       // A private key signs asymmetrically: RS256 unless JWT_ALGORITHMS names another.
